@@ -1,0 +1,172 @@
+// Package testdb gives each test its own PostgreSQL database with the
+// fleetpace schema applied, on one embedded cluster per test binary.
+//
+// Set TEST_DATABASE_URL to use an existing server instead (the role needs
+// CREATEDB). A package using testdb calls Main from its TestMain so the
+// cluster is stopped when the tests end:
+//
+//	func TestMain(m *testing.M) { testdb.Main(m) }
+package testdb
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/pgembed"
+)
+
+const templateName = "fleetpace_test_template"
+
+var (
+	once      sync.Once
+	onceErr   error
+	cluster   *pgembed.Cluster
+	serverURL string // URL of the maintenance database on the server
+	counter   atomic.Int64
+)
+
+// Main runs the tests and stops the embedded cluster, if one was started.
+func Main(m *testing.M) {
+	code := m.Run()
+	if cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = cluster.Close(ctx)
+		cancel()
+	}
+	os.Exit(code)
+}
+
+func setup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		serverURL = u
+	} else {
+		c, err := pgembed.Start(ctx, pgembed.Config{})
+		if err != nil {
+			return err
+		}
+		cluster = c
+		serverURL = c.URL("postgres")
+	}
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return fmt.Errorf("testdb: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+
+	// A template with the schema applied makes each test database a cheap copy.
+	// The name is unique per process so parallel test binaries sharing a
+	// TEST_DATABASE_URL server do not collide.
+	tmpl := fmt.Sprintf("%s_%d", templateName, os.Getpid())
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
+		return fmt.Errorf("testdb: drop template: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
+		return fmt.Errorf("testdb: create template: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, withDB(serverURL, tmpl))
+	if err != nil {
+		return fmt.Errorf("testdb: %w", err)
+	}
+	_, err = fleetpace.Apply(ctx, pool, nil)
+	pool.Close()
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// ensure starts the shared cluster once.
+func ensure(t testing.TB) {
+	t.Helper()
+	once.Do(func() { onceErr = setup() })
+	if onceErr != nil {
+		t.Fatalf("testdb: %v", onceErr)
+	}
+}
+
+// URL creates a fresh database with the fleetpace schema for this test and
+// returns its connection URL (for pools and for subprocesses). The database is
+// dropped when the test ends.
+func URL(t testing.TB) string {
+	t.Helper()
+	return create(t, true)
+}
+
+// EmptyURL creates a fresh database without any schema (for tests of schema
+// apply itself) and returns its URL.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return create(t, false)
+}
+
+func create(t testing.TB, withSchema bool) string {
+	t.Helper()
+	ensure(t)
+	ctx := context.Background()
+	name := fmt.Sprintf("fleetpace_test_%d_%d", os.Getpid(), counter.Add(1))
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		t.Fatalf("testdb: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if withSchema {
+		sql += " TEMPLATE " + pgx.Identifier{fmt.Sprintf("%s_%d", templateName, os.Getpid())}.Sanitize()
+	}
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("testdb: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return withDB(serverURL, name)
+}
+
+// Pool returns a pool on a fresh database with the fleetpace schema, closed
+// when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), URL(t))
+	if err != nil {
+		t.Fatalf("testdb: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Cluster returns the package's embedded cluster, or nil when
+// TEST_DATABASE_URL points at an external server. Tests that stop the server
+// must start a cluster of their own with pgembed instead.
+func Cluster(t testing.TB) *pgembed.Cluster {
+	t.Helper()
+	ensure(t)
+	return cluster
+}
+
+func withDB(rawURL, db string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || !strings.HasPrefix(u.Scheme, "postgres") {
+		// keyword/value form
+		return rawURL + " dbname=" + db
+	}
+	u.Path = "/" + db
+	return u.String()
+}
