@@ -1,0 +1,200 @@
+// Package dbconn opens fleetpace's connection pools with its one rule for
+// connections: one attempt, fail fast.
+//
+// Every pool gets a bounded connect timeout (2 s by default), MinConns 0 (no
+// background re-dial while the database is down) and no retry wrapper. pgx
+// would otherwise make hidden extra attempts: sslmode=prefer (libpq's default)
+// tries TLS and then plain text, and a host name that resolves to several
+// addresses is tried address by address. dbconn keeps one attempt per host
+// named in the URL: for sslmode=prefer that is the TLS attempt (set
+// sslmode=disable for a server without TLS, as the embedded one is), for
+// sslmode=allow the plain one, and only the first address a host name
+// resolves to. A URL that names several hosts (host=a,b) keeps one attempt
+// per named host, in order, all within the one connect timeout.
+package dbconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultConnectTimeout bounds one connection attempt.
+const DefaultConnectTimeout = 2 * time.Second
+
+// Config configures a pool. The zero value (plus URL) means defaults.
+type Config struct {
+	// URL is the PostgreSQL connection URL or keyword/value string. Required.
+	URL string
+
+	// ConnectTimeout bounds one connection attempt, TLS and authentication
+	// included. Default: DefaultConnectTimeout (2 s).
+	ConnectTimeout time.Duration
+
+	// MaxConns is the pool's size. Default: pgxpool's (max(4, NumCPU)).
+	MaxConns int32
+
+	// AfterConnect runs on every new connection (e.g. SET statements).
+	// Default: none.
+	AfterConnect func(context.Context, *pgconn.PgConn) error
+
+	// Attempts, if set, is incremented on every connection attempt (for tests
+	// and metrics). Default: nil.
+	Attempts *atomic.Int64
+}
+
+func (c *Config) validate() error {
+	if c.URL == "" {
+		return errors.New("dbconn: database URL is empty")
+	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("dbconn: ConnectTimeout must be ≥ 0, got %s", c.ConnectTimeout)
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("dbconn: MaxConns must be ≥ 0, got %d", c.MaxConns)
+	}
+	return nil
+}
+
+// ErrInvalidURL wraps a database URL that cannot be parsed.
+var ErrInvalidURL = errors.New("invalid database URL")
+
+// PoolConfig builds a pgxpool configuration that follows the fail-fast rule.
+func PoolConfig(cfg Config) (*pgxpool.Config, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// pgx error messages can echo the URL; never print a password.
+		return nil, fmt.Errorf("dbconn: %w: %s", ErrInvalidURL, Redact(err.Error()))
+	}
+	timeout := cfg.ConnectTimeout
+	if timeout == 0 {
+		timeout = DefaultConnectTimeout
+	}
+	if !strings.Contains(cfg.URL, "connect_timeout") || cfg.ConnectTimeout != 0 {
+		pc.ConnConfig.ConnectTimeout = timeout
+	}
+	pc.MinConns = 0
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	pc.ConnConfig.Fallbacks = oneAttemptPerHost(pc.ConnConfig.Config)
+	baseLookup := pc.ConnConfig.LookupFunc
+	pc.ConnConfig.LookupFunc = func(ctx context.Context, host string) ([]string, error) {
+		addrs, err := baseLookup(ctx, host)
+		if len(addrs) > 1 {
+			addrs = addrs[:1]
+		}
+		return addrs, err
+	}
+	if cfg.Attempts != nil {
+		dial := pc.ConnConfig.DialFunc
+		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cfg.Attempts.Add(1)
+			return dial(ctx, network, addr)
+		}
+	}
+	if cfg.AfterConnect != nil {
+		pc.ConnConfig.AfterConnect = cfg.AfterConnect
+	}
+	return pc, nil
+}
+
+// oneAttemptPerHost drops pgx's second try at the same host (TLS then plain,
+// or plain then TLS): the primary config is the first attempt, and of the
+// fallbacks only those naming another host or port are kept.
+func oneAttemptPerHost(c pgconn.Config) []*pgconn.FallbackConfig {
+	seen := map[string]bool{net.JoinHostPort(c.Host, fmt.Sprint(c.Port)): true}
+	var out []*pgconn.FallbackConfig
+	for _, fb := range c.Fallbacks {
+		key := net.JoinHostPort(fb.Host, fmt.Sprint(fb.Port))
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		out = append(out, fb)
+	}
+	return out
+}
+
+// NewPool opens a pool (no connection is made until first use).
+func NewPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := PoolConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("dbconn: %s", Redact(err.Error()))
+	}
+	return pool, nil
+}
+
+// IsUnavailable reports whether err means the database could not be reached
+// or refused the connection (as opposed to a failed statement).
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "53300", // too_many_connections
+			"57P01", "57P02", "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
+			"08000", "08003", "08006", "08001", "08004": // connection exceptions
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return true
+	}
+	if pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "failed to connect") || strings.Contains(msg, "conn closed") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "unexpected EOF")
+}
+
+var (
+	urlPassword = regexp.MustCompile(`(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@`)
+	kvPassword  = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+)
+
+// Redact removes passwords from a URL, a keyword/value string or any text
+// that may contain one (error messages).
+func Redact(s string) string {
+	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
+	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
+}
+
+// Describe names a database for humans, without its password:
+// "postgres@127.0.0.1:5432/fleetpace".
+func Describe(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		user := ""
+		if u.User != nil {
+			user = u.User.Username() + "@"
+		}
+		return user + u.Host + u.Path
+	}
+	return Redact(rawURL)
+}

@@ -1,0 +1,82 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CooldownJitter is the spread of a cooldown's expiry (±10 %), so a fleet
+// does not come back to a platform in one burst.
+const CooldownJitter = 0.10
+
+// MaxCooldown caps every cooldown.
+const MaxCooldown = 24 * time.Hour
+
+// Cooldown is a platform's active pause.
+type Cooldown struct {
+	Platform  string        `json:"platform"`
+	Until     time.Time     `json:"until"`
+	Remaining time.Duration `json:"remaining"`
+	Reason    string        `json:"reason"`
+	Count     int           `json:"count"` // escalation level: 1, 2, 3… (duration doubles each)
+	StartedAt time.Time     `json:"started_at"`
+}
+
+// SetCooldown puts a platform in cooldown after it said stop. The duration is
+// max(platform cooldown, retryAfter), doubled for each repeat within one
+// cooldown length after the previous ended, capped at 24 h, spread by ±10 %
+// according to u (a uniform draw in [0, 1) supplied by the caller's random
+// source). Safe when many processes report the same platform at once: one
+// row, and an active cooldown is extended, not escalated.
+func SetCooldown(ctx context.Context, db DBTX, platform string, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
+	if retryAfter < 0 {
+		retryAfter = 0
+	}
+	if retryAfter > MaxCooldown {
+		retryAfter = MaxCooldown
+	}
+	factor := 1 + CooldownJitter*(2*u-1)
+	err = db.QueryRow(ctx, setCooldownSQL, platform, retryAfter.Seconds(), factor, reason).Scan(&until, &count)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, 0, fmt.Errorf("cooldown: platform %q: %w", platform, ErrNotFound)
+	}
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
+	}
+	return until, count, nil
+}
+
+// ActiveCooldowns lists the platforms cooling down now.
+func ActiveCooldowns(ctx context.Context, db DBTX) ([]Cooldown, error) {
+	rows, err := db.Query(ctx, activeCooldownsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("cooldown: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Cooldown, error) {
+		var c Cooldown
+		err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cooldown: list: %w", err)
+	}
+	return out, nil
+}
+
+// CooldownUntil returns when the platform's active cooldown ends, or the zero
+// time if it is not cooling down.
+func CooldownUntil(ctx context.Context, db DBTX, platform string) (time.Time, error) {
+	var until time.Time
+	err := db.QueryRow(ctx, cooldownOfSQL, platform).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("cooldown: get %s: %w", platform, err)
+	}
+	return until, nil
+}

@@ -1,0 +1,126 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NamePattern is what a platform name must match: lower-case letters, digits,
+// '.', '_' and '-', starting with a letter or digit, at most 63 characters.
+const NamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
+
+var nameRE = regexp.MustCompile(NamePattern)
+
+// Platform defaults, as in the schema.
+const (
+	DefaultBurst         = 1
+	DefaultMaxMultiplier = 16
+	DefaultDecayAfter    = 100
+	DefaultCooldown      = 15 * time.Minute
+)
+
+// Platform is one destination and its limits. A zero Burst, MaxMultiplier,
+// DecayAfter or Cooldown means the default.
+type Platform struct {
+	Name          string        `json:"name"`
+	RatePerSec    float64       `json:"rate_per_sec"`   // fleet-wide ceiling, requests per second
+	Burst         int           `json:"burst"`          // requests allowed back to back; default 1
+	MaxMultiplier float64       `json:"max_multiplier"` // largest backoff multiplier; default 16
+	DecayAfter    int           `json:"decay_after"`    // clean responses that halve the multiplier; default 100
+	Cooldown      time.Duration `json:"cooldown"`       // pause after the platform says stop; default 15m
+}
+
+// WithDefaults fills the zero fields with their defaults.
+func (p Platform) WithDefaults() Platform {
+	if p.Burst == 0 {
+		p.Burst = DefaultBurst
+	}
+	if p.MaxMultiplier == 0 {
+		p.MaxMultiplier = DefaultMaxMultiplier
+	}
+	if p.DecayAfter == 0 {
+		p.DecayAfter = DefaultDecayAfter
+	}
+	if p.Cooldown == 0 {
+		p.Cooldown = DefaultCooldown
+	}
+	return p
+}
+
+// Validate checks every field (after defaults) and names the first bad one.
+func (p Platform) Validate() error {
+	p = p.WithDefaults()
+	switch {
+	case !nameRE.MatchString(p.Name):
+		return &FieldError{"name", p.Name, "must match " + NamePattern}
+	case math.IsNaN(p.RatePerSec) || math.IsInf(p.RatePerSec, 0) || p.RatePerSec <= 0:
+		return &FieldError{"rate_per_sec", fmtFloat(p.RatePerSec), "must be finite and > 0"}
+	case p.Burst < 1:
+		return &FieldError{"burst", strconv.Itoa(p.Burst), "must be ≥ 1"}
+	case p.Cooldown <= 0:
+		return &FieldError{"cooldown", p.Cooldown.String(), "must be > 0"}
+	case math.IsNaN(p.MaxMultiplier) || math.IsInf(p.MaxMultiplier, 0) || p.MaxMultiplier < 1:
+		return &FieldError{"max_multiplier", fmtFloat(p.MaxMultiplier), "must be finite and ≥ 1"}
+	case p.DecayAfter < 1:
+		return &FieldError{"decay_after", strconv.Itoa(p.DecayAfter), "must be ≥ 1"}
+	}
+	return nil
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// SetPlatform creates or replaces a platform's configuration. Invalid input
+// writes nothing and returns an error wrapping ErrInvalid.
+func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
+	p = p.WithDefaults()
+	if err := p.Validate(); err != nil {
+		return p, fmt.Errorf("platform: %w", err)
+	}
+	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown)
+	if err != nil {
+		return p, fmt.Errorf("platform: set %s: %w", p.Name, err)
+	}
+	return p, nil
+}
+
+// ListPlatforms returns every platform, by name.
+func ListPlatforms(ctx context.Context, db DBTX) ([]Platform, error) {
+	rows, err := db.Query(ctx, listPlatformsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("platform: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanPlatform)
+	if err != nil {
+		return nil, fmt.Errorf("platform: list: %w", err)
+	}
+	return out, nil
+}
+
+// GetPlatform returns one platform or an error wrapping ErrNotFound.
+func GetPlatform(ctx context.Context, db DBTX, name string) (Platform, error) {
+	rows, err := db.Query(ctx, getPlatformSQL, name)
+	if err != nil {
+		return Platform{}, fmt.Errorf("platform: get: %w", err)
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, scanPlatform)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Platform{}, fmt.Errorf("platform %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Platform{}, fmt.Errorf("platform: get: %w", err)
+	}
+	return p, nil
+}
+
+func scanPlatform(row pgx.CollectableRow) (Platform, error) {
+	var p Platform
+	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown)
+	return p, err
+}

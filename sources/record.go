@@ -1,0 +1,76 @@
+package sources
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Check is the recorded result of one fetch of a source.
+type Check struct {
+	Outcome      string // ok, not_modified, rate_pressure, rate_limited, failed
+	Status       int    // HTTP status, 0 if none
+	Error        string // reason for failed / rate_limited
+	ETag         string // new validators (ok only)
+	LastModified string
+	ContentHash  string
+}
+
+// RecordCheck records a fetch outcome and releases the source for the next
+// tick. Rate pressure and rate limiting are neither a check nor a failure:
+// the source keeps its place in the fair order.
+func RecordCheck(ctx context.Context, db DBTX, sourceID int64, c Check) error {
+	var status *int
+	if c.Status != 0 {
+		status = &c.Status
+	}
+	_, err := db.Exec(ctx, recordCheckSQL, sourceID, c.Outcome, status, c.Error, c.ETag, c.LastModified, c.ContentHash)
+	if err != nil {
+		return fmt.Errorf("source %d: record check: %w", sourceID, err)
+	}
+	return nil
+}
+
+// Release marks a source as no longer queued without recording a check.
+func Release(ctx context.Context, db DBTX, sourceID int64) error {
+	if _, err := db.Exec(ctx, releaseSQL, sourceID); err != nil {
+		return fmt.Errorf("source %d: release: %w", sourceID, err)
+	}
+	return nil
+}
+
+// PlatformCounts summarizes one platform's sources for status.
+type PlatformCounts struct {
+	Platform     string        `json:"platform"`
+	Sources      int64         `json:"sources"`
+	Enabled      int64         `json:"enabled"`
+	Queued       int64         `json:"queued"`
+	Due          int64         `json:"due"`           // due now and not queued
+	NeverChecked int64         `json:"never_checked"` // never fetched yet
+	StaleMax     time.Duration `json:"stale_max"`     // how late the most overdue source is
+	StaleP95     time.Duration `json:"stale_p95"`     // 95th percentile of lateness among overdue sources
+}
+
+// Counts returns per-platform source counts and staleness.
+func Counts(ctx context.Context, db DBTX) ([]PlatformCounts, error) {
+	rows, err := db.Query(ctx, countsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("counts: %w", err)
+	}
+	defer rows.Close()
+	var out []PlatformCounts
+	for rows.Next() {
+		var c PlatformCounts
+		var staleMax, staleP95 float64
+		if err := rows.Scan(&c.Platform, &c.Sources, &c.Enabled, &c.Queued, &c.Due, &c.NeverChecked, &staleMax, &staleP95); err != nil {
+			return nil, fmt.Errorf("counts: %w", err)
+		}
+		c.StaleMax = time.Duration(staleMax * float64(time.Second))
+		c.StaleP95 = time.Duration(staleP95 * float64(time.Second))
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counts: %w", err)
+	}
+	return out, nil
+}

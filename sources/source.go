@@ -1,0 +1,194 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultInterval is how often a source is checked when no interval is given.
+const DefaultInterval = time.Hour
+
+// Source is one thing fetched on a schedule.
+type Source struct {
+	ID                  int64         `json:"id"`
+	Platform            string        `json:"platform"`
+	URL                 string        `json:"url"`
+	Interval            time.Duration `json:"interval"`
+	Enabled             bool          `json:"enabled"`
+	DueAt               time.Time     `json:"due_at"`
+	LastCheckedAt       *time.Time    `json:"last_checked_at"`
+	ConsecutiveFailures int           `json:"consecutive_failures"`
+	LastStatus          *int          `json:"last_status"`
+	LastOutcome         *string       `json:"last_outcome"`
+	LastError           *string       `json:"last_error"`
+	ETag                *string       `json:"etag"`
+	LastModified        *string       `json:"last_modified"`
+	ContentHash         *string       `json:"content_hash"`
+	QueuedAt            *time.Time    `json:"queued_at"`
+}
+
+// NewSource is a source to add. A zero Interval means DefaultInterval.
+type NewSource struct {
+	Platform string        `json:"platform"`
+	URL      string        `json:"url"`
+	Interval time.Duration `json:"interval"`
+}
+
+// Validate checks the fields that can be checked without the database
+// (Interval must already be defaulted).
+func (s NewSource) Validate() error {
+	if s.Platform == "" {
+		return &FieldError{"platform", "", "is required"}
+	}
+	if !nameRE.MatchString(s.Platform) {
+		return &FieldError{"platform", s.Platform, "must match " + NamePattern}
+	}
+	if err := ValidateURL(s.URL); err != nil {
+		return err
+	}
+	if s.Interval <= 0 {
+		return &FieldError{"interval", s.Interval.String(), "must be > 0"}
+	}
+	return nil
+}
+
+// ValidateURL accepts absolute http and https URLs with a host.
+func ValidateURL(raw string) error {
+	if raw == "" {
+		return &FieldError{"url", raw, "is required"}
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return &FieldError{"url", raw, "is not a valid URL"}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return &FieldError{"url", raw, "must be an absolute http or https URL"}
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return &FieldError{"url", raw, "must have a host"}
+	}
+	if strings.ContainsAny(raw, " \t\r\n") {
+		return &FieldError{"url", raw, "must not contain whitespace"}
+	}
+	return nil
+}
+
+// AddSource adds one source. created is false when the platform already has a
+// source with that URL (nothing changes then).
+func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created bool, err error) {
+	if s.Interval == 0 {
+		s.Interval = DefaultInterval
+	}
+	if err := s.Validate(); err != nil {
+		return 0, false, fmt.Errorf("source: %w", err)
+	}
+	err = db.QueryRow(ctx, addSourceSQL, s.Platform, s.URL, s.Interval).Scan(&id, &created)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+			return 0, false, fmt.Errorf("source: %w", &FieldError{"platform", s.Platform, "does not exist (create it with `fleetpace platforms set`)"})
+		}
+		return 0, false, fmt.Errorf("source: add: %w", err)
+	}
+	return id, created, nil
+}
+
+// ListFilter selects sources for ListSources.
+type ListFilter struct {
+	Platform string // "" means every platform
+	DueOnly  bool   // only sources due now (not queued, enabled, platform not cooling down)
+	Limit    int    // 0 means 1000
+}
+
+// ListSources returns sources in fair order (never checked first, then longest
+// since checked, ties by id).
+func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("source: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanSource)
+	if err != nil {
+		return nil, fmt.Errorf("source: list: %w", err)
+	}
+	return out, nil
+}
+
+// GetSource returns one source or an error wrapping ErrNotFound.
+func GetSource(ctx context.Context, db DBTX, id int64) (Source, error) {
+	rows, err := db.Query(ctx, getSourceSQL, id)
+	if err != nil {
+		return Source{}, fmt.Errorf("source: get: %w", err)
+	}
+	s, err := pgx.CollectExactlyOneRow(rows, scanSource)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Source{}, fmt.Errorf("source %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Source{}, fmt.Errorf("source: get: %w", err)
+	}
+	return s, nil
+}
+
+func scanSource(row pgx.CollectableRow) (Source, error) {
+	var s Source
+	err := row.Scan(&s.ID, &s.Platform, &s.URL, &s.Interval, &s.Enabled, &s.DueAt, &s.LastCheckedAt,
+		&s.ConsecutiveFailures, &s.LastStatus, &s.LastOutcome, &s.LastError, &s.ETag, &s.LastModified,
+		&s.ContentHash, &s.QueuedAt)
+	return s, err
+}
+
+// RemoveSources deletes the sources with the given ids, all or nothing: if any
+// id does not exist, nothing is removed and the error names the missing ids.
+func RemoveSources(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, ids []int64) (int, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("source: remove: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, removeSourcesSQL, ids)
+	if err != nil {
+		return 0, fmt.Errorf("source: remove: %w", err)
+	}
+	removed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("source: remove: %w", err)
+	}
+	if len(removed) != len(uniqueIDs(ids)) {
+		got := map[int64]bool{}
+		for _, id := range removed {
+			got[id] = true
+		}
+		var missing []string
+		for _, id := range ids {
+			if !got[id] {
+				missing = append(missing, fmt.Sprint(id))
+			}
+		}
+		return 0, fmt.Errorf("source: remove: %w", &FieldError{"id", strings.Join(missing, ","), "does not exist; nothing removed"})
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("source: remove: %w", err)
+	}
+	return len(removed), nil
+}
+
+func uniqueIDs(ids []int64) map[int64]bool {
+	m := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}

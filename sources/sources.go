@@ -1,0 +1,74 @@
+// Package sources keeps fleetpace's platforms and sources: what is fetched,
+// from which destination, how often, when it was last checked, and which
+// platforms are cooling down after being told to stop. It owns the due query
+// (fair order: never-checked first, then longest since checked, ties by id)
+// and the scan tick that turns due sources into River jobs.
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DBTX is what the functions of this package need from a pool, a connection
+// or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ErrInvalid is wrapped by every error about bad input (a field, a line of an
+// import file). Callers branch on it: the CLI exits 2.
+var ErrInvalid = errors.New("invalid input")
+
+// ErrNotFound is wrapped when a named platform or source does not exist.
+var ErrNotFound = errors.New("not found")
+
+// FieldError names one bad field and why it is bad.
+type FieldError struct {
+	Field  string // e.g. "rate_per_sec"
+	Value  string // the offending value as given
+	Reason string // e.g. "must be finite and > 0"
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("%s %s (got %q)", e.Field, e.Reason, e.Value)
+}
+
+// Unwrap makes every FieldError an ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// LineError is a bad line of an import file.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+
+// Unwrap makes every LineError an ErrInvalid.
+func (e *LineError) Unwrap() error { return ErrInvalid }
+
+// ImportError lists every bad line of an import; nothing was written.
+type ImportError struct {
+	Lines []*LineError
+}
+
+func (e *ImportError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "import rejected, nothing written: %d bad line(s)", len(e.Lines))
+	for _, l := range e.Lines {
+		b.WriteString("\n  ")
+		b.WriteString(l.Error())
+	}
+	return b.String()
+}
+
+// Unwrap makes an ImportError an ErrInvalid.
+func (e *ImportError) Unwrap() error { return ErrInvalid }

@@ -1,0 +1,574 @@
+package sources_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type fixture struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	client *queue.Client
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := testdb.Pool(t)
+	client, err := queue.NewClient(pool, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{ctx: context.Background(), pool: pool, client: client}
+}
+
+func (f *fixture) platform(t *testing.T, name string, rate float64) {
+	t.Helper()
+	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: name, RatePerSec: rate}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// source adds a source checked `ago` ago (nil = never) and due now.
+func (f *fixture) source(t *testing.T, platform, url string, ago *time.Duration) int64 {
+	t.Helper()
+	id, _, err := sources.AddSource(f.ctx, f.pool, sources.NewSource{Platform: platform, URL: url, Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ago != nil {
+		_, err = f.pool.Exec(f.ctx, `UPDATE fleetpace_source SET last_checked_at = now() - make_interval(secs => $2),
+			due_at = now() - interval '1 second' WHERE id = $1`, id, ago.Seconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return id
+}
+
+func dur(d time.Duration) *time.Duration { return &d }
+
+func ids(due []sources.Due) []int64 {
+	out := make([]int64, len(due))
+	for i, d := range due {
+		out[i] = d.ID
+	}
+	return out
+}
+
+func TestDueOrder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	recent := f.source(t, "p", "https://example.com/recent", dur(2*time.Minute))
+	old := f.source(t, "p", "https://example.com/old", dur(4*time.Hour))
+	never := f.source(t, "p", "https://example.com/never", nil)
+
+	due, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(ids(due)), fmt.Sprint([]int64{never, old, recent}); got != want {
+		t.Fatalf("due order = %s, want never, 4h, 2min = %s", got, want)
+	}
+
+	// Equal last_checked_at: ties broken by id.
+	if _, err := f.pool.Exec(f.ctx, `UPDATE fleetpace_source SET last_checked_at = '2026-01-01T00:00:00Z'`); err != nil {
+		t.Fatal(err)
+	}
+	due, err = sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(ids(due)), fmt.Sprint([]int64{recent, old, never}); got != want {
+		t.Fatalf("tie order = %s, want by id %s", got, want)
+	}
+
+	// The CLI's list --due uses the same order.
+	list, err := sources.ListSources(f.ctx, f.pool, sources.ListFilter{DueOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0].ID != recent {
+		t.Fatalf("ListSources due = %+v", list)
+	}
+}
+
+func TestDueExcludesDisabledQueuedAndNotDue(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	due := f.source(t, "p", "https://example.com/due", nil)
+	disabled := f.source(t, "p", "https://example.com/disabled", nil)
+	notDue := f.source(t, "p", "https://example.com/notdue", nil)
+	queued := f.source(t, "p", "https://example.com/queued", nil)
+	mustExec(t, f, `UPDATE fleetpace_source SET enabled = false WHERE id = $1`, disabled)
+	mustExec(t, f, `UPDATE fleetpace_source SET due_at = now() + interval '1 hour' WHERE id = $1`, notDue)
+	if _, err := sources.Enqueue(f.ctx, f.pool, f.client, []int64{queued}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids(got)) != fmt.Sprint([]int64{due}) {
+		t.Fatalf("due = %v, want only %d", ids(got), due)
+	}
+}
+
+func mustExec(t *testing.T, f *fixture, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCooldownFiltersPlatform(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "a", 10)
+	f.platform(t, "b", 10)
+	f.platform(t, "c", 10)
+	a := f.source(t, "a", "https://a.example/1", nil)
+	b := f.source(t, "b", "https://b.example/1", nil)
+	c := f.source(t, "c", "https://c.example/1", nil)
+
+	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "429 Retry-After 600", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	// c's cooldown has expired: it must not filter.
+	mustExec(t, f, `INSERT INTO fleetpace_cooldown (platform, until) VALUES ('c', now() - interval '1 second')`)
+
+	got, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids(got)) != fmt.Sprint([]int64{b, c}) {
+		t.Fatalf("due = %v, want b=%d and c=%d (a=%d cooling down)", ids(got), b, c, a)
+	}
+	active, err := sources.ActiveCooldowns(f.ctx, f.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(active) != 1 || active[0].Platform != "a" {
+		t.Fatalf("active cooldowns = %+v, want only a", active)
+	}
+	if r := active[0].Remaining; r < 13*time.Minute || r > 17*time.Minute {
+		t.Fatalf("remaining = %s, want 15m ± 10%%", r)
+	}
+	// The tick leaves a's source alone and says so.
+	res, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Enqueued != 2 || res.ByPlatform["a"] != 0 || fmt.Sprint(res.CoolingDown) != "[a]" {
+		t.Fatalf("tick = %+v", res)
+	}
+}
+
+func TestCooldownConcurrentUpsert(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "a", 10)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "rate limited", float64(i)/8)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent SetCooldown: %v", err)
+		}
+	}
+	var rows, count int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*), max(count) FROM fleetpace_cooldown`).Scan(&rows, &count); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || count != 1 {
+		t.Fatalf("rows = %d, escalation count = %d; want one row, not escalated by simultaneous reports", rows, count)
+	}
+}
+
+func TestCooldownDurations(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: "a", RatePerSec: 1, Cooldown: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	remaining := func() time.Duration {
+		t.Helper()
+		var secs float64
+		if err := f.pool.QueryRow(f.ctx, `SELECT EXTRACT(EPOCH FROM until - now()) FROM fleetpace_cooldown`).Scan(&secs); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	near := func(got, want time.Duration) bool {
+		return math.Abs(float64(got-want)) < float64(2*time.Second)
+	}
+
+	// Retry-After longer than the platform cooldown wins; u=0.5 is no jitter.
+	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 10*time.Minute, "r", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining(); !near(r, 10*time.Minute) {
+		t.Fatalf("remaining = %s, want 10m (Retry-After)", r)
+	}
+	// Jitter: u=1 → +10 %, on a fresh episode.
+	mustExec(t, f, `UPDATE fleetpace_cooldown SET until = now() - interval '2 hours'`)
+	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining(); !near(r, 66*time.Second) {
+		t.Fatalf("remaining = %s, want 66s (1m + 10%%)", r)
+	}
+	// A repeat shortly after the previous ended doubles.
+	mustExec(t, f, `UPDATE fleetpace_cooldown SET until = now() - interval '10 seconds'`)
+	_, count, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "r", 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining(); count != 2 || !near(r, 2*time.Minute) {
+		t.Fatalf("repeat: count %d remaining %s, want 2 and 2m", count, r)
+	}
+	// Capped at 24 h.
+	mustExec(t, f, `UPDATE fleetpace_cooldown SET until = now() - interval '1 second', count = 20`)
+	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "r", 1); err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining(); !near(r, 24*time.Hour) {
+		t.Fatalf("remaining = %s, want the 24h cap", r)
+	}
+	// Unknown platform.
+	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "nope", 0, "r", 0.5); !errors.Is(err, sources.ErrNotFound) {
+		t.Fatalf("unknown platform: err = %v", err)
+	}
+}
+
+func TestPerPlatformCapPreventsStarvation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "a", 1000)
+	f.platform(t, "b", 1000)
+	mustExec(t, f, `INSERT INTO fleetpace_source (platform, url, last_checked_at, due_at)
+		SELECT 'a', 'https://a.example/' || g, now() - interval '10 hours' + g * interval '1 second', now() - interval '1 second'
+		FROM generate_series(1, 1000) g`)
+	var bIDs []int64
+	for i := 0; i < 10; i++ {
+		bIDs = append(bIDs, f.source(t, "b", fmt.Sprintf("https://b.example/%d", i), dur(time.Hour)))
+	}
+	due, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 100, DefaultCap: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perPlatform := map[string]int{}
+	for _, d := range due {
+		perPlatform[d.Platform]++
+	}
+	if perPlatform["b"] != 10 || perPlatform["a"] != 50 {
+		t.Fatalf("per platform = %v, want all 10 of b and a capped at 50", perPlatform)
+	}
+	// Without the per-platform cap, a's older sources fill the whole tick:
+	// the naive query starves b.
+	naive, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 100, DefaultCap: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range naive {
+		if d.Platform == "b" {
+			t.Fatalf("naive query (no cap) included b; the test would not catch starvation")
+		}
+	}
+	// The tick applies the same cap.
+	res, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{Limit: 100, PerPlatformCap: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ByPlatform["b"] != 10 || res.ByPlatform["a"] != 50 {
+		t.Fatalf("tick by platform = %v", res.ByPlatform)
+	}
+}
+
+func TestTickShareFromRate(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "slow", 2) // 2/s × 30 s look-ahead = 60
+	for i := 0; i < 100; i++ {
+		f.source(t, "slow", fmt.Sprintf("https://s.example/%d", i), nil)
+	}
+	res, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{LookAhead: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Enqueued != 60 {
+		t.Fatalf("first tick enqueued %d, want rate × look-ahead = 60", res.Enqueued)
+	}
+	res, err = sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{LookAhead: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Enqueued != 0 {
+		t.Fatalf("second tick enqueued %d with 60 already queued, want 0", res.Enqueued)
+	}
+}
+
+func TestConcurrentTicksQueueOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 1000)
+	mustExec(t, f, `INSERT INTO fleetpace_source (platform, url) SELECT 'p', 'https://p.example/' || g FROM generate_series(1, 500) g`)
+
+	var wg sync.WaitGroup
+	results := make([]*sources.TickResult, 4)
+	errs := make([]error, 4)
+	start := make(chan struct{})
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{Limit: 1000, PerPlatformCap: 1000})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += results[i].Enqueued
+	}
+	// Enqueue by id races with the ticks too; it must not double-queue.
+	if _, err := sources.Enqueue(f.ctx, f.pool, f.client, []int64{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	var jobs, distinct, queued int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*), count(DISTINCT (args->>'source_id')) FROM river_job`).Scan(&jobs, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source WHERE queued_at IS NOT NULL AND queued_job_id IS NOT NULL`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if total != 500 || jobs != 500 || distinct != 500 || queued != 500 {
+		t.Fatalf("ticks enqueued %d, jobs %d (distinct sources %d), queued sources %d; want 500 each", total, jobs, distinct, queued)
+	}
+}
+
+func TestTickSkipsWhileAnotherHoldsLock(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	f.source(t, "p", "https://p.example/1", nil)
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx) //nolint:errcheck
+	// Hold the tick lock as a tick in progress would.
+	res, err := sources.Tick(f.ctx, tx, f.client, sources.TickConfig{})
+	if err != nil || res.Skipped {
+		t.Fatalf("first tick: %+v %v", res, err)
+	}
+	res2, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res2.Skipped {
+		t.Fatalf("second tick ran while the first held the lock: %+v", res2)
+	}
+}
+
+func TestRecordCheck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	id := f.source(t, "p", "https://p.example/1", nil)
+	get := func() sources.Source {
+		s, err := sources.GetSource(f.ctx, f.pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	lateness := func(s sources.Source) time.Duration { return time.Until(s.DueAt).Round(time.Second) }
+
+	for i, want := range []time.Duration{2 * time.Minute, 4 * time.Minute, 8 * time.Minute} {
+		if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "failed", Status: 500, Error: "HTTP 500"}); err != nil {
+			t.Fatal(err)
+		}
+		s := get()
+		if s.ConsecutiveFailures != i+1 || lateness(s) != want {
+			t.Fatalf("after %d failures: failures %d, next due in %s; want %s", i+1, s.ConsecutiveFailures, lateness(s), want)
+		}
+	}
+	// Rate limiting is not a failure and not a check.
+	before := get()
+	if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "rate_limited", Status: 429}); err != nil {
+		t.Fatal(err)
+	}
+	s := get()
+	if s.ConsecutiveFailures != 3 || !s.LastCheckedAt.Equal(*before.LastCheckedAt) {
+		t.Fatalf("rate_limited changed failures (%d) or last_checked_at", s.ConsecutiveFailures)
+	}
+	// Success resets and stores validators.
+	if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "ok", Status: 200, ETag: `"v1"`, ContentHash: "abc"}); err != nil {
+		t.Fatal(err)
+	}
+	s = get()
+	if s.ConsecutiveFailures != 0 || lateness(s) != time.Minute || s.ETag == nil || *s.ETag != `"v1"` || s.QueuedAt != nil {
+		t.Fatalf("after ok: %+v", s)
+	}
+	// The cap: 64 × interval at most.
+	mustExec(t, f, `UPDATE fleetpace_source SET consecutive_failures = 30 WHERE id = $1`, id)
+	if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "failed"}); err != nil {
+		t.Fatal(err)
+	}
+	if l := lateness(get()); l != 64*time.Minute {
+		t.Fatalf("capped backoff = %s, want 64m", l)
+	}
+}
+
+func TestPlatformValidation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tests := []struct {
+		p     sources.Platform
+		field string
+	}{
+		{sources.Platform{Name: "Bad Name", RatePerSec: 1}, "name"},
+		{sources.Platform{Name: "", RatePerSec: 1}, "name"},
+		{sources.Platform{Name: "ok", RatePerSec: 0}, "rate_per_sec"},
+		{sources.Platform{Name: "ok", RatePerSec: -1}, "rate_per_sec"},
+		{sources.Platform{Name: "ok", RatePerSec: math.Inf(1)}, "rate_per_sec"},
+		{sources.Platform{Name: "ok", RatePerSec: math.NaN()}, "rate_per_sec"},
+		{sources.Platform{Name: "ok", RatePerSec: 1, Burst: -1}, "burst"},
+		{sources.Platform{Name: "ok", RatePerSec: 1, Cooldown: -time.Second}, "cooldown"},
+		{sources.Platform{Name: "ok", RatePerSec: 1, MaxMultiplier: 0.5}, "max_multiplier"},
+		{sources.Platform{Name: "ok", RatePerSec: 1, DecayAfter: -3}, "decay_after"},
+	}
+	for _, tt := range tests {
+		_, err := sources.SetPlatform(f.ctx, f.pool, tt.p)
+		var fe *sources.FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field || !errors.Is(err, sources.ErrInvalid) {
+			t.Errorf("SetPlatform(%+v) = %v, want a FieldError on %s", tt.p, err, tt.field)
+		}
+	}
+	ps, err := sources.ListPlatforms(f.ctx, f.pool)
+	if err != nil || len(ps) != 0 {
+		t.Fatalf("invalid platforms were written: %v %v", ps, err)
+	}
+	p, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: "ok", RatePerSec: 7})
+	if err != nil || p.Burst != 1 || p.MaxMultiplier != 16 || p.DecayAfter != 100 || p.Cooldown != 15*time.Minute {
+		t.Fatalf("defaults: %+v %v", p, err)
+	}
+}
+
+func TestAddSourceValidation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 1)
+	tests := []struct {
+		s     sources.NewSource
+		field string
+	}{
+		{sources.NewSource{Platform: "p", URL: "ftp://x.example/"}, "url"},
+		{sources.NewSource{Platform: "p", URL: "/relative"}, "url"},
+		{sources.NewSource{Platform: "p", URL: "https://"}, "url"},
+		{sources.NewSource{Platform: "p", URL: "https://x.example/", Interval: -time.Second}, "interval"},
+		{sources.NewSource{Platform: "missing", URL: "https://x.example/"}, "platform"},
+	}
+	for _, tt := range tests {
+		_, _, err := sources.AddSource(f.ctx, f.pool, tt.s)
+		var fe *sources.FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field {
+			t.Errorf("AddSource(%+v) = %v, want a FieldError on %s", tt.s, err, tt.field)
+		}
+	}
+	id1, created1, err := sources.AddSource(f.ctx, f.pool, sources.NewSource{Platform: "p", URL: "https://x.example/"})
+	if err != nil || !created1 {
+		t.Fatal(err)
+	}
+	id2, created2, err := sources.AddSource(f.ctx, f.pool, sources.NewSource{Platform: "p", URL: "https://x.example/"})
+	if err != nil || created2 || id2 != id1 {
+		t.Fatalf("re-add: id %d created %v err %v; want the same id, not created", id2, created2, err)
+	}
+	if _, err := sources.RemoveSources(f.ctx, f.pool, []int64{id1, 999999}); !errors.Is(err, sources.ErrInvalid) {
+		t.Fatalf("remove with a missing id: %v", err)
+	}
+	if _, err := sources.GetSource(f.ctx, f.pool, id1); err != nil {
+		t.Fatalf("a failed remove removed something: %v", err)
+	}
+	if n, err := sources.RemoveSources(f.ctx, f.pool, []int64{id1}); err != nil || n != 1 {
+		t.Fatalf("remove: %d %v", n, err)
+	}
+}
+
+func TestImport(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 1)
+	var b strings.Builder
+	b.WriteString("platform,url,interval\n")
+	for i := 1; i <= 1000; i++ {
+		if i == 537 {
+			b.WriteString("p,notaurl,1h\n")
+			continue
+		}
+		fmt.Fprintf(&b, "p,https://p.example/%d,30m\n", i)
+	}
+	_, err := sources.Import(f.ctx, f.pool, strings.NewReader(b.String()), sources.ImportOptions{})
+	var ie *sources.ImportError
+	if !errors.As(err, &ie) || len(ie.Lines) != 1 || ie.Lines[0].Line != 538 || !errors.Is(err, sources.ErrInvalid) {
+		t.Fatalf("import error = %v, want exactly line 538 (header is line 1)", err)
+	}
+	if !strings.Contains(err.Error(), "line 538") {
+		t.Fatalf("message does not name the line: %v", err)
+	}
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows written after a rejected import: %d %v", n, err)
+	}
+
+	// Every bad line is reported, not just the first.
+	_, err = sources.Import(f.ctx, f.pool, strings.NewReader(
+		`{"platform":"p","url":"https://p.example/a"}
+{"platform":"nope","url":"https://p.example/b"}
+
+{"platform":"p","url":"https://p.example/c","interval":"soon"}
+{not json}
+`), sources.ImportOptions{})
+	if !errors.As(err, &ie) || len(ie.Lines) != 3 || ie.Lines[0].Line != 2 || ie.Lines[1].Line != 4 || ie.Lines[2].Line != 5 {
+		t.Fatalf("jsonl errors = %v, want lines 2, 4, 5", err)
+	}
+
+	good := strings.ReplaceAll(b.String(), "p,notaurl,1h", "p,https://p.example/537,1h")
+	res, err := sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
+	if err != nil || res.Added != 1000 {
+		t.Fatalf("good import: %+v %v", res, err)
+	}
+	res, err = sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
+	if err != nil || res.Added != 0 || res.Existing != 1000 {
+		t.Fatalf("re-import: %+v %v, want nothing added", res, err)
+	}
+}
