@@ -2,10 +2,10 @@ package sources
 
 import (
 	"cmp"
-	"slices"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
