@@ -31,14 +31,19 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
 -- pace: the shared pacer state, one narrow row per platform, updated on every
 -- reservation by a single INSERT ... ON CONFLICT DO UPDATE. No index beyond the
 -- primary key and a low fillfactor keep those updates HOT. Times are epoch
--- seconds of the database clock (clock_timestamp()).
+-- seconds of the database clock (clock_timestamp()). last_slot and
+-- last_effect describe the statement that wrote the row last, so that
+-- RETURNING can tell its caller what it decided (granted or denied, doubled
+-- or not) without a second round trip.
 CREATE TABLE IF NOT EXISTS fleetpace_pace (
     platform     text             PRIMARY KEY,
     cursor_at    double precision NOT NULL DEFAULT 0,  -- GCRA theoretical arrival time
     multiplier   double precision NOT NULL DEFAULT 1,  -- shared backoff, 1..max_multiplier
     clean_streak integer          NOT NULL DEFAULT 0,  -- fleet-wide consecutive clean responses
     doubled_at   double precision NOT NULL DEFAULT 0,  -- when the multiplier last doubled
-    hold_until   double precision NOT NULL DEFAULT 0   -- Retry-After hold, fleet-wide
+    hold_until   double precision NOT NULL DEFAULT 0,  -- Retry-After hold, fleet-wide
+    last_slot    double precision NOT NULL DEFAULT 0,  -- slot computed by the last reservation
+    last_effect  smallint         NOT NULL DEFAULT 0   -- what the last statement did (pacer package codes)
 ) WITH (fillfactor = 50);
 
 -- cooldown: one row per platform that was told to stop (rate limited).

@@ -1,0 +1,501 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+func (a *app) schemaCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "schema",
+		Short: "Apply or print the database schema (fleetpace's tables and River's)",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "apply",
+		Short: "Create fleetpace's tables and run River's migrations; idempotent and safe to run concurrently",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			res, err := fleetpace.Apply(cmd.Context(), pool, a.logger)
+			if err != nil {
+				return dbError(err)
+			}
+			if len(res.RiverVersions) > 0 {
+				fmt.Fprintf(a.stdout, "schema applied (River migrations %v)\n", res.RiverVersions)
+			} else {
+				fmt.Fprintln(a.stdout, "schema applied (already current)")
+			}
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "print",
+		Short: "Print fleetpace's own schema (migrations-free-schema.sql)",
+		Args:  noArgs,
+		// No database needed.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
+		RunE: func(*cobra.Command, []string) error {
+			_, err := io.WriteString(a.stdout, fleetpace.SchemaSQL)
+			return err
+		},
+	})
+	return cmd
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), strings.Join(args, " "))
+	}
+	return nil
+}
+
+func (a *app) platformsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "platforms", Short: "Configure destinations and their rate ceilings"}
+
+	var (
+		p      sources.Platform
+		asJSON bool
+	)
+	set := &cobra.Command{
+		Use:   "set NAME --rate R",
+		Short: "Create or update a platform (fleet-wide rate ceiling, burst, cooldown, backoff)",
+		Long: "Create or update a platform. NAME must match " + sources.NamePattern + ".\n" +
+			"The rate is a ceiling for the whole fleet: every process and thread together.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("platforms set needs exactly one NAME, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p.Name = args[0]
+			if !cmd.Flags().Changed("rate") {
+				return usagef("platforms set: --rate is required")
+			}
+			// Validate before touching the database: bad input changes nothing.
+			if err := p.Validate(); err != nil {
+				return fmt.Errorf("platform: %w", err)
+			}
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			saved, err := sources.SetPlatform(cmd.Context(), pool, p)
+			if err != nil {
+				return dbError(err)
+			}
+			fmt.Fprintf(a.stdout, "platform %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, decay after %d\n",
+				saved.Name, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.DecayAfter)
+			return nil
+		},
+	}
+	f := set.Flags()
+	f.Float64Var(&p.RatePerSec, "rate", 0, "fleet-wide ceiling in requests per second (required, > 0)")
+	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, "requests allowed back to back (≥ 1)")
+	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, "pause after the platform says stop (> 0)")
+	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, "largest shared backoff multiplier (≥ 1)")
+	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, "consecutive clean responses, fleet-wide, that halve the multiplier (≥ 1)")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List platforms",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			ps, err := sources.ListPlatforms(cmd.Context(), pool)
+			if err != nil {
+				return dbError(err)
+			}
+			if asJSON {
+				return writeJSON(a.stdout, ps)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tDECAY AFTER")
+			for _, p := range ps {
+				fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t%d\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown, p.MaxMultiplier, p.DecayAfter)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.AddCommand(set, list)
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) sourcesCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "sources", Short: "Add, import, list and remove sources"}
+
+	var ns sources.NewSource
+	add := &cobra.Command{
+		Use:   "add --platform P --url U",
+		Short: "Add one source (adding the same platform and URL again changes nothing)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := ns.Validate(); err != nil {
+				return fmt.Errorf("source: %w", err)
+			}
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			id, created, err := sources.AddSource(cmd.Context(), pool, ns)
+			if err != nil {
+				return dbError(err)
+			}
+			if created {
+				fmt.Fprintf(a.stdout, "added source %d\n", id)
+			} else {
+				fmt.Fprintf(a.stdout, "source %d already exists (unchanged)\n", id)
+			}
+			return nil
+		},
+	}
+	add.Flags().StringVar(&ns.Platform, "platform", "", "platform name (required)")
+	add.Flags().StringVar(&ns.URL, "url", "", "absolute http or https URL (required)")
+	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, "how often to check the source (> 0)")
+
+	var (
+		format      string
+		defInterval time.Duration
+	)
+	imp := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Import sources from CSV (header: platform,url[,interval]) or JSON lines; all or nothing",
+		Long: `Import sources from a CSV file with a header line naming the columns platform,
+url and optionally interval (a duration such as 30m), or from JSON lines
+({"platform":"p","url":"https://…","interval":"30m"}). "-" reads stdin.
+
+The import is all or nothing: every bad line is reported with its line
+number and nothing is written. Sources already present (same platform and
+URL) are left unchanged, so importing the same file again adds nothing.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("sources import needs exactly one FILE, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var r io.Reader = os.Stdin
+			fmtOpt := sources.Format(format)
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return usagef("sources import: %w", err)
+				}
+				defer f.Close()
+				r = f
+				if fmtOpt == "" {
+					switch strings.ToLower(filepath.Ext(args[0])) {
+					case ".csv":
+						fmtOpt = sources.FormatCSV
+					case ".jsonl", ".ndjson", ".json":
+						fmtOpt = sources.FormatJSONL
+					}
+				}
+			}
+			if defInterval <= 0 {
+				return usagef("--interval: must be > 0, got %s", defInterval)
+			}
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			res, err := sources.Import(cmd.Context(), pool, r, sources.ImportOptions{Format: fmtOpt, DefaultInterval: defInterval})
+			if err != nil {
+				return dbError(fmt.Errorf("%s: %w", args[0], err))
+			}
+			fmt.Fprintf(a.stdout, "imported %s: %d rows, %d added, %d already present\n", args[0], res.Rows, res.Added, res.Existing)
+			return nil
+		},
+	}
+	imp.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file extension, else sniffed)")
+	imp.Flags().DurationVar(&defInterval, "interval", sources.DefaultInterval, "interval for rows that give none")
+
+	var (
+		filter sources.ListFilter
+		asJSON bool
+	)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List sources in fair order (never checked first, then longest since checked)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			list, err := sources.ListSources(cmd.Context(), pool, filter)
+			if err != nil {
+				return dbError(err)
+			}
+			if asJSON {
+				return writeJSON(a.stdout, list)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tPLATFORM\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL")
+			for _, s := range list {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", s.ID, s.Platform, s.Interval,
+					fmtTime(s.LastCheckedAt), fmtInt(s.LastStatus), fmtStr(s.LastOutcome), s.ConsecutiveFailures, s.QueuedAt != nil, s.URL)
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().StringVar(&filter.Platform, "platform", "", "only this platform")
+	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform not cooling down)")
+	list.Flags().IntVar(&filter.Limit, "limit", 1000, "at most this many")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	remove := &cobra.Command{
+		Use:   "remove ID...",
+		Short: "Remove sources (all or nothing)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("sources remove needs at least one ID")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := parseIDs(args)
+			if err != nil {
+				return err
+			}
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			n, err := sources.RemoveSources(cmd.Context(), pool, ids)
+			if err != nil {
+				return dbError(err)
+			}
+			fmt.Fprintf(a.stdout, "removed %d source(s)\n", n)
+			return nil
+		},
+	}
+	cmd.AddCommand(add, imp, list, remove)
+	return cmd
+}
+
+func parseIDs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, s := range args {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usagef("ID %q is not a positive integer", s)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func fmtInt(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
+}
+
+func fmtStr(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
+
+func (a *app) scanCmd() *cobra.Command {
+	var cfg sources.TickConfig
+	cmd := &cobra.Command{
+		Use:   "scan",
+		Short: "Run one scan tick (queue due sources), then exit; for cron and systemd timers",
+		Long: `Run one scan tick: select due sources in fair order (never checked first,
+then longest since checked), leave out platforms cooling down and sources
+already queued, cap each platform at its share (rate × look-ahead, minus what
+it has queued), and enqueue one fetch job per source, all in one transaction.
+A tick already running elsewhere (another scan, a worker) makes this one skip.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Limit < 1 || cfg.PerPlatformCap < 1 || cfg.LookAhead <= 0 {
+				return usagef("scan: --limit and --per-platform-cap must be ≥ 1 and --look-ahead > 0")
+			}
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
+			if err != nil {
+				return err
+			}
+			res, err := sources.Tick(cmd.Context(), pool, client, cfg)
+			if err != nil {
+				return dbError(err)
+			}
+			if res.Skipped {
+				fmt.Fprintln(a.stdout, "scan skipped: another tick is running")
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "scan: enqueued %d%s", res.Enqueued, fmtByPlatform(res.ByPlatform))
+			if len(res.CoolingDown) > 0 {
+				fmt.Fprintf(a.stdout, "; cooling down: %s", strings.Join(res.CoolingDown, ", "))
+			}
+			if res.Released > 0 {
+				fmt.Fprintf(a.stdout, "; released %d source(s) whose job ended without a check", res.Released)
+			}
+			fmt.Fprintln(a.stdout)
+			return nil
+		},
+	}
+	addTickFlags(cmd, &cfg)
+	return cmd
+}
+
+func addTickFlags(cmd *cobra.Command, cfg *sources.TickConfig) {
+	cmd.Flags().IntVar(&cfg.Limit, "limit", 1000, "most sources queued by one tick")
+	cmd.Flags().IntVar(&cfg.PerPlatformCap, "per-platform-cap", 500, "most sources of one platform queued by one tick")
+	cmd.Flags().DurationVar(&cfg.LookAhead, "look-ahead", sources.DefaultLookAhead, "queue up to rate × look-ahead per platform")
+}
+
+func fmtByPlatform(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func (a *app) enqueueCmd() *cobra.Command {
+	var platform string
+	cmd := &cobra.Command{
+		Use:   "enqueue ID... | --platform P",
+		Short: "Queue fetch jobs now for the given sources or every source of a platform (never twice)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (platform == "") == (len(args) == 0) {
+				return usagef("enqueue needs source IDs or --platform, not both")
+			}
+			var ids []int64
+			if platform == "" {
+				var err error
+				if ids, err = parseIDs(args); err != nil {
+					return err
+				}
+			}
+			pool, err := a.pool(cmd.Context(), 2)
+			if err != nil {
+				return dbError(err)
+			}
+			defer pool.Close()
+			client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
+			if err != nil {
+				return err
+			}
+			var queued []queue.FetchArgs
+			if platform != "" {
+				queued, err = sources.EnqueuePlatform(cmd.Context(), pool, client, platform)
+			} else {
+				queued, err = sources.Enqueue(cmd.Context(), pool, client, ids)
+			}
+			if errors.Is(err, sources.ErrNotFound) {
+				return usagef("%w", err)
+			}
+			if err != nil {
+				return dbError(err)
+			}
+			fmt.Fprintf(a.stdout, "enqueued %d source(s)", len(queued))
+			if skipped := len(ids) - len(queued); platform == "" && skipped > 0 {
+				fmt.Fprintf(a.stdout, "; %d already queued, disabled or unknown", skipped)
+			}
+			fmt.Fprintln(a.stdout)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&platform, "platform", "", "queue every enabled, unqueued source of this platform")
+	return cmd
+}
+
+func (a *app) embeddedCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "embedded",
+		Short: "Manage the local embedded PostgreSQL cluster (used when no database URL is given)",
+	}
+	noDB := func(*cobra.Command, []string) error { return a.setup() }
+	cmd.AddCommand(&cobra.Command{
+		Use:               "status",
+		Short:             "Show whether the embedded cluster under --data-dir is running",
+		Args:              noArgs,
+		PersistentPreRunE: noDB,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := pgembed.Attach(pgembed.Config{DataDir: a.dataDir})
+			if errors.Is(err, pgembed.ErrNotRunning) {
+				fmt.Fprintf(a.stdout, "embedded PostgreSQL in %s: not running\n", a.dataDir)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "embedded PostgreSQL in %s: running on 127.0.0.1:%d (database %s)\n", a.dataDir, c.Port(), pgembed.DatabaseName)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:               "stop",
+		Short:             "Stop the embedded cluster under --data-dir (its data is kept)",
+		Args:              noArgs,
+		PersistentPreRunE: noDB,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			was, err := pgembed.StopShared(cmd.Context(), a.dataDir, pgembed.Config{})
+			if err != nil {
+				return err
+			}
+			if was {
+				fmt.Fprintf(a.stdout, "embedded PostgreSQL in %s stopped\n", a.dataDir)
+			} else {
+				fmt.Fprintf(a.stdout, "embedded PostgreSQL in %s was not running\n", a.dataDir)
+			}
+			return nil
+		},
+	})
+	return cmd
+}

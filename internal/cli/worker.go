@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/poller"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/worker"
+)
+
+// addFetchFlags registers the flags of the built-in HTTP fetcher.
+func addFetchFlags(f *pflag.FlagSet, h *fetch.HTTPConfig) {
+	f.BoolVar(&h.AllowPrivateNetworks, "allow-private-networks", false, "allow fetching loopback, private and link-local addresses (refused by default: SSRF guard)")
+	f.StringVar(&h.StoreDir, "store-dir", "", "store fetched bodies content-addressed under this directory (default: discard)")
+	f.StringVar(&h.UserAgent, "user-agent", fetch.DefaultUserAgent, "User-Agent of every request")
+	f.DurationVar(&h.Timeout, "fetch-timeout", fetch.DefaultTimeout, "bound on one fetch (connect, redirects, body)")
+	f.Int64Var(&h.MaxBodyBytes, "max-body-bytes", fetch.DefaultMaxBodyBytes, "largest body accepted; larger is a failed fetch")
+	f.IntVar(&h.MaxRedirects, "max-redirects", fetch.DefaultMaxRedirects, "redirects followed; one more is a failed fetch")
+	f.DurationVar(&h.RateLimitedAfter, "rate-limited-after", fetch.DefaultRateLimitedAfter, "a 429/503 whose Retry-After exceeds this cools the whole platform down")
+}
+
+// addJobFlags registers the flags shared by worker and drain.
+func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
+	f.IntVar(&c.Concurrency, "concurrency", 10, "fetch jobs run at once by this process")
+	f.DurationVar(&c.JobTimeout, "job-timeout", 2*time.Minute, "bound on one fetch job (River's job timeout)")
+	f.DurationVar(&c.RescueAfter, "rescue-after", 5*time.Minute, "a job running this long is taken as abandoned by a dead worker and run again")
+	f.DurationVar(&c.MaxWait, "max-pacer-wait", worker.DefaultMaxWait, "longest pacer wait a job sleeps through; longer waits snooze the job")
+	f.IntVar(&c.MinFleetSize, "min-fleet-size", 1, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
+	addFetchFlags(f, &c.HTTP)
+}
+
+func (a *app) workerConfig(cmd *cobra.Command, c *worker.Config) error {
+	if c.Concurrency < 1 {
+		return usagef("--concurrency: must be ≥ 1, got %d", c.Concurrency)
+	}
+	if c.JobTimeout <= 0 || c.RescueAfter <= c.JobTimeout {
+		return usagef("--rescue-after (%s) must exceed --job-timeout (%s), both > 0", c.RescueAfter, c.JobTimeout)
+	}
+	if c.MaxWait < 0 || c.MinFleetSize < 1 {
+		return usagef("--max-pacer-wait must be ≥ 0 and --min-fleet-size ≥ 1")
+	}
+	if c.HTTP.Timeout <= 0 || c.HTTP.MaxBodyBytes <= 0 || c.HTTP.MaxRedirects < 0 || c.HTTP.RateLimitedAfter <= 0 {
+		return usagef("--fetch-timeout, --max-body-bytes and --rate-limited-after must be > 0, --max-redirects ≥ 0")
+	}
+	if c.HTTP.MaxRedirects == 0 {
+		c.HTTP.MaxRedirects = -1 // the fetch package's "follow none"
+	}
+	url, err := a.resolveURL(cmd.Context())
+	if err != nil {
+		return dbError(err)
+	}
+	c.DatabaseURL = url
+	c.ConnectTimeout = a.connectTimeout
+	c.Logger = a.logger
+	return nil
+}
+
+func (a *app) drainCmd() *cobra.Command {
+	var (
+		cfg         worker.Config
+		maxDuration time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "drain",
+		Short: "Work queued fetch jobs until none is left, then exit (pair with `scan` in cron)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if maxDuration < 0 {
+				return usagef("--max-duration: must be ≥ 0, got %s", maxDuration)
+			}
+			if err := a.workerConfig(cmd, &cfg); err != nil {
+				return err
+			}
+			res, err := worker.Drain(cmd.Context(), cfg, maxDuration)
+			if errors.Is(err, queue.ErrDrainTimeout) {
+				fmt.Fprintf(a.stdout, "drain: stopped after --max-duration %s with %d job(s) left (%d finished)\n", maxDuration, res.Left, res.Completed)
+				return nil
+			}
+			if err != nil {
+				return dbError(err)
+			}
+			fmt.Fprintf(a.stdout, "drain: queue empty (%d job(s) finished)\n", res.Completed)
+			return nil
+		},
+	}
+	addJobFlags(cmd.Flags(), &cfg)
+	cmd.Flags().DurationVar(&maxDuration, "max-duration", 0, "stop after this long even if jobs are left (0: no limit)")
+	return cmd
+}
+
+func (a *app) workerCmd() *cobra.Command {
+	var (
+		cfg           worker.Config
+		startupJitter time.Duration
+		jitter        float64
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a long-lived worker: fetch jobs through the shared pacer, scan loop, heartbeat, HTTP status server",
+		Long: `Run a worker process. Start as many as you like, on as many machines, against
+the same PostgreSQL: River shares the jobs out and the pacer rows keep every
+platform under its fleet-wide ceiling.
+
+The worker serves, on --http-addr: /healthz, /readyz (503 with Retry-After
+while the database is unreachable), /metrics (Prometheus), /status (JSON)
+and /riverui/ (River's job dashboard).
+
+SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
+--soft-stop, then cancel them (they run again later), and exit 0.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.workerConfig(cmd, &cfg); err != nil {
+				return err
+			}
+			if cfg.SoftStop < 0 {
+				return usagef("--soft-stop: must be ≥ 0, got %s", cfg.SoftStop)
+			}
+			switch {
+			case !cmd.Flags().Changed("startup-jitter"):
+				cfg.Poll.StartupJitter = 0 // default: U[0, poll max]
+			case startupJitter == 0:
+				cfg.Poll.StartupJitter = poller.NoStartupJitter
+			default:
+				cfg.Poll.StartupJitter = startupJitter
+			}
+			cfg.Poll.JitterRatio = jitter
+			if jitter == 0 {
+				cfg.Poll.JitterRatio = poller.NoJitter
+			}
+			cfg.Poll.Logger = a.logger
+			if err := cfg.Poll.Validate(); err != nil {
+				return usagef("%w", err)
+			}
+			cfg.Ready = func(addr net.Addr) {
+				if addr != nil {
+					a.logger.Info("worker ready", "http", "http://"+addr.String()+"/status")
+				}
+			}
+			return worker.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	addJobFlags(f, &cfg)
+	addTickFlags(cmd, &cfg.Tick)
+	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
+	f.DurationVar(&cfg.SoftStop, "soft-stop", 10*time.Second, "on SIGTERM, time running fetches get to finish before they are cancelled")
+	f.DurationVar(&cfg.Poll.Base, "poll-base", poller.DefaultBase, "scan loop: sleep after a tick that found work")
+	f.DurationVar(&cfg.Poll.Max, "poll-max", poller.DefaultMax, "scan loop: longest sleep (doubling from --poll-base after empty or failed ticks)")
+	f.Float64Var(&jitter, "poll-jitter", poller.DefaultJitterRatio, "scan loop: every sleep is multiplied by U[1-j, 1+j] (0 disables)")
+	f.DurationVar(&startupJitter, "startup-jitter", 0, "sleep U[0, this] before starting (default: --poll-max; 0 disables)")
+	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when `fleetpace scan` runs from cron)")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often this worker announces itself (fleet size for degraded pacing)")
+	return cmd
+}
+
+func init() {
+	extraCommandHooks = append(extraCommandHooks, (*app).workerCmd)
+}

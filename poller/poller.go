@@ -1,0 +1,258 @@
+// Package poller runs a jittered polling loop: a random startup delay, then a
+// cycle function called over and over with a deterministic backoff schedule
+// whose every sleep is jittered.
+//
+// Why: pollers that start together (a rollout batch, every process after a
+// database restart) and sleep fixed intervals stay phase-aligned forever and
+// hit their database as one synchronized herd. A random startup delay spreads
+// the first polls over [0, StartupJitter]; jittering every later sleep keeps
+// loops that drift toward alignment scattered. The underlying schedule stays
+// deterministic (Base, ×2 after an empty or failed cycle, capped at Max, back
+// to Base when a cycle finds work), so backoff is predictable while the
+// instants are not. See DESIGN.md, "Polling".
+//
+// Typical use:
+//
+//	err := poller.Run(ctx, poller.Config{Max: 30 * time.Second, Logger: logger},
+//		func(ctx context.Context) (bool, error) {
+//			n, err := scan(ctx)
+//			return n > 0, err
+//		})
+//
+// The pure pieces (Schedule, Jitter, StartupDelay) are exported for callers
+// that sleep on their own, e.g. a worker's startup jitter before it starts
+// its queue client.
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultBase        = time.Second
+	DefaultMax         = 30 * time.Second
+	DefaultJitterRatio = 0.5
+)
+
+// NoStartupJitter, as Config.StartupJitter, disables the startup delay (the
+// first cycle runs at once). Any negative duration does the same. A CLI flag
+// like `--startup-jitter 0` maps to it.
+const NoStartupJitter time.Duration = -1
+
+// NoJitter, as Config.JitterRatio, disables per-sleep jitter (every sleep is
+// exactly the schedule). Any negative ratio does the same.
+const NoJitter float64 = -1
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns, so a CLI
+// can map it to a usage error.
+var ErrInvalidConfig = errors.New("poller: invalid config")
+
+// Config configures a polling loop. The zero value is the design's default:
+// base 1 s, max 30 s, jitter ratio 0.5, startup jitter up to max, real clock,
+// process-wide randomness, no logging.
+type Config struct {
+	// Base is the sleep after a cycle that found work, and the first step of
+	// the backoff. Default: 1 s. Must not be negative.
+	Base time.Duration
+
+	// Max caps the backoff schedule. Default: 30 s. Must be ≥ Base.
+	Max time.Duration
+
+	// JitterRatio j: every sleep is the schedule's value multiplied by a
+	// uniform draw from [1−j, 1+j]. Default (0): 0.5. Must be ≤ 1; NoJitter
+	// (or any negative value) disables jitter.
+	JitterRatio float64
+
+	// StartupJitter bounds the sleep before the first cycle, drawn uniformly
+	// from [0, StartupJitter]. Default (0): Max. NoStartupJitter (or any
+	// negative value) disables it.
+	StartupJitter time.Duration
+
+	// Rand returns uniform draws from [0, 1). Default: math/rand/v2's
+	// Float64, randomly seeded per process (so processes do not share draws).
+	// Called only from the goroutine running Run.
+	Rand func() float64
+
+	// Sleep blocks for d or until ctx ends, returning a non-nil error in the
+	// latter case. Default: a timer-based sleep that returns ctx.Err() at
+	// once when ctx ends. Tests inject a fake that advances virtual time.
+	Sleep func(ctx context.Context, d time.Duration) error
+
+	// Logger receives a warning for every failed cycle. Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.Base < 0:
+		return fmt.Errorf("%w: Base %s must not be negative", ErrInvalidConfig, c.Base)
+	case c.Max < 0:
+		return fmt.Errorf("%w: Max %s must not be negative", ErrInvalidConfig, c.Max)
+	case math.IsNaN(c.JitterRatio) || c.JitterRatio > 1:
+		return fmt.Errorf("%w: JitterRatio %v must be in [0, 1] (or negative to disable)", ErrInvalidConfig, c.JitterRatio)
+	}
+	d := c.withDefaults()
+	if d.Max < d.Base {
+		return fmt.Errorf("%w: Max %s must be ≥ Base %s", ErrInvalidConfig, d.Max, d.Base)
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero field set to its default and the
+// "disabled" sentinels normalized to 0.
+func (c Config) withDefaults() Config {
+	if c.Base == 0 {
+		c.Base = DefaultBase
+	}
+	if c.Max == 0 {
+		c.Max = DefaultMax
+	}
+	switch {
+	case c.JitterRatio == 0:
+		c.JitterRatio = DefaultJitterRatio
+	case c.JitterRatio < 0:
+		c.JitterRatio = 0
+	}
+	switch {
+	case c.StartupJitter == 0:
+		c.StartupJitter = c.Max
+	case c.StartupJitter < 0:
+		c.StartupJitter = 0
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.Sleep == nil {
+		c.Sleep = Sleep
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Cycle is one poll. found reports whether it found work (the next sleep is
+// Base); an empty cycle or an error backs the schedule off. An error is
+// logged and never stops the loop.
+type Cycle func(ctx context.Context) (found bool, err error)
+
+// Run validates cfg, sleeps the startup delay, then calls cycle until ctx
+// ends, sleeping the jittered schedule between calls.
+//
+// Run returns nil when ctx ends — that is the normal way to stop it, and it
+// returns promptly, mid-sleep included (a cycle in progress is given ctx and
+// is expected to return). The only error it returns is an invalid Config,
+// before any sleep or cycle.
+func Run(ctx context.Context, cfg Config, cycle Cycle) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+
+	if cfg.StartupJitter > 0 {
+		if err := cfg.Sleep(ctx, StartupDelay(cfg.StartupJitter, cfg.Rand())); err != nil {
+			return nil
+		}
+	}
+
+	sched := NewSchedule(cfg.Base, cfg.Max)
+	for ctx.Err() == nil {
+		found, err := cycle(ctx)
+		if ctx.Err() != nil {
+			return nil // stopping; a cycle cut short by ctx is not a failure
+		}
+		if err != nil {
+			found = false
+		}
+		next := sched.Next(found)
+		sleep := Jitter(next, cfg.JitterRatio, cfg.Rand())
+		if err != nil {
+			cfg.Logger.WarnContext(ctx, "poller: cycle failed; backing off",
+				slog.Any("error", err), slog.Duration("schedule", next), slog.Duration("sleep", sleep))
+		}
+		if err := cfg.Sleep(ctx, sleep); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Sleep blocks for d or until ctx ends. It returns ctx.Err() if ctx ended
+// first (checked before sleeping, so a cancelled ctx never sleeps) and nil
+// otherwise. It is Config.Sleep's default.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Schedule is the deterministic, unjittered backoff schedule: the sleep after
+// the k-th consecutive empty or failed cycle is min(Base·2^(k−1), Max); the
+// sleep after a cycle that found work is Base, and the backoff restarts from
+// Base. The zero value is not usable; use NewSchedule. Not safe for
+// concurrent use.
+type Schedule struct {
+	base, max, cur time.Duration
+}
+
+// NewSchedule returns a schedule starting at base and capped at max (max is
+// raised to base if smaller).
+func NewSchedule(base, max time.Duration) *Schedule {
+	if max < base {
+		max = base
+	}
+	return &Schedule{base: base, max: max, cur: base}
+}
+
+// Next returns the sleep to take after a cycle whose outcome is found, and
+// advances the schedule.
+func (s *Schedule) Next(found bool) time.Duration {
+	if found {
+		s.cur = s.base
+		return s.base
+	}
+	d := s.cur
+	if s.cur > s.max/2 {
+		s.cur = s.max
+	} else {
+		s.cur *= 2
+	}
+	return d
+}
+
+// Jitter returns d multiplied by 1−ratio+2·ratio·u, which for u uniform in
+// [0, 1) is uniform in [(1−ratio)·d, (1+ratio)·d). ratio ≤ 0 returns d.
+func Jitter(d time.Duration, ratio, u float64) time.Duration {
+	if ratio <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (1 - ratio + 2*ratio*u))
+}
+
+// StartupDelay returns max·u: for u uniform in [0, 1) a delay uniform in
+// [0, max). max ≤ 0 returns 0.
+func StartupDelay(max time.Duration, u float64) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(float64(max) * u)
+}

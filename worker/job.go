@@ -1,0 +1,224 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// Pacer is what a fetch job needs from the shared pacer (*pacer.Pacer).
+type Pacer interface {
+	Reserve(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error)
+	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Outcome) (pacer.ReportResult, error)
+}
+
+// FetchWorker is the River worker of fetch jobs: load the source → platform
+// cooling down? snooze until it ends → reserve the pacer (snooze if the wait
+// is long) → fetch → classify → report to the pacer → record the check and,
+// when rate limited, the platform's cooldown → complete the job, the last two
+// in one transaction.
+type FetchWorker struct {
+	river.WorkerDefaults[queue.FetchArgs]
+
+	pool    *pgxpool.Pool
+	pacer   Pacer
+	fetcher fetch.Fetcher
+	maxWait time.Duration
+	rand    func() float64
+	metrics *Metrics
+	logger  *slog.Logger
+}
+
+// JobConfig configures a FetchWorker.
+type JobConfig struct {
+	Pool    *pgxpool.Pool // required
+	Pacer   Pacer         // required
+	Fetcher fetch.Fetcher // required
+	// MaxWait is the longest pacer wait a job sleeps through while holding its
+	// worker slot; a longer one snoozes the job instead. Default 5 s.
+	MaxWait time.Duration
+	// Rand draws uniform numbers in [0, 1) for cooldown and snooze jitter.
+	// Default math/rand/v2.
+	Rand func() float64
+	// Metrics, if set, counts fetches and pacer waits.
+	Metrics *Metrics
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// DefaultMaxWait is JobConfig.MaxWait's default.
+const DefaultMaxWait = 5 * time.Second
+
+// NewFetchWorker builds the fetch job worker.
+func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
+	switch {
+	case cfg.Pool == nil:
+		return nil, errors.New("worker: JobConfig.Pool is required")
+	case cfg.Pacer == nil:
+		return nil, errors.New("worker: JobConfig.Pacer is required")
+	case cfg.Fetcher == nil:
+		return nil, errors.New("worker: JobConfig.Fetcher is required")
+	case cfg.MaxWait < 0:
+		return nil, fmt.Errorf("worker: JobConfig.MaxWait must be ≥ 0, got %s", cfg.MaxWait)
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = defaultRand
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &FetchWorker{pool: cfg.Pool, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
+		rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
+}
+
+// Work runs one fetch job.
+func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs]) error {
+	args := job.Args
+	src, err := sources.GetSource(ctx, w.pool, args.SourceID)
+	if errors.Is(err, sources.ErrNotFound) {
+		return nil // removed since it was queued
+	}
+	if err != nil {
+		return err
+	}
+	if !src.Enabled {
+		return sources.Release(ctx, w.pool, src.ID)
+	}
+
+	until, err := sources.CooldownUntil(ctx, w.pool, src.Platform)
+	if err != nil {
+		return err
+	}
+	if !until.IsZero() {
+		// Snooze past the end of the cooldown, spread by up to 10 % of the
+		// remaining time so the fleet does not come back in one burst.
+		rest := time.Until(until)
+		w.metrics.snoozed(src.Platform, "cooldown")
+		return river.JobSnooze(rest + time.Duration(w.rand()*0.1*float64(rest)) + time.Second)
+	}
+
+	res, err := w.pacer.Reserve(ctx, src.Platform, w.maxWait)
+	if err != nil {
+		return err
+	}
+	if !res.Granted {
+		w.metrics.snoozed(src.Platform, "pacer")
+		return river.JobSnooze(res.Wait)
+	}
+	w.metrics.waited(src.Platform, res.Wait)
+	if err := sleep(ctx, res.Wait); err != nil {
+		return interrupted(ctx, err)
+	}
+
+	r := w.fetcher.Fetch(ctx, fetch.Request{
+		SourceID: src.ID, Platform: src.Platform, URL: src.URL,
+		ETag: deref(src.ETag), LastModified: deref(src.LastModified),
+	})
+	if ctx.Err() != nil {
+		return interrupted(ctx, ctx.Err())
+	}
+	if !r.Outcome.Valid() {
+		r = fetch.Result{Outcome: fetch.Failed, Reason: fmt.Sprintf("fetcher returned an unknown outcome %q", r.Outcome)}
+	}
+
+	// Report to the pacer before anything else: the fleet learns of pressure
+	// as soon as possible. A report never fails the job (degraded reports
+	// are dropped by the pacer and counted).
+	out := pacer.Outcome{Kind: pacer.Neutral}
+	switch r.Outcome {
+	case fetch.OK, fetch.NotModified:
+		out.Kind = pacer.Clean
+	case fetch.RatePressure, fetch.RateLimited:
+		out = pacer.Outcome{Kind: pacer.Pressure, RetryAfter: r.RetryAfter}
+	}
+	outcome := r.Outcome
+	if out.Kind != pacer.Neutral {
+		rr, err := w.pacer.Report(ctx, src.Platform, res, out)
+		if err != nil {
+			w.logger.Warn("pacer report failed", "platform", src.Platform, "err", err)
+		}
+		if outcome == fetch.RatePressure && rr.AtMax {
+			outcome = fetch.RateLimited
+			if r.Reason == "" {
+				r.Reason = fmt.Sprintf("HTTP %d while the backoff multiplier is at its maximum (%g)", r.Status, rr.MaxMultiplier)
+			}
+		}
+	}
+	w.metrics.fetched(src.Platform, string(outcome))
+
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	check := sources.Check{
+		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,
+		ContentHash: r.ContentHash,
+	}
+	if outcome == fetch.Failed || outcome == fetch.RateLimited {
+		check.Error = r.Reason
+	}
+	if err := sources.RecordCheck(ctx, tx, src.ID, check); err != nil {
+		return err
+	}
+	if outcome == fetch.RateLimited {
+		reason := r.Reason
+		if reason == "" {
+			reason = "rate limited"
+		}
+		until, count, err := sources.SetCooldown(ctx, tx, src.Platform, r.RetryAfter, reason, w.rand())
+		if err != nil {
+			return err
+		}
+		w.logger.Warn("platform cooling down", "platform", src.Platform, "until", until, "escalation", count, "reason", reason)
+	}
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// interrupted turns a cancelled fetch into a snooze, so a job stopped by a
+// shutdown runs again soon without using up an attempt; a job that ran out
+// of its timeout is an ordinary error (retried with backoff).
+func interrupted(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), context.Canceled) || errors.Is(err, context.Canceled) {
+		return river.JobSnooze(time.Second)
+	}
+	return err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}

@@ -1,0 +1,192 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/status"
+)
+
+func defaultRand() float64 { return rand.Float64() }
+
+// Metrics are the worker's Prometheus metrics. A nil *Metrics counts nothing.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	fetches   *prometheus.CounterVec
+	snoozes   *prometheus.CounterVec
+	pacerWait *prometheus.HistogramVec
+	enqueued  *prometheus.CounterVec
+	skipped   *prometheus.CounterVec
+	ticks     *prometheus.CounterVec
+}
+
+// NewMetrics registers the worker's metrics. statusDB, when set, is read at
+// scrape time for the fleet-wide gauges (multiplier, cooldowns, staleness);
+// pacer, when set, provides this process's pacer counters.
+func NewMetrics(statusDB statusReader, p *pacer.Pacer, logger *slog.Logger) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetpace_fetches_total", Help: "Fetches by platform and outcome (ok, not_modified, rate_pressure, rate_limited, failed).",
+		}, []string{"platform", "outcome"}),
+		snoozes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetpace_job_snoozes_total", Help: "Fetch jobs snoozed, by platform and reason (pacer wait too long, cooldown).",
+		}, []string{"platform", "reason"}),
+		pacerWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fleetpace_pacer_wait_seconds", Help: "Wait granted by the pacer before a fetch.",
+			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5},
+		}, []string{"platform"}),
+		enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetpace_scan_enqueued_total", Help: "Sources enqueued by this process's scan ticks.",
+		}, []string{"platform"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetpace_scan_skipped_cooldown_total", Help: "Scan ticks that left a platform out because it was cooling down.",
+		}, []string{"platform"}),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetpace_scan_ticks_total", Help: "Scan ticks by result (ran, skipped: another tick held the lock, failed).",
+		}, []string{"result"}),
+	}
+	reg.MustRegister(m.fetches, m.snoozes, m.pacerWait, m.enqueued, m.skipped, m.ticks)
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if p != nil {
+		reg.MustRegister(pacerCollector{p})
+	}
+	if statusDB != nil {
+		reg.MustRegister(&stateCollector{db: statusDB, logger: logger})
+	}
+	return m
+}
+
+func (m *Metrics) fetched(platform, outcome string) {
+	if m != nil {
+		m.fetches.WithLabelValues(platform, outcome).Inc()
+	}
+}
+
+func (m *Metrics) snoozed(platform, reason string) {
+	if m != nil {
+		m.snoozes.WithLabelValues(platform, reason).Inc()
+	}
+}
+
+func (m *Metrics) waited(platform string, d time.Duration) {
+	if m != nil {
+		m.pacerWait.WithLabelValues(platform).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) tick(result string, enqueued map[string]int, cooling []string) {
+	if m == nil {
+		return
+	}
+	m.ticks.WithLabelValues(result).Inc()
+	for p, n := range enqueued {
+		m.enqueued.WithLabelValues(p).Add(float64(n))
+	}
+	for _, p := range cooling {
+		m.skipped.WithLabelValues(p).Inc()
+	}
+}
+
+var (
+	descReservations = prometheus.NewDesc("fleetpace_pacer_reservations_total", "Pacer reservations made by this process, by result (granted, denied).", []string{"result"}, nil)
+	descDegraded     = prometheus.NewDesc("fleetpace_pacer_degraded_reservations_total", "Reservations paced locally because the database was unreachable.", nil, nil)
+	descDropped      = prometheus.NewDesc("fleetpace_pacer_reports_dropped_total", "Pacer reports lost because the database was unreachable.", nil, nil)
+	descAttempts     = prometheus.NewDesc("fleetpace_pacer_connect_attempts_total", "Connection attempts by the pacer's pool.", nil, nil)
+	descDown         = prometheus.NewDesc("fleetpace_pacer_degraded", "1 while the pacer cannot reach the database and paces locally.", nil, nil)
+	descFleet        = prometheus.NewDesc("fleetpace_fleet_size", "Live worker processes seen by this process's heartbeat.", nil, nil)
+)
+
+type pacerCollector struct{ p *pacer.Pacer }
+
+func (c pacerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descDown, descFleet} {
+		ch <- d
+	}
+}
+
+func (c pacerCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.p.Stats()
+	ch <- prometheus.MustNewConstMetric(descReservations, prometheus.CounterValue, float64(s.Granted), "granted")
+	ch <- prometheus.MustNewConstMetric(descReservations, prometheus.CounterValue, float64(s.Denied), "denied")
+	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.CounterValue, float64(s.Degraded))
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.ReportsDropped))
+	ch <- prometheus.MustNewConstMetric(descAttempts, prometheus.CounterValue, float64(s.ConnectAttempts))
+	down := 0.0
+	if s.Down {
+		down = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descDown, prometheus.GaugeValue, down)
+	ch <- prometheus.MustNewConstMetric(descFleet, prometheus.GaugeValue, float64(s.FleetSize))
+}
+
+type statusReader interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}
+
+var (
+	descMultiplier = prometheus.NewDesc("fleetpace_pacer_multiplier", "Shared backoff multiplier per platform (1 = full configured rate).", []string{"platform"}, nil)
+	descCeiling    = prometheus.NewDesc("fleetpace_platform_rate_ceiling", "Configured fleet-wide rate ceiling per platform, requests per second.", []string{"platform"}, nil)
+	descCooldown   = prometheus.NewDesc("fleetpace_cooldown_remaining_seconds", "Remaining cooldown per platform (0 when not cooling down).", []string{"platform"}, nil)
+	descCooldowns  = prometheus.NewDesc("fleetpace_cooldowns_active", "Platforms cooling down now.", nil, nil)
+	descQueued     = prometheus.NewDesc("fleetpace_sources_queued", "Sources with a fetch job queued or running.", []string{"platform"}, nil)
+	descDue        = prometheus.NewDesc("fleetpace_sources_due", "Sources due now and not queued.", []string{"platform"}, nil)
+	descStaleMax   = prometheus.NewDesc("fleetpace_staleness_max_seconds", "How late the most overdue source of the platform is.", []string{"platform"}, nil)
+	descStaleP95   = prometheus.NewDesc("fleetpace_staleness_p95_seconds", "95th percentile of lateness among the platform's overdue sources.", []string{"platform"}, nil)
+	descUp         = prometheus.NewDesc("fleetpace_database_up", "1 if the fleet-wide state could be read at scrape time.", nil, nil)
+)
+
+// stateCollector reads the fleet-wide state at scrape time (one read-only
+// transaction, bounded by a short timeout; no retry).
+type stateCollector struct {
+	db     statusReader
+	logger *slog.Logger
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	rep, err := status.Read(ctx, c.db)
+	if err != nil {
+		if c.logger != nil {
+			c.logger.Debug("metrics: fleet state unavailable", "err", err)
+		}
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 1)
+	active := 0
+	for _, p := range rep.Platforms {
+		mult := 1.0
+		if p.Pace != nil {
+			mult = p.Pace.Multiplier
+		}
+		remaining := 0.0
+		if p.Cooldown != nil {
+			remaining = p.Cooldown.Remaining.Seconds()
+			active++
+		}
+		ch <- prometheus.MustNewConstMetric(descMultiplier, prometheus.GaugeValue, mult, p.Name)
+		ch <- prometheus.MustNewConstMetric(descCeiling, prometheus.GaugeValue, p.RatePerSec, p.Name)
+		ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, remaining, p.Name)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(p.Counts.Queued), p.Name)
+		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(p.Counts.Due), p.Name)
+		ch <- prometheus.MustNewConstMetric(descStaleMax, prometheus.GaugeValue, p.Counts.StaleMax.Seconds(), p.Name)
+		ch <- prometheus.MustNewConstMetric(descStaleP95, prometheus.GaugeValue, p.Counts.StaleP95.Seconds(), p.Name)
+	}
+	ch <- prometheus.MustNewConstMetric(descCooldowns, prometheus.GaugeValue, float64(active))
+}

@@ -1,0 +1,109 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"riverqueue.com/riverui"
+
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/status"
+)
+
+// server serves /healthz, /readyz, /metrics, /status and /riverui/.
+type server struct {
+	http   *http.Server
+	addr   net.Addr
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startServer(ctx context.Context, addr string, pool *pgxpool.Pool, client *queue.Client, m *Metrics, log *slog.Logger) (*server, error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			unavailable(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		rep, err := status.Read(ctx, pool)
+		if err != nil {
+			unavailable(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	})
+
+	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    log,
+		Prefix:    "/riverui",
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("worker: river ui: %w", err)
+	}
+	if err := ui.Start(srvCtx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("worker: river ui: %w", err)
+	}
+	mux.Handle("/riverui/", ui)
+	mux.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("worker: http listen %s: %w", addr, err)
+	}
+	s := &server{
+		http:   &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		addr:   ln.Addr(),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	log.Info("http server listening", "addr", s.addr.String())
+	return s, nil
+}
+
+// unavailable answers 503 with Retry-After: 1 (the database could not be
+// reached in one attempt; the client retries, not us).
+func unavailable(w http.ResponseWriter, err error) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "database unavailable: "+err.Error(), http.StatusServiceUnavailable)
+}
+
+func (s *server) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.http.Shutdown(ctx)
+	s.cancel()
+	<-s.done
+}
