@@ -94,9 +94,10 @@ CREATE INDEX IF NOT EXISTS fleetpace_source_due_idx
     ON fleetpace_source (platform, last_checked_at ASC NULLS FIRST, id)
     WHERE enabled AND queued_at IS NULL;
 
--- Queued counts per platform and the reconciliation of finished jobs.
-CREATE INDEX IF NOT EXISTS fleetpace_source_queued_idx
-    ON fleetpace_source (platform, queued_job_id)
+-- Queued sources: counted per platform by every tick (index-only scan), and
+-- the oldest checked against River by the reconciliation of finished jobs.
+CREATE INDEX IF NOT EXISTS fleetpace_source_queued_at_idx
+    ON fleetpace_source (queued_at) INCLUDE (platform, queued_job_id)
     WHERE queued_at IS NOT NULL;
 
 -- worker: one row per live worker process, refreshed every few seconds; the

@@ -76,11 +76,10 @@ const tryTickLockSQL = `SELECT pg_try_advisory_xact_lock($1)`
 // planSQL reads, per platform, its rate, how many of its sources are queued
 // and whether it is cooling down: the inputs of each platform's share.
 const planSQL = `
-SELECT p.name, p.rate_per_sec,
-       (SELECT count(*) FROM fleetpace_source s
-         WHERE s.platform = p.name AND s.queued_at IS NOT NULL) AS queued,
-       c.until
+SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0), c.until
 FROM fleetpace_platform p
+LEFT JOIN (SELECT platform, count(*) AS queued FROM fleetpace_source
+           WHERE queued_at IS NOT NULL GROUP BY platform) q ON q.platform = p.name
 LEFT JOIN fleetpace_cooldown c ON c.platform = p.name AND c.until > now()
 ORDER BY p.name`
 
@@ -110,15 +109,19 @@ func dueSQL(n int) string {
 	return b.String()
 }
 
-// markQueuedSQL claims sources for enqueueing: only those not queued yet, so
-// a source is never queued twice (row locks serialize concurrent claims).
-const markQueuedSQL = `
-UPDATE fleetpace_source SET queued_at = now()
+// claimSQL locks the sources to enqueue that are enabled and not queued yet.
+// Row locks (taken in id order, so concurrent claims cannot deadlock) make a
+// concurrent claim wait and then skip rows this one queued: a source is never
+// queued twice. Locking instead of updating here saves a second rewrite of
+// every row: markQueuedSQL writes queued_at and the job id in one update.
+const claimSQL = `
+SELECT id, platform FROM fleetpace_source
 WHERE id = ANY($1) AND queued_at IS NULL AND enabled
-RETURNING id, platform`
+ORDER BY id
+FOR UPDATE`
 
-const setQueuedJobSQL = `
-UPDATE fleetpace_source s SET queued_job_id = j.job_id
+const markQueuedSQL = `
+UPDATE fleetpace_source s SET queued_at = now(), queued_job_id = j.job_id
 FROM unnest($1::bigint[], $2::bigint[]) AS j(source_id, job_id)
 WHERE s.id = j.source_id`
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,32 @@ type DueOptions struct {
 // before the overall limit, so one platform with a huge backlog cannot fill
 // the result and starve the others.
 func SelectDue(ctx context.Context, db DBTX, opts DueOptions) ([]Due, error) {
+	args, err := dueArgs(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
+	return selectDue(ctx, db, args)
+}
+
+// ExplainDue returns the plan of the due query with opts, as EXPLAIN
+// (ANALYZE, BUFFERS) prints it (the query runs).
+func ExplainDue(ctx context.Context, db DBTX, opts DueOptions) (string, error) {
+	args, err := dueArgs(ctx, db, opts)
+	if err != nil {
+		return "", err
+	}
+	rows, err := db.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+dueSQL((len(args)-1)/2), args...)
+	if err != nil {
+		return "", fmt.Errorf("due: explain: %w", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("due: explain: %w", err)
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+func dueArgs(ctx context.Context, db DBTX, opts DueOptions) ([]any, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 1000
 	}
@@ -58,7 +85,7 @@ func SelectDue(ctx context.Context, db DBTX, opts DueOptions) ([]Due, error) {
 		}
 		args = append(args, name, min(limit, opts.Limit))
 	}
-	return selectDue(ctx, db, args)
+	return args, nil
 }
 
 func selectDue(ctx context.Context, db DBTX, args []any) ([]Due, error) {
@@ -273,15 +300,16 @@ func EnqueuePlatform(ctx context.Context, db interface {
 	return queued, nil
 }
 
-// enqueueTx marks the sources queued (only those not queued yet: row locks
-// make concurrent claims safe) and inserts their jobs in the same transaction.
+// enqueueTx claims the sources not queued yet (row locks make concurrent
+// claims safe), inserts their jobs and marks them queued with their job ids,
+// all in the caller's transaction.
 func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, markQueuedSQL, ids)
+	rows, err := tx.Query(ctx, claimSQL, ids)
 	if err != nil {
-		return nil, fmt.Errorf("mark queued: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (queue.FetchArgs, error) {
 		var a queue.FetchArgs
@@ -289,7 +317,7 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 		return a, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("mark queued: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	// Insert jobs in the order given (fair order for a tick), so River, which
 	// works jobs of equal priority by scheduled_at then id, runs them in it.
@@ -308,8 +336,8 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 	for i, c := range claimed {
 		srcIDs[i] = c.SourceID
 	}
-	if _, err := tx.Exec(ctx, setQueuedJobSQL, srcIDs, jobIDs); err != nil {
-		return nil, fmt.Errorf("record job ids: %w", err)
+	if _, err := tx.Exec(ctx, markQueuedSQL, srcIDs, jobIDs); err != nil {
+		return nil, fmt.Errorf("mark queued: %w", err)
 	}
 	return claimed, nil
 }

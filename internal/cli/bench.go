@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/bench"
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/pgembed"
+)
+
+// benchCommandHooks lets other files add `fleetpace bench` subcommands.
+var benchCommandHooks []func(*app) *cobra.Command
+
+func init() {
+	extraCommandHooks = append(extraCommandHooks, (*app).benchCmd)
+}
+
+func (a *app) benchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure fleetpace against its baselines (one run, one database, medians)",
+		Long: `Benchmarks that measure fleetpace side by side with the baseline named in
+its issue, in one run on one database, and report medians.
+
+Without --database-url each benchmark starts a throwaway embedded cluster;
+with one, use a throwaway database: benchmarks delete and create data.`,
+	}
+	cmd.AddCommand(a.benchScanCmd())
+	for _, h := range benchCommandHooks {
+		cmd.AddCommand(h(a))
+	}
+	return cmd
+}
+
+// benchDB returns a pool on the database to benchmark: the given URL, or a
+// throwaway embedded cluster (removed by the returned cleanup).
+func (a *app) benchDB(ctx context.Context, maxConns int32) (*pgxpool.Pool, string, func(), error) {
+	url := a.databaseURL
+	cleanup := func() {}
+	if url == "" {
+		fmt.Fprintln(a.stderr, "fleetpace: starting a throwaway embedded PostgreSQL for the benchmark")
+		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'"}})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		cleanup = func() { _ = c.Close(context.WithoutCancel(ctx)) }
+		url = c.URL("postgres")
+	} else {
+		a.announce("benchmarking database %s", dbconn.Describe(url))
+	}
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: url, ConnectTimeout: a.connectTimeout, MaxConns: maxConns})
+	if err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
+		pool.Close()
+		cleanup()
+		return nil, "", nil, dbError(err)
+	}
+	return pool, url, func() { pool.Close(); cleanup() }, nil
+}
+
+func (a *app) benchScanCmd() *cobra.Command {
+	var (
+		cfg    bench.ScanConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "scan",
+		Short: "Due query and whole tick on 1,000,000 sources vs the bare ORDER BY … LIMIT floor",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Sources < 1000 || cfg.Platforms < 2 || cfg.Runs < 1 || cfg.CoolingDown < 0 || cfg.CoolingDown >= cfg.Platforms {
+				return usagef("bench scan: need --sources ≥ 1000, --platforms ≥ 2, --runs ≥ 1, 0 ≤ --cooling-down < --platforms")
+			}
+			pool, _, cleanup, err := a.benchDB(cmd.Context(), 4)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			cfg.Pool = pool
+			cfg.Progress = a.stderr
+			res, err := bench.Scan(cmd.Context(), cfg)
+			if err != nil {
+				return dbError(err)
+			}
+			if asJSON {
+				return res.WriteJSON(a.stdout)
+			}
+			return res.WriteText(a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Sources, "sources", 1_000_000, "sources to create")
+	f.IntVar(&cfg.Platforms, "platforms", 20, "platforms sharing them")
+	f.IntVar(&cfg.CoolingDown, "cooling-down", 2, "platforms in cooldown")
+	f.IntVar(&cfg.Select, "select", 1000, "sources selected by the due query and each tick")
+	f.IntVar(&cfg.Runs, "runs", 30, "repetitions of each measurement (ticks: a third, at least 5)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
