@@ -56,7 +56,13 @@ func (p Platform) WithDefaults() Platform {
 
 // Validate checks every field (after defaults) and names the first bad one.
 func (p Platform) Validate() error {
-	p = p.WithDefaults()
+	return p.WithDefaults().CheckFields()
+}
+
+// CheckFields checks every field as given, without applying defaults (a
+// zero burst is then an error): for input where every field was set, like
+// the CLI's flags.
+func (p Platform) CheckFields() error {
 	switch {
 	case !nameRE.MatchString(p.Name):
 		return &FieldError{"name", p.Name, "must match " + NamePattern}

@@ -92,7 +92,9 @@ func (a *app) platformsCmd() *cobra.Command {
 				return usagef("platforms set: --rate is required")
 			}
 			// Validate before touching the database: bad input changes nothing.
-			if err := p.Validate(); err != nil {
+			// Every flag has a value (its default if not given), so a zero is
+			// an error here, not "default".
+			if err := p.CheckFields(); err != nil {
 				return fmt.Errorf("platform: %w", err)
 			}
 			pool, err := a.pool(cmd.Context(), 2)

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetpace/fleetpace/internal/bench"
+)
+
+func init() {
+	benchCommandHooks = append(benchCommandHooks, (*app).benchWorkerCmd)
+}
+
+func (a *app) benchWorkerCmd() *cobra.Command {
+	var (
+		cfg    bench.WorkerConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Jobs/s of the whole fleetpace fetch job (no-op fetcher) vs bare River jobs, same workers",
+		Long: `Measures jobs per second of fleetpace's fetch job — source load, cooldown
+check, pacer reserve and report, record check, completion in the same
+transaction — with a no-op fetcher and an effectively unlimited platform
+(1e9/s), side by side with bare River jobs whose worker does nothing, on one
+database with the same River settings and worker count. Each run inserts
+--jobs jobs, starts a client and times until all have completed; the sides
+alternate for --runs runs and medians are reported. Target: ratio ≥ 0.7.
+
+--fetch-cooldown defaults to River's minimum (1ms): with River's default
+(100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
+nothing about the cost of a job.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Workers < 1 || cfg.Jobs < 1 || cfg.Runs < 1 || cfg.FetchCooldown < time.Millisecond {
+				return usagef("bench worker: need --workers ≥ 1, --jobs ≥ 1, --runs ≥ 1, --fetch-cooldown ≥ 1ms")
+			}
+			_, url, cleanup, err := a.benchDB(cmd.Context(), 1)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			cfg.DatabaseURL = url
+			cfg.Progress = a.stderr
+			cfg.Logger = a.logger
+			res, err := bench.Worker(cmd.Context(), cfg)
+			if err != nil {
+				return dbError(err)
+			}
+			if asJSON {
+				return res.WriteJSON(a.stdout)
+			}
+			return res.WriteText(a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", 10, "River workers (MaxWorkers) of both clients, like the worker's --concurrency")
+	f.IntVar(&cfg.Jobs, "jobs", 5000, "jobs per run")
+	f.IntVar(&cfg.Runs, "runs", 3, "runs of each side (alternating); medians are reported")
+	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", time.Millisecond, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
+	return cmd
+}

@@ -1,0 +1,412 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/fleetpace/fleetpace/internal/testdb"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleetpace-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "fleetpace")
+	out, err := exec.Command("go", "build", "-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build fleetpace: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	testdb.Main(m)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d after %s\nstdout: %s\nstderr: %s", r.code, r.elapsed, r.stdout, r.stderr)
+}
+
+// run runs the fleetpace binary with args (no DATABASE_URL in its environment).
+func run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = envWithout("DATABASE_URL")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin = strings.NewReader(stdin)
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		r.code = exitErr.ExitCode()
+	case err != nil:
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return r
+}
+
+func envWithout(name string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, name+"=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func count(t *testing.T, url, sql string) int {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestSchemaApplyConcurrentProcesses(t *testing.T) {
+	t.Parallel()
+	url := testdb.EmptyURL(t)
+	var wg sync.WaitGroup
+	results := make([]result, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = run(t, "", "schema", "apply", "-q", "--database-url", url)
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 {
+			t.Fatalf("process %d: %s", i, r)
+		}
+	}
+	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 5 {
+		t.Fatalf("fleetpace tables = %d, want 5", n)
+	}
+	migrations := count(t, url, `SELECT count(*) FROM river_migration`)
+	distinct := count(t, url, `SELECT count(DISTINCT version) FROM river_migration`)
+	if migrations == 0 || migrations != distinct {
+		t.Fatalf("river_migration has %d rows, %d distinct versions; want each version once", migrations, distinct)
+	}
+}
+
+// TestRiverMigratorAloneRaces shows why schema apply takes its own lock:
+// River's migrator run concurrently on an empty database, without it, fails.
+func TestRiverMigratorAloneRaces(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	failures := 0
+	for attempt := 0; attempt < 5 && failures == 0; attempt++ {
+		url := testdb.EmptyURL(t)
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		start := make(chan struct{})
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pool, err := pgxpool.New(ctx, url)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer pool.Close()
+				m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				<-start
+				if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+					failed.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		failures = int(failed.Load())
+	}
+	if failures == 0 {
+		t.Fatal("4 concurrent River migrators never failed in 5 attempts; the advisory lock in schema apply would be untested")
+	}
+}
+
+func TestImportBadLineWritesNothing(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	if r := run(t, "", "-q", "--database-url", url, "platforms", "set", "feeds", "--rate", "7"); r.code != 0 {
+		t.Fatal(r)
+	}
+	var b strings.Builder
+	b.WriteString("platform,url,interval\n")
+	for i := 1; i <= 1000; i++ {
+		if i == 700 {
+			b.WriteString("feeds,https://x.example/700,-5m\n") // line 701: negative interval
+			continue
+		}
+		fmt.Fprintf(&b, "feeds,https://x.example/%d,1h\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "sources.csv")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "-q", "--database-url", url, "sources", "import", file)
+	if r.code != 2 || !strings.Contains(r.stderr, "line 701") || !strings.Contains(r.stderr, "interval") {
+		t.Fatalf("want exit 2 naming line 701 and the interval field: %s", r)
+	}
+	if n := count(t, url, `SELECT count(*) FROM fleetpace_source`); n != 0 {
+		t.Fatalf("%d rows written by a rejected import", n)
+	}
+	// Fixed, it imports; again, it adds nothing.
+	if err := os.WriteFile(file, []byte(strings.Replace(b.String(), ",-5m", ",5m", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "", "-q", "--database-url", url, "sources", "import", file); r.code != 0 || !strings.Contains(r.stdout, "1000 added") {
+		t.Fatal(r)
+	}
+	if r := run(t, "", "-q", "--database-url", url, "sources", "import", file); r.code != 0 || !strings.Contains(r.stdout, "0 added") {
+		t.Fatal(r)
+	}
+}
+
+// blackhole accepts TCP connections and never answers.
+func blackhole(t *testing.T) (addr string, accepted *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = &atomic.Int32{}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String(), accepted
+}
+
+func TestScanFailsFastAgainstSilentServer(t *testing.T) {
+	t.Parallel()
+	for _, sslmode := range []string{"disable", "prefer"} {
+		addr, accepted := blackhole(t)
+		url := fmt.Sprintf("postgres://fleet:s3cretpw@%s/fleetpace?sslmode=%s", addr, sslmode)
+		r := run(t, "", "--database-url", url, "--connect-timeout", "1s", "scan")
+		if r.code != 1 {
+			t.Fatalf("sslmode=%s: want exit 1: %s", sslmode, r)
+		}
+		if r.elapsed > 1500*time.Millisecond+processOverhead {
+			t.Fatalf("sslmode=%s: took %s, want within connect timeout + 0.5 s", sslmode, r.elapsed)
+		}
+		if n := accepted.Load(); n != 1 {
+			t.Fatalf("sslmode=%s: %d connections accepted, want exactly one attempt", sslmode, n)
+		}
+		if strings.Contains(r.stdout+r.stderr, "s3cretpw") {
+			t.Fatalf("password printed: %s", r)
+		}
+		if !strings.Contains(r.stderr, "database unreachable") {
+			t.Fatalf("unclear message: %s", r)
+		}
+	}
+}
+
+// processOverhead allows for starting the binary on a loaded machine.
+const processOverhead = 300 * time.Millisecond
+
+func TestExitCodesAndMessages(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	tests := []struct {
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{[]string{"platforms", "set", "p", "--rate", "-1"}, 2, "rate_per_sec"},
+		{[]string{"platforms", "set", "p", "--rate", "NaN"}, 2, "rate_per_sec"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--burst", "0"}, 2, "burst"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--cooldown", "0s"}, 2, "cooldown"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--max-multiplier", "0.5"}, 2, "max_multiplier"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--decay-after", "0"}, 2, "decay_after"},
+		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "name"},
+		{[]string{"platforms", "set", "p"}, 2, "--rate"},
+		{[]string{"platforms", "set", "ok", "--rate", "3"}, 0, ""},
+		{[]string{"sources", "add", "--platform", "ok", "--url", "ftp://x"}, 2, "url"},
+		{[]string{"sources", "add", "--platform", "nope", "--url", "https://x.example/"}, 2, "platform"},
+		{[]string{"sources", "add", "--platform", "ok", "--url", "https://x.example/", "--interval", "-1s"}, 2, "interval"},
+		{[]string{"sources", "remove", "abc"}, 2, "abc"},
+		{[]string{"sources", "remove", "424242"}, 2, "424242"},
+		{[]string{"enqueue", "--platform", "nope"}, 2, "nope"},
+		{[]string{"scan", "--limit", "0"}, 2, "--limit"},
+		{[]string{"no-such-command"}, 2, "unknown command"},
+		{[]string{"status", "--no-such-flag"}, 2, "unknown flag"},
+	}
+	for _, tt := range tests {
+		args := append([]string{"-q", "--database-url", url}, tt.args...)
+		r := run(t, "", args...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.want) {
+			t.Errorf("%v: want exit %d mentioning %q; got %s", tt.args, tt.code, tt.want, r)
+		}
+	}
+	// Only the valid platform was written.
+	if n := count(t, url, `SELECT count(*) FROM fleetpace_platform`); n != 1 {
+		t.Fatalf("%d platforms written, want only the valid one", n)
+	}
+	if n := count(t, url, `SELECT count(*) FROM fleetpace_source`); n != 0 {
+		t.Fatalf("%d sources written by invalid commands", n)
+	}
+	// A bad URL is a usage error and its password is not printed.
+	r := run(t, "", "--database-url", "postgres://u:hunter2@[::1:5432/db", "status")
+	if r.code != 2 || strings.Contains(r.stderr, "hunter2") {
+		t.Fatalf("bad URL: %s", r)
+	}
+}
+
+func TestEndToEndCommands(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	steps := [][]string{
+		{"platforms", "set", "feeds", "--rate", "7", "--burst", "2"},
+		{"sources", "add", "--platform", "feeds", "--url", "https://feeds.example/a", "--interval", "30m"},
+		{"sources", "add", "--platform", "feeds", "--url", "https://feeds.example/b"},
+		{"scan"},
+		{"enqueue", "1", "2"},
+		{"sources", "list", "--due"},
+		{"status", "--json"},
+		{"sources", "remove", "2"},
+	}
+	var outs []string
+	for _, s := range steps {
+		r := run(t, "", append([]string{"-q", "--database-url", url}, s...)...)
+		if r.code != 0 {
+			t.Fatalf("%v: %s", s, r)
+		}
+		outs = append(outs, r.stdout)
+	}
+	if !strings.Contains(outs[3], "enqueued 2") {
+		t.Fatalf("scan: %q", outs[3])
+	}
+	if !strings.Contains(outs[4], "enqueued 0") {
+		t.Fatalf("enqueue of queued sources must queue nothing: %q", outs[4])
+	}
+	if strings.Contains(outs[5], "feeds.example") {
+		t.Fatalf("queued sources listed as due: %q", outs[5])
+	}
+	if !strings.Contains(outs[6], `"queued": 2`) {
+		t.Fatalf("status: %q", outs[6])
+	}
+	if n := count(t, url, `SELECT count(*) FROM river_job`); n != 2 {
+		t.Fatalf("river jobs = %d, want 2", n)
+	}
+}
+
+func TestSchemaPrintNeedsNoDatabase(t *testing.T) {
+	t.Parallel()
+	r := run(t, "", "--database-url", "postgres://nobody@127.0.0.1:1/none", "schema", "print")
+	if r.code != 0 || !strings.Contains(r.stdout, "CREATE TABLE IF NOT EXISTS fleetpace_source") {
+		t.Fatal(r)
+	}
+}
+
+func TestEmbeddedDefaultSharedByConcurrentProcesses(t *testing.T) {
+	t.Parallel()
+	// As root the server runs as the postgres user, which must be able to
+	// enter every parent of the data directory.
+	tmp := t.TempDir()
+	for _, d := range []string{tmp, filepath.Dir(tmp)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(tmp, "data")
+	var wg sync.WaitGroup
+	results := make([]result, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = run(t, "", "--data-dir", dir, "platforms", "list")
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() { run(t, "", "--data-dir", dir, "embedded", "stop") })
+	for i, r := range results {
+		if r.code != 0 || !strings.Contains(r.stderr, "using embedded PostgreSQL in "+dir) {
+			t.Fatalf("process %d: %s", i, r)
+		}
+	}
+	port := func(s string) string {
+		i := strings.Index(s, "127.0.0.1:")
+		if i < 0 {
+			return ""
+		}
+		return strings.Fields(s[i:])[0]
+	}
+	if p0, p1 := port(results[0].stderr), port(results[1].stderr); p0 == "" || p0 != p1 {
+		t.Fatalf("two clusters? %q vs %q", p0, p1)
+	}
+	if r := run(t, "", "--data-dir", dir, "platforms", "set", "x", "--rate", "1"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := run(t, "", "--data-dir", dir, "platforms", "list"); r.code != 0 || !strings.Contains(r.stdout, "x ") {
+		t.Fatalf("data not kept across commands: %s", r)
+	}
+	if r := run(t, "", "--data-dir", dir, "embedded", "status"); !strings.Contains(r.stdout, "running") {
+		t.Fatal(r)
+	}
+	if r := run(t, "", "--data-dir", dir, "embedded", "stop"); r.code != 0 || !strings.Contains(r.stdout, "stopped") {
+		t.Fatal(r)
+	}
+	if r := run(t, "", "--data-dir", dir, "embedded", "status"); !strings.Contains(r.stdout, "not running") {
+		t.Fatal(r)
+	}
+}
