@@ -37,10 +37,16 @@ type ApplyResult struct {
 }
 
 // Apply creates every fleetpace table and index and runs River's migrations up
-// to the version this binary was built with, under one advisory lock. It is safe to call concurrently from many processes.
+// to the version this binary was built with, under one advisory lock. It is
+// safe to call concurrently from many processes. The pool must allow at least
+// two connections.
 func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*ApplyResult, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	// One connection holds the lock while River's migrator takes another.
+	if n := pool.Config().MaxConns; n < 2 {
+		return nil, fmt.Errorf("schema: the pool needs at least 2 connections (MaxConns is %d)", n)
 	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
 	if err != nil {

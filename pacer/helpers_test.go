@@ -378,7 +378,6 @@ func (p *proxy) serve() {
 		}
 		p.mu.Lock()
 		p.accepted++
-		if os.Getenv("PXDEBUG") != "" { fmt.Fprintf(os.Stderr, "proxy accept %d cut=%v %s\n", p.accepted, p.cut, debugStack()) }
 		if p.cut {
 			p.mu.Unlock()
 			c.Close()
@@ -431,5 +430,3 @@ func (p *proxy) acceptedCount() int {
 	defer p.mu.Unlock()
 	return p.accepted
 }
-
-func debugStack() string { return time.Now().Format("15:04:05.000000") }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ import (
 
 // ErrUnknownPlatform is returned when a platform has no fleetpace_platform row.
 var ErrUnknownPlatform = errors.New("pacer: unknown platform")
+
+// errNoCancel refuses the extra connection of a cancel request.
+var errNoCancel = errors.New("pacer: no cancel requests")
 
 // errLatched refuses a connection attempt while a failure is latched.
 var errLatched = errors.New("pacer: database unreachable (latched)")
@@ -282,7 +286,29 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 		}
 		p.attempts.Add(1)
 		if userBefore != nil {
-			return userBefore(ctx, cc)
+			if err := userBefore(ctx, cc); err != nil {
+				return err
+			}
+		}
+		// One connection attempt dials; nothing else does. pgconn sends a
+		// CancelRequest over a new connection when it abandons a broken one,
+		// which during an outage is one more dial per broken connection. The
+		// pacer's statements take a millisecond, so there is nothing worth
+		// cancelling: once this connection is established it never dials again.
+		var established atomic.Bool
+		dial, after := cc.DialFunc, cc.AfterConnect
+		cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if established.Load() {
+				return nil, errNoCancel
+			}
+			return dial(ctx, network, addr)
+		}
+		cc.AfterConnect = func(ctx context.Context, pgc *pgconn.PgConn) error {
+			established.Store(true)
+			if after != nil {
+				return after(ctx, pgc)
+			}
+			return nil
 		}
 		return nil
 	}
@@ -344,19 +370,22 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 		return p.reserveLocal(platform, maxWait), nil
 	}
 
-	recovering := probe || p.recovering()
-	if recovering {
+	var minWait time.Duration
+	if probe || p.recovering() {
 		// After an outage other processes may still pace locally for up to
 		// one latch period; honour this process's local share too, so the
-		// sum stays under the ceiling.
-		if w, ok := p.localWait(platform); ok && w > maxWait {
-			p.endProbe(probe)
-			p.denied.Add(1)
-			return Reservation{Platform: platform, Wait: w}, nil
+		// sum stays under the ceiling. The shared row books the later slot.
+		if w, ok := p.localWait(platform); ok {
+			if w > maxWait {
+				p.endProbe(probe)
+				p.denied.Add(1)
+				return Reservation{Platform: platform, Wait: w}, nil
+			}
+			minWait = w
 		}
 	}
 
-	res, err := p.reserveShared(ctx, platform, maxWait, recovering)
+	res, err := p.reserveShared(ctx, platform, maxWait, minWait)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -414,7 +443,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // reserveShared runs reserveSQL and updates the degraded-mode cache.
-func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait time.Duration, recovering bool) (Reservation, error) {
+func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration) (Reservation, error) {
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
@@ -422,7 +451,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait time
 		effect                                      int16
 		burst                                       int32
 	)
-	err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds()).
+	err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds()).
 		Scan(&at, &effect, &slot, &cursor, &mult, &hold, &rate, &burst, &maxMult)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Reservation{}, ErrUnknownPlatform
@@ -451,16 +480,8 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait time
 	st.rate, st.maxMult, st.mult = rate, maxMult, mult
 	st.hold = localNow.Add(secondsToDuration(hold - at))
 	if res.Granted {
-		slotLocal := localNow.Add(res.Wait)
-		if recovering {
-			// Recovering: the slot is the later of the shared and local ones.
-			if base := maxTime(localNow, st.tat, st.hold); base.After(slotLocal) {
-				slotLocal = base
-				res.Wait = slotLocal.Sub(localNow)
-			}
-		}
 		// A degraded period starting now continues from this slot.
-		st.tat = maxTime(st.tat, slotLocal.Add(st.degradedInterval(p.divisor())))
+		st.tat = maxTime(st.tat, localNow.Add(res.Wait).Add(st.degradedInterval(p.divisor())))
 	}
 	return res, nil
 }

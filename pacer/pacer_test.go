@@ -585,7 +585,6 @@ func TestDegradedLocalPacing(t *testing.T) {
 	}
 
 	accepted := px.acceptedCount()
-	t.Logf("accepted before uncut %d at %s", accepted, debugStack())
 	px.setCut(false)
 	clk.Advance(5 * time.Second)
 	r, err = p.Reserve(ctx, "deg", time.Minute)

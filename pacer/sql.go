@@ -18,12 +18,14 @@ const (
 )
 
 // reserveSQL takes one reservation in one statement. $1 platform, $2 the
-// longest wait the caller accepts, in seconds.
+// longest wait the caller accepts, in seconds, $3 the shortest (0 but while
+// the process also honours its local share just after an outage; the row
+// then books the slot the request will really use).
 //
-// GCRA: interval = multiplier / rate; tau = (burst - 1) / rate. The slot is
-// max(now, cursor - tau, hold_until); if slot - now <= max wait the cursor
-// moves to max(cursor, now, hold_until) + interval, otherwise it is written
-// back unchanged. Idle time never accumulates into a larger burst because the
+// GCRA: interval = multiplier / rate; tau = (burst - 1) / rate. With
+// t = now + min wait, the slot is max(t, cursor - tau, hold_until); if
+// slot - now <= max wait the cursor moves to max(cursor, t, hold_until) +
+// interval, otherwise it is written back unchanged. Idle time never accumulates into a larger burst because the
 // cursor restarts from now. The rate, burst and maximum multiplier are read
 // from fleetpace_platform in the same statement (a `platforms set` applies to
 // the whole fleet at the next reservation) and returned for the degraded-mode
@@ -35,19 +37,19 @@ WITH p AS (
     WHERE name = $1
 ), r AS (
     INSERT INTO fleetpace_pace AS s (platform, cursor_at, last_slot, last_effect)
-    SELECT p.name, n.now + 1.0 / p.rate_per_sec, n.now, 1
-    FROM p, (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) AS n
+    SELECT p.name, n.t + 1.0 / p.rate_per_sec, n.t, 1
+    FROM p, (SELECT extract(epoch FROM clock_timestamp())::float8 + $3::float8 AS t) AS n
     ON CONFLICT (platform) DO UPDATE SET
         (cursor_at, multiplier, last_slot, last_effect) = (
             SELECT CASE WHEN d.slot - d.now <= $2::float8
-                        THEN GREATEST(s.cursor_at, d.now, s.hold_until) + d.m / p.rate_per_sec
+                        THEN GREATEST(s.cursor_at, d.now + $3::float8, s.hold_until) + d.m / p.rate_per_sec
                         ELSE s.cursor_at END,
                    d.m,
                    d.slot,
                    CASE WHEN d.slot - d.now <= $2::float8 THEN 1 ELSE 2 END
             FROM p, LATERAL (
                 SELECT n.now, n.m,
-                       GREATEST(n.now, s.cursor_at - (p.burst - 1) / p.rate_per_sec, s.hold_until) AS slot
+                       GREATEST(n.now + $3::float8, s.cursor_at - (p.burst - 1) / p.rate_per_sec, s.hold_until) AS slot
                 FROM (SELECT extract(epoch FROM clock_timestamp())::float8 AS now,
                              GREATEST(1.0, LEAST(s.multiplier, p.max_multiplier)) AS m) AS n
             ) AS d

@@ -572,3 +572,36 @@ func TestImport(t *testing.T) {
 		t.Fatalf("re-import: %+v %v, want nothing added", res, err)
 	}
 }
+
+func TestTickInterleavesPlatforms(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "a", 100)
+	f.platform(t, "b", 100)
+	// a's sources are all older than b's: plain fair order would queue every
+	// a job first.
+	for i := 0; i < 4; i++ {
+		f.source(t, "a", fmt.Sprintf("https://a.example/%d", i), dur(time.Duration(10-i)*time.Hour))
+	}
+	for i := 0; i < 2; i++ {
+		f.source(t, "b", fmt.Sprintf("https://b.example/%d", i), dur(time.Duration(2-i)*time.Hour))
+	}
+	if _, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.pool.Query(f.ctx, `SELECT args->>'platform' FROM river_job ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, p)
+	}
+	if got := strings.Join(order, ""); got != "ababaa" {
+		t.Fatalf("job order by platform = %s, want ababaa (platforms take turns)", got)
+	}
+}

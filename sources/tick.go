@@ -196,11 +196,7 @@ func Tick(ctx context.Context, db interface {
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
 	}
-	ids := make([]int64, len(due))
-	for i, d := range due {
-		ids[i] = d.ID
-	}
-	queued, err := enqueueTx(ctx, tx, client, ids)
+	queued, err := enqueueTx(ctx, tx, client, interleave(due))
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
 	}
@@ -212,6 +208,32 @@ func Tick(ctx context.Context, db interface {
 		return nil, fmt.Errorf("tick: commit: %w", err)
 	}
 	return res, nil
+}
+
+// interleave returns the ids of due (in fair order) so that platforms take
+// turns: the first source of every platform, then the second of every
+// platform, and so on, each round in fair order. Jobs are inserted and run
+// in this order, so a platform with a large backlog cannot take every worker
+// slot (its jobs sleeping on the pacer) while other platforms wait.
+func interleave(due []Due) []int64 {
+	type ranked struct {
+		id         int64
+		round, pos int
+	}
+	seen := map[string]int{}
+	rs := make([]ranked, len(due))
+	for i, d := range due {
+		rs[i] = ranked{d.ID, seen[d.Platform], i}
+		seen[d.Platform]++
+	}
+	slices.SortStableFunc(rs, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.pos, b.pos))
+	})
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	return ids
 }
 
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)

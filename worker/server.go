@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"riverqueue.com/riverui"
@@ -34,7 +35,16 @@ func startServer(ctx context.Context, addr string, pool *pgxpool.Pool, client *q
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		if err := pool.Ping(ctx); err != nil {
+		// A fresh connection, not a pooled one: after a database restart
+		// the pool may still hold dead connections, and readiness is about
+		// whether a connection can be made now (one attempt, bounded by the
+		// connect timeout).
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+		if err == nil {
+			err = conn.Ping(ctx)
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		if err != nil {
 			unavailable(w, err)
 			return
 		}

@@ -36,7 +36,7 @@ nothing about the cost of a job.`,
 			if cfg.Workers < 1 || cfg.Jobs < 1 || cfg.Runs < 1 || cfg.FetchCooldown < time.Millisecond {
 				return usagef("bench worker: need --workers ≥ 1, --jobs ≥ 1, --runs ≥ 1, --fetch-cooldown ≥ 1ms")
 			}
-			_, url, cleanup, err := a.benchDB(cmd.Context(), 1)
+			_, url, cleanup, err := a.benchDB(cmd.Context(), 4)
 			if err != nil {
 				return err
 			}

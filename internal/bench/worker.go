@@ -1,0 +1,376 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/worker"
+)
+
+// WorkerConfig configures the worker benchmark. The zero value means
+// defaults.
+type WorkerConfig struct {
+	// DatabaseURL is the database to measure on. It gets the schema applied;
+	// the benchmark works on its own queue and platform and deletes what it
+	// created, but a scratch database is best. Default: a temporary embedded
+	// cluster, removed afterwards.
+	DatabaseURL string
+	// Workers is River's MaxWorkers for both clients. Default 10 (the
+	// worker's --concurrency default).
+	Workers int
+	// Jobs is how many jobs one run works. Default 5000.
+	Jobs int
+	// Runs is how many times each side is measured (alternating). Default 3.
+	Runs int
+	// FetchCooldown is River's FetchCooldown for both clients: the shortest
+	// time between two fetches of jobs. Default 1 ms (River's minimum).
+	// River's own default (100 ms) caps both sides at Workers / 100 ms jobs/s,
+	// which measures the throttle, not the cost of a job.
+	FetchCooldown time.Duration
+	// Timeout bounds one run. Default 5 minutes.
+	Timeout time.Duration
+	// Progress receives one line per run. Default: none.
+	Progress io.Writer
+	// Logger receives River's and the pacer's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *WorkerConfig) setDefaults() {
+	if c.Workers == 0 {
+		c.Workers = 10
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 5000
+	}
+	if c.Runs == 0 {
+		c.Runs = 3
+	}
+	if c.FetchCooldown == 0 {
+		c.FetchCooldown = river.FetchCooldownMin
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Minute
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *WorkerConfig) validate() error {
+	switch {
+	case c.Workers < 1:
+		return fmt.Errorf("bench: WorkerConfig.Workers must be ≥ 1, got %d", c.Workers)
+	case c.Jobs < 1:
+		return fmt.Errorf("bench: WorkerConfig.Jobs must be ≥ 1, got %d", c.Jobs)
+	case c.Runs < 1:
+		return fmt.Errorf("bench: WorkerConfig.Runs must be ≥ 1, got %d", c.Runs)
+	case c.FetchCooldown < river.FetchCooldownMin:
+		return fmt.Errorf("bench: WorkerConfig.FetchCooldown must be ≥ %s, got %s", river.FetchCooldownMin, c.FetchCooldown)
+	case c.Timeout < 0:
+		return fmt.Errorf("bench: WorkerConfig.Timeout must be ≥ 0, got %s", c.Timeout)
+	}
+	return nil
+}
+
+// WorkerResult is the outcome of the worker benchmark: medians over Runs.
+type WorkerResult struct {
+	FleetpaceJobsPerSec float64 `json:"fleetpace_jobs_per_sec"`
+	RiverJobsPerSec     float64 `json:"river_jobs_per_sec"`
+	// Ratio is FleetpaceJobsPerSec / RiverJobsPerSec. Target ≥ 0.7.
+	Ratio         float64   `json:"ratio"`
+	Workers       int       `json:"workers"`
+	Jobs          int       `json:"jobs"`
+	Runs          int       `json:"runs"`
+	FetchCooldown string    `json:"fetch_cooldown"`
+	FleetpaceRuns []float64 `json:"fleetpace_runs_jobs_per_sec"`
+	RiverRuns     []float64 `json:"river_runs_jobs_per_sec"`
+	Database      string    `json:"database"`
+}
+
+// WorkerTarget is the ratio the worker benchmark should reach.
+const WorkerTarget = 0.7
+
+// benchQueue keeps the benchmark's jobs away from a live fleet's queue.
+const benchQueue = "fleetpace_bench"
+
+// noopArgs is the bare River job.
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "fleetpace_bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// Worker measures jobs/s of fleetpace's fetch job (source load, cooldown
+// check, pacer reserve and report, record check, JobCompleteTx) with a no-op
+// fetcher and an effectively unlimited platform, against bare River jobs
+// whose worker does nothing, with the same River settings and worker count.
+// Each run inserts Jobs jobs, starts a client, and times until every job has
+// completed; runs alternate sides and the medians are reported.
+func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	url := cfg.DatabaseURL
+	desc := "embedded (temporary)"
+	if url == "" {
+		c, err := pgembed.Start(ctx, pgembed.Config{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer c.Close(context.WithoutCancel(ctx)) //nolint:errcheck // best effort
+		url = c.URL("postgres")
+	} else {
+		desc = dbconn.Describe(url)
+	}
+
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: url, MaxConns: int32(cfg.Workers + 5)})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer pool.Close()
+	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	pc, err := pacer.New(ctx, pacer.Config{DatabaseURL: url, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer pc.Close()
+
+	platform, srcIDs, err := workerSetup(ctx, pool, cfg.Jobs)
+	if err != nil {
+		return nil, err
+	}
+	defer workerCleanup(context.WithoutCancel(ctx), pool, platform)
+
+	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: pc, Logger: cfg.Logger,
+		Fetcher: fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {
+			return fetch.Result{Outcome: fetch.OK, Status: 200}
+		})})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	fpWorkers := river.NewWorkers()
+	river.AddWorker(fpWorkers, fw)
+	rvWorkers := river.NewWorkers()
+	river.AddWorker(rvWorkers, noopWorker{})
+
+	fpArgs := make([]river.InsertManyParams, len(srcIDs))
+	for i, id := range srcIDs {
+		fpArgs[i] = river.InsertManyParams{Args: queue.FetchArgs{SourceID: id, Platform: platform},
+			InsertOpts: &river.InsertOpts{Queue: benchQueue}}
+	}
+	rvArgs := make([]river.InsertManyParams, cfg.Jobs)
+	for i := range rvArgs {
+		rvArgs[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Queue: benchQueue}}
+	}
+
+	res := &WorkerResult{Workers: cfg.Workers, Jobs: cfg.Jobs, Runs: cfg.Runs,
+		FetchCooldown: cfg.FetchCooldown.String(), Database: desc}
+	for i := range cfg.Runs {
+		// Alternate which side goes first, so neither always meets a
+		// freshly vacuumed (or a bloated) river_job table.
+		order := []bool{true, false}
+		if i%2 == 1 {
+			order = []bool{false, true}
+		}
+		for _, fp := range order {
+			workers, args, name := rvWorkers, rvArgs, "river"
+			if fp {
+				workers, args, name = fpWorkers, fpArgs, "fleetpace"
+			}
+			rate, err := workerRun(ctx, pool, cfg, workers, args)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s run %d: %w", name, i+1, err)
+			}
+			if fp {
+				res.FleetpaceRuns = append(res.FleetpaceRuns, rate)
+			} else {
+				res.RiverRuns = append(res.RiverRuns, rate)
+			}
+			fmt.Fprintf(cfg.Progress, "run %d/%d %-9s %8.0f jobs/s\n", i+1, cfg.Runs, name, rate)
+		}
+	}
+	res.FleetpaceJobsPerSec = workerMedian(res.FleetpaceRuns)
+	res.RiverJobsPerSec = workerMedian(res.RiverRuns)
+	if res.RiverJobsPerSec > 0 {
+		res.Ratio = res.FleetpaceJobsPerSec / res.RiverJobsPerSec
+	}
+	return res, nil
+}
+
+// workerRun inserts the jobs, starts a client, and returns jobs/s from the
+// client's start until the last job completed.
+func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, workers *river.Workers, args []river.InsertManyParams) (float64, error) {
+	if _, err := pool.Exec(ctx, workerClearJobsSQL, benchQueue); err != nil {
+		return 0, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:              cfg.Logger,
+		Workers:             workers,
+		Queues:              map[string]river.QueueConfig{benchQueue: {MaxWorkers: cfg.Workers}},
+		FetchCooldown:       cfg.FetchCooldown,
+		FetchPollInterval:   max(cfg.FetchCooldown, 50*time.Millisecond),
+		SkipUnknownJobCheck: true,
+	})
+	if err != nil {
+		return 0, err
+	}
+	// Insert in batches: one statement per job would time the insert.
+	for lo := 0; lo < len(args); lo += 1000 {
+		if _, err := client.InsertMany(ctx, args[lo:min(lo+1000, len(args))]); err != nil {
+			return 0, err
+		}
+	}
+	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{
+		ChanSize: len(args) + 16,
+		Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobSnoozed, river.EventKindJobCancelled},
+	})
+	defer cancel()
+
+	runCtx, stop := context.WithTimeout(ctx, cfg.Timeout)
+	defer stop()
+	start := time.Now()
+	if err := client.Start(runCtx); err != nil {
+		return 0, err
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer c()
+		_ = client.Stop(sctx)
+	}()
+	done := 0
+	for done < len(args) {
+		select {
+		case <-runCtx.Done():
+			return 0, fmt.Errorf("%d of %d jobs completed before: %w", done, len(args), runCtx.Err())
+		case ev := <-events:
+			if ev.Kind != river.EventKindJobCompleted {
+				msg := string(ev.Kind)
+				if ev.Job != nil && len(ev.Job.Errors) > 0 {
+					msg += ": " + ev.Job.Errors[len(ev.Job.Errors)-1].Error
+				}
+				return 0, errors.New("a job did not complete: " + msg)
+			}
+			done++
+		}
+	}
+	return float64(done) / time.Since(start).Seconds(), nil
+}
+
+// workerSetup creates a platform no fleet waits on (1e9/s, burst 1e6) and
+// one source per job. The sources are queued and due in the far future, so
+// a live scanner on the same database leaves them alone.
+func workerSetup(ctx context.Context, pool *pgxpool.Pool, n int) (string, []int64, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "bench-" + hex.EncodeToString(b[:])
+	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: name, RatePerSec: 1e9, Burst: 1_000_000}); err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	rows, err := pool.Query(ctx, workerSourcesSQL, name, n)
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: sources: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: sources: %w", err)
+	}
+	return name, ids, nil
+}
+
+func workerCleanup(ctx context.Context, pool *pgxpool.Pool, platform string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, _ = pool.Exec(ctx, workerClearJobsSQL, benchQueue)
+	_, _ = pool.Exec(ctx, workerCleanupSQL, platform)
+}
+
+const (
+	workerSourcesSQL = `
+INSERT INTO fleetpace_source (platform, url, check_interval, due_at, queued_at)
+SELECT $1, 'https://bench.invalid/' || g, interval '1000 days', now() + interval '1000 days', now()
+FROM generate_series(1, $2) g
+RETURNING id`
+	workerClearJobsSQL = `DELETE FROM river_job WHERE queue = $1`
+	workerCleanupSQL   = `
+WITH s AS (DELETE FROM fleetpace_source WHERE platform = $1),
+     c AS (DELETE FROM fleetpace_cooldown WHERE platform = $1),
+     p AS (DELETE FROM fleetpace_pace WHERE platform = $1)
+DELETE FROM fleetpace_platform WHERE name = $1`
+)
+
+func workerMedian(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// WriteText writes the result for humans.
+func (r *WorkerResult) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "worker benchmark: %d jobs × %d runs, %d workers, River FetchCooldown %s, database %s\n",
+		r.Jobs, r.Runs, r.Workers, r.FetchCooldown, r.Database)
+	fmt.Fprintf(tw, "\tmedian jobs/s\truns\n")
+	fmt.Fprintf(tw, "fleetpace fetch job (no-op fetcher)\t%.0f\t%s\n", r.FleetpaceJobsPerSec, workerRates(r.FleetpaceRuns))
+	fmt.Fprintf(tw, "bare River job (no-op worker)\t%.0f\t%s\n", r.RiverJobsPerSec, workerRates(r.RiverRuns))
+	verdict := "meets"
+	if r.Ratio < WorkerTarget {
+		verdict = "below"
+	}
+	fmt.Fprintf(tw, "ratio\t%.2f\t(%s the %.1f target)\n", r.Ratio, verdict, WorkerTarget)
+	return tw.Flush()
+}
+
+// WriteJSON writes the result as one JSON object.
+func (r *WorkerResult) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func workerRates(xs []float64) string {
+	out := ""
+	for i, x := range xs {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%.0f", x)
+	}
+	return out
+}

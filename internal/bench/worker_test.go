@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetpace/fleetpace/internal/testdb"
+)
+
+// TestWorkerBench runs the worker benchmark at a tiny size and checks that
+// both sides completed every job, the figures are consistent, the output
+// carries the documented JSON fields, and the benchmark removed what it
+// created (its platform, sources and jobs).
+func TestWorkerBench(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	var progress bytes.Buffer
+	res, err := Worker(context.Background(), WorkerConfig{DatabaseURL: url, Workers: 3, Jobs: 60, Runs: 2, Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.FleetpaceRuns) != 2 || len(res.RiverRuns) != 2 {
+		t.Fatalf("runs: fleetpace %v, river %v; want 2 each", res.FleetpaceRuns, res.RiverRuns)
+	}
+	for _, r := range append(res.FleetpaceRuns, res.RiverRuns...) {
+		if r <= 0 {
+			t.Fatalf("a run measured %v jobs/s", r)
+		}
+	}
+	if res.FleetpaceJobsPerSec <= 0 || res.RiverJobsPerSec <= 0 || res.Workers != 3 || res.Jobs != 60 {
+		t.Fatalf("result %+v", res)
+	}
+	if got := res.FleetpaceJobsPerSec / res.RiverJobsPerSec; got != res.Ratio {
+		t.Errorf("ratio %v, want %v", res.Ratio, got)
+	}
+	if n := strings.Count(progress.String(), "jobs/s"); n != 4 {
+		t.Errorf("progress has %d run lines, want 4:\n%s", n, progress.String())
+	}
+
+	var js bytes.Buffer
+	if err := res.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(js.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"fleetpace_jobs_per_sec", "river_jobs_per_sec", "ratio", "workers"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, js.String())
+		}
+	}
+	var text bytes.Buffer
+	if err := res.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "ratio") {
+		t.Errorf("text output lacks the ratio:\n%s", text.String())
+	}
+
+	// Every fetch job completed through the fetch path (a job that failed or
+	// snoozed ends Worker with an error); what the run created is gone.
+	db, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	var platforms, srcs, jobs int
+	if err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM fleetpace_platform), (SELECT count(*) FROM fleetpace_source), (SELECT count(*) FROM river_job)`).Scan(&platforms, &srcs, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if platforms+srcs+jobs != 0 {
+		t.Errorf("left behind: %d platforms, %d sources, %d jobs", platforms, srcs, jobs)
+	}
+}

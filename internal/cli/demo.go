@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetpace/fleetpace/internal/demo"
+)
+
+func init() {
+	extraCommandHooks = append(extraCommandHooks, (*app).demoCmd)
+}
+
+func (a *app) demoCmd() *cobra.Command {
+	var (
+		cfg   demo.Config
+		plain bool
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "The whole system on a throwaway embedded database, a local fake destination and real worker processes",
+		Long: `Start a throwaway PostgreSQL cluster, a fake destination on loopback and
+--workers real ` + "`fleetpace worker`" + ` processes, and let them poll 300 sources on
+three platforms for --duration:
+
+  steady     ceiling 20/s; the destination accepts everything
+  throttled  ceiling 12/s; the destination allows only 5/s, so 429s raise the
+             fleet's shared backoff multiplier until it fits
+  cooldown   ceiling 8/s; after a quarter of the run the destination answers
+             a burst of 429s with a long Retry-After, and the whole fleet
+             cools the platform down
+
+Progress (requests/s against the ceiling, multiplier, 429s, cooldown left,
+sources checked) is redrawn in place on a terminal and printed as plain lines
+otherwise. At the end: a summary table and a chart (--chart; SVG, or PNG if
+the name ends in .png) of requests/s per platform against its ceiling and the
+multiplier over time.
+
+Exit 0 only if no platform's ceiling (plus its burst) was exceeded in any 1-s
+window at the destination; otherwise exit 1 naming the window. Ctrl-C or
+SIGTERM stops the workers, the destination and the cluster and removes the
+temporary directory. The demo ignores --database-url and DATABASE_URL.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Workers < 1 || cfg.Workers > 32 {
+				return usagef("--workers: must be in 1..32, got %d", cfg.Workers)
+			}
+			if cfg.Duration < 5*time.Second {
+				return usagef("--duration: must be ≥ 5s, got %s", cfg.Duration)
+			}
+			if cfg.Sources < 3 {
+				return usagef("--sources: must be ≥ 3, got %d", cfg.Sources)
+			}
+			if cfg.ChartPath == "" {
+				return usagef("--chart: must not be empty")
+			}
+			cfg.Terminal = !plain && isTerminal(a.stdout)
+			cfg.Logger = a.logger
+			_, err := demo.Run(cmd.Context(), cfg, a.stdout)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", 3, "worker processes to start")
+	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workers run")
+	f.IntVar(&cfg.Sources, "sources", 300, "sources, split over the three platforms")
+	f.StringVar(&cfg.ChartPath, "chart", demo.DefaultChartPath, "chart file written at the end (.svg, or .png)")
+	f.StringVar(&cfg.TmpDir, "tmp-dir", "", "where the demo's temporary directory is created and removed (default: $TMPDIR or /tmp)")
+	f.BoolVar(&plain, "plain", false, "print progress as plain lines even on a terminal")
+	return cmd
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// progress can be redrawn in place.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

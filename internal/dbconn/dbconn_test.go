@@ -1,0 +1,133 @@
+package dbconn_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+)
+
+// silentServer accepts TCP connections and never answers: the worst case of
+// a saturated pooler.
+func silentServer(t *testing.T) (port int, accepted *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = &atomic.Int32{}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().(*net.TCPAddr).Port, accepted
+}
+
+func TestOneAttemptWithinConnectTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		url  string
+	}{
+		{"sslmode=disable", "postgres://u:pw@127.0.0.1:%d/db?sslmode=disable"},
+		{"sslmode=prefer (TLS then plain in libpq and pgx)", "postgres://u:pw@127.0.0.1:%d/db?sslmode=prefer"},
+		{"no sslmode (prefer)", "postgres://u:pw@127.0.0.1:%d/db"},
+		{"sslmode=allow (plain then TLS)", "postgres://u:pw@127.0.0.1:%d/db?sslmode=allow"},
+		{"localhost (may resolve to several addresses)", "postgres://u:pw@localhost:%d/db?sslmode=disable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			port, accepted := silentServer(t)
+			var attempts atomic.Int64
+			pool, err := dbconn.NewPool(context.Background(), dbconn.Config{
+				URL: fmt.Sprintf(tt.url, port), ConnectTimeout: 500 * time.Millisecond, Attempts: &attempts,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			start := time.Now()
+			_, err = pool.Acquire(context.Background())
+			elapsed := time.Since(start)
+			if err == nil {
+				t.Fatal("acquired a connection from a server that never answers")
+			}
+			if !dbconn.IsUnavailable(err) {
+				t.Errorf("IsUnavailable(%v) = false", err)
+			}
+			if elapsed > time.Second {
+				t.Errorf("failed after %s, want within connect timeout (500ms) + 0.5 s", elapsed)
+			}
+			// The listener may see the connection a moment after the dial.
+			time.Sleep(50 * time.Millisecond)
+			if n := accepted.Load(); n != 1 || attempts.Load() != 1 {
+				t.Errorf("%d connections accepted, %d dials; want exactly one attempt", n, attempts.Load())
+			}
+		})
+	}
+}
+
+func TestNoBackgroundRedial(t *testing.T) {
+	t.Parallel()
+	port, accepted := silentServer(t)
+	pool, err := dbconn.NewPool(context.Background(), dbconn.Config{
+		URL: fmt.Sprintf("postgres://u@127.0.0.1:%d/db?sslmode=disable", port), ConnectTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// MinConns 0: an idle pool does not dial in the background.
+	time.Sleep(500 * time.Millisecond)
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("idle pool dialed %d times", n)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, secret string }{
+		{"postgres://user:hunter2@db.example:5432/x", "hunter2"},
+		{"postgresql://user:p%40ss@db/x?sslmode=require", "p%40ss"},
+		{"host=db user=u password=hunter2 dbname=x", "hunter2"},
+		{"host=db password='hun ter2' dbname=x", "hun ter2"},
+		{`failed to connect to "postgres://a:b3cret@h/db"`, "b3cret"},
+	}
+	for _, tt := range tests {
+		if got := dbconn.Redact(tt.in); strings.Contains(got, tt.secret) {
+			t.Errorf("Redact(%q) = %q still holds the password", tt.in, got)
+		}
+	}
+	if got := dbconn.Describe("postgres://user:hunter2@db.example:5432/x"); got != "user@db.example:5432/x" {
+		t.Errorf("Describe = %q", got)
+	}
+	_, err := dbconn.NewPool(context.Background(), dbconn.Config{URL: "postgres://u:hunter2@[::1:5432/db"})
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("invalid URL error = %v", err)
+	}
+}

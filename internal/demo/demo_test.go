@@ -1,0 +1,233 @@
+package demo_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the fleetpace command built for these tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleetpace-demo-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "fleetpace")
+	build := exec.Command("go", "build", "-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building fleetpace:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// setup returns a directory for the demo's --tmp-dir and --chart, searchable
+// by the postgres user (the embedded cluster runs as it when we are root).
+func setup(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fleetpace-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// syncBuffer collects a process's output while tests read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func demoCmd(dir string, args ...string) (*exec.Cmd, *syncBuffer) {
+	all := append([]string{"demo", "--tmp-dir", dir, "--chart", filepath.Join(dir, "chart.svg")}, args...)
+	cmd := exec.Command(binary, all...)
+	cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/ignored")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd, out
+}
+
+// assertNothingLeft fails if a process still mentions dir on its command
+// line (the cluster's postgres runs on dir/…/pg, the workers get
+// --data-dir dir/…/pg) or if the demo's temporary directory still exists.
+func assertNothingLeft(t *testing.T, dir string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmdline, dir) {
+			t.Errorf("process left running: %s: %s", filepath.Dir(p), cmdline)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "fleetpace-demo-*"))
+	if len(left) > 0 {
+		t.Errorf("temporary directories left behind: %v", left)
+	}
+	// pgembed's own temporary clusters are not used by the demo; nothing
+	// else may appear in dir but the chart.
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != "chart.svg" {
+			t.Errorf("unexpected file left in the demo's --tmp-dir: %s", e.Name())
+		}
+	}
+}
+
+// TestDemo runs the demo as a newcomer would, briefly: it exits 0 (no
+// ceiling exceeded), shows every platform's effect, writes a valid SVG chart
+// and leaves no process or temporary directory behind.
+func TestDemo(t *testing.T) {
+	dir := setup(t)
+	cmd, out := demoCmd(dir, "--duration", "15s", "--workers", "2")
+	err := cmd.Run()
+	t.Logf("output:\n%s", out)
+	if err != nil {
+		t.Fatalf("demo failed: %v", err)
+	}
+	text := out.String()
+	for _, want := range []string{"demo: OK", "steady", "throttled", "cooldown", "chart: "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Progress is printed as plain lines when stdout is not a terminal.
+	if !strings.Contains(text, "req/s (ceiling 20/s)") || strings.Contains(text, "\x1b[") {
+		t.Errorf("expected plain progress lines without ANSI escapes")
+	}
+	// The throttled platform's 429s and the cooldown platform's cooldown show
+	// in the summary table.
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 13 {
+			continue
+		}
+		switch f[0] {
+		case "throttled":
+			if f[5] == "0" || f[9] == "×1" {
+				t.Errorf("throttled platform shows no shared backoff: %q", line)
+			}
+		case "cooldown":
+			if f[10] == "no" {
+				t.Errorf("cooldown platform never cooled down: %q", line)
+			}
+		}
+	}
+
+	chart := filepath.Join(dir, "chart.svg")
+	if !strings.Contains(text, "chart: "+chart) {
+		t.Errorf("chart path %s not printed", chart)
+	}
+	assertSVG(t, chart)
+	assertNothingLeft(t, dir)
+}
+
+func assertSVG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("chart: %v", err)
+	}
+	defer f.Close()
+	dec := xml.NewDecoder(bufio.NewReader(f))
+	root := ""
+	elements := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			elements++
+		}
+	}
+	if root != "svg" || elements < 20 {
+		t.Fatalf("chart: root element %q with %d elements; want an svg drawing", root, elements)
+	}
+}
+
+// TestDemoInterrupt sends SIGINT to a running demo: it exits promptly with a
+// failure code and stops and removes everything it started.
+func TestDemoInterrupt(t *testing.T) {
+	dir := setup(t)
+	cmd, out := demoCmd(dir, "--duration", "60s", "--workers", "2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	// Wait for the workers to run (the first progress lines), then Ctrl-C.
+	deadline := time.Now().Add(45 * time.Second)
+	for !strings.Contains(out.String(), "req/s") {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("demo never showed progress:\n%s", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("exit after SIGINT: %v; want exit code 1", err)
+		}
+		t.Logf("exited %s after SIGINT", time.Since(sent).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("demo still running 30 s after SIGINT:\n%s", out)
+	}
+	t.Logf("output:\n%s", out)
+	if !strings.Contains(out.String(), "interrupted") {
+		t.Errorf("output does not say the demo was interrupted")
+	}
+	assertNothingLeft(t, dir)
+}

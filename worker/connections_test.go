@@ -1,0 +1,212 @@
+package worker_test
+
+import (
+	"io"
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/poller"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/worker"
+)
+
+// cluster starts a private PostgreSQL for tests that stop it or exhaust it,
+// with the schema applied.
+func cluster(t *testing.T, settings map[string]string) *pgembed.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgembed.Start(ctx, pgembed.Config{Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: c.URL("postgres"), MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// An exhausted server refuses at once; the scan loop makes one attempt per
+// cycle and backs off on its jittered schedule instead of re-knocking.
+func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, map[string]string{"max_connections": "4", "superuser_reserved_connections": "0"})
+	ctx := context.Background()
+	// Occupy every connection slot.
+	var held []*pgx.Conn
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			break
+		}
+		held = append(held, conn)
+	}
+	defer func() {
+		for _, conn := range held {
+			conn.Close(ctx)
+		}
+	}()
+	if len(held) == 0 {
+		t.Fatal("could not hold any connection")
+	}
+
+	var attempts atomic.Int64
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: c.URL("postgres"), Attempts: &attempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := queue.NewClient(pool, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const base, jitter = 200 * time.Millisecond, 0.5
+	var (
+		mu        sync.Mutex
+		cycles    []time.Duration // how long each failed cycle took
+		attemptsN []int64         // dials per cycle
+		sleeps    []time.Duration
+	)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err = poller.Run(runCtx, poller.Config{
+		Base: base, Max: time.Second, JitterRatio: jitter, StartupJitter: poller.NoStartupJitter,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			mu.Lock()
+			sleeps = append(sleeps, d)
+			n := len(sleeps)
+			mu.Unlock()
+			if n >= 3 {
+				cancel()
+			}
+			return poller.Sleep(ctx, d)
+		},
+	}, func(ctx context.Context) (bool, error) {
+		before := attempts.Load()
+		start := time.Now()
+		_, err := sources.Tick(ctx, pool, client, sources.TickConfig{})
+		mu.Lock()
+		cycles = append(cycles, time.Since(start))
+		attemptsN = append(attemptsN, attempts.Load()-before)
+		mu.Unlock()
+		if err == nil {
+			t.Error("tick succeeded against an exhausted server")
+		} else if !dbconn.IsUnavailable(err) {
+			t.Errorf("tick error %v is not classified as unavailable", err)
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(cycles) < 2 {
+		t.Fatalf("only %d cycles ran", len(cycles))
+	}
+	for i, d := range cycles {
+		if d >= time.Second {
+			t.Errorf("cycle %d took %s, want < 1 s (fail fast, no retry)", i, d)
+		}
+		if attemptsN[i] != 1 {
+			t.Errorf("cycle %d made %d connection attempts, want exactly 1", i, attemptsN[i])
+		}
+	}
+	// After a failed cycle the loop sleeps at least base × (1 − j), and the
+	// schedule doubles.
+	if sleeps[0] < time.Duration(float64(base)*(1-jitter)) {
+		t.Errorf("first sleep after a failure %s < base × (1 − j) = %s", sleeps[0], time.Duration(float64(base)*(1-jitter)))
+	}
+	if sleeps[1] < time.Duration(float64(2*base)*(1-jitter)) {
+		t.Errorf("second sleep %s did not back off (want ≥ %s)", sleeps[1], time.Duration(float64(2*base)*(1-jitter)))
+	}
+}
+
+// /readyz answers 503 with Retry-After while the database is down, and 200
+// again once it is back, without restarting the worker.
+func TestReadyzFollowsDatabase(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Run(ctx, worker.Config{
+			DatabaseURL: c.URL("postgres"), HTTPAddr: "127.0.0.1:0", ConnectTimeout: time.Second,
+			Poll:  poller.Config{StartupJitter: poller.NoStartupJitter},
+			Ready: func(addr net.Addr) { ready <- addr },
+		})
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("worker exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker not ready")
+	}
+	get := func() (*http.Response, error) {
+		return http.Get("http://" + addr.String() + "/readyz")
+	}
+	resp, err := get()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("readyz before outage: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, err = get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("readyz during outage: %d Retry-After %q, want 503 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("readyz took %s during the outage, want a fast answer", d)
+	}
+	// /healthz is about the process, not the database.
+	if resp, err := http.Get("http://" + addr.String() + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz during outage: %v %v", resp, err)
+	}
+
+	if err := c.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = get()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		body := ""
+		if resp != nil {
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+		}
+		t.Fatalf("readyz after the database came back: %v %v %s", resp.Status, err, body)
+	}
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+}
