@@ -1,8 +1,8 @@
 package worker_test
 
 import (
-	"io"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
