@@ -31,20 +31,46 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
 -- pace: the shared pacer state, one narrow row per platform, updated on every
 -- reservation by a single INSERT ... ON CONFLICT DO UPDATE. No index beyond the
 -- primary key and a low fillfactor keep those updates HOT. Times are epoch
--- seconds of the database clock (clock_timestamp()). last_slot and
--- last_effect describe the statement that wrote the row last, so that
--- RETURNING can tell its caller what it decided (granted or denied, doubled
--- or not) without a second round trip.
+-- seconds of the database clock (clock_timestamp()). rate, burst,
+-- max_multiplier and decay_after are copies of the platform's configuration,
+-- kept in step by the trigger below, so a reservation reads one row only.
+-- last_slot and last_effect describe the statement that wrote the row last,
+-- so that RETURNING can tell its caller what it decided (granted or denied,
+-- doubled or not) without a second round trip.
 CREATE TABLE IF NOT EXISTS fleetpace_pace (
-    platform     text             PRIMARY KEY,
-    cursor_at    double precision NOT NULL DEFAULT 0,  -- GCRA theoretical arrival time
-    multiplier   double precision NOT NULL DEFAULT 1,  -- shared backoff, 1..max_multiplier
-    clean_streak integer          NOT NULL DEFAULT 0,  -- fleet-wide consecutive clean responses
-    doubled_at   double precision NOT NULL DEFAULT 0,  -- when the multiplier last doubled
-    hold_until   double precision NOT NULL DEFAULT 0,  -- Retry-After hold, fleet-wide
-    last_slot    double precision NOT NULL DEFAULT 0,  -- slot computed by the last reservation
-    last_effect  smallint         NOT NULL DEFAULT 0   -- what the last statement did (pacer package codes)
+    platform       text             PRIMARY KEY REFERENCES fleetpace_platform (name) ON DELETE CASCADE,
+    rate           double precision NOT NULL DEFAULT 0,  -- = fleetpace_platform.rate_per_sec (0: not copied yet)
+    burst          integer          NOT NULL DEFAULT 1,  -- = fleetpace_platform.burst
+    max_multiplier double precision NOT NULL DEFAULT 1,  -- = fleetpace_platform.max_multiplier
+    decay_after    integer          NOT NULL DEFAULT 1,  -- = fleetpace_platform.decay_after
+    cursor_at      double precision NOT NULL DEFAULT 0,  -- GCRA theoretical arrival time
+    multiplier     double precision NOT NULL DEFAULT 1,  -- shared backoff, 1..max_multiplier
+    clean_streak   integer          NOT NULL DEFAULT 0,  -- fleet-wide consecutive clean responses
+    doubled_at     double precision NOT NULL DEFAULT 0,  -- when the multiplier last doubled
+    hold_until     double precision NOT NULL DEFAULT 0,  -- Retry-After hold, fleet-wide
+    last_slot      double precision NOT NULL DEFAULT 0,  -- slot computed by the last reservation
+    last_effect    smallint         NOT NULL DEFAULT 0   -- what the last statement did (pacer package codes)
 ) WITH (fillfactor = 50);
+
+-- Every platform has a pace row whose configuration columns follow the
+-- platform's: `platforms set` takes effect fleet-wide at the next reservation.
+CREATE OR REPLACE FUNCTION fleetpace_platform_sync_pace() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after)
+    VALUES (NEW.name, NEW.rate_per_sec, NEW.burst, NEW.max_multiplier, NEW.decay_after)
+    ON CONFLICT (platform) DO UPDATE SET
+        rate           = EXCLUDED.rate,
+        burst          = EXCLUDED.burst,
+        max_multiplier = EXCLUDED.max_multiplier,
+        decay_after    = EXCLUDED.decay_after;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER fleetpace_platform_sync_pace
+    AFTER INSERT OR UPDATE ON fleetpace_platform
+    FOR EACH ROW EXECUTE FUNCTION fleetpace_platform_sync_pace();
 
 -- cooldown: one row per platform that was told to stop (rate limited).
 -- Rows whose until has passed no longer filter anything; count drives

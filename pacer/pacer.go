@@ -451,13 +451,27 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		effect                                      int16
 		burst                                       int32
 	)
-	err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds()).
-		Scan(&at, &effect, &slot, &cursor, &mult, &hold, &rate, &burst, &maxMult)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Reservation{}, ErrUnknownPlatform
-	}
-	if err != nil {
-		return Reservation{}, err
+	for attempt := 0; ; attempt++ {
+		err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds()).
+			Scan(&at, &effect, &slot, &cursor, &mult, &hold, &rate, &burst, &maxMult)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+			return Reservation{}, ErrUnknownPlatform
+		}
+		if err != nil {
+			return Reservation{}, err
+		}
+		if rate > 0 {
+			break
+		}
+		// The pace row was missing and has just been created without the
+		// platform's configuration: copy it and reserve again.
+		if attempt > 0 {
+			return Reservation{}, fmt.Errorf("pacer: pace row of %q has no rate", platform)
+		}
+		if _, err := p.pool.Exec(qctx, syncRowSQL, platform); err != nil {
+			return Reservation{}, err
+		}
 	}
 	localNow := p.cfg.Now()
 	wait := max(secondsToDuration(slot-at), 0)

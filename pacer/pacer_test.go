@@ -192,7 +192,7 @@ func TestFleetWideDecay(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "decay", rate: 1000, decayAfter: 100})
-	if _, err := pool.Exec(ctx, `INSERT INTO fleetpace_pace (platform, multiplier) VALUES ('decay', 8)`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET multiplier = 8 WHERE platform = 'decay'`); err != nil {
 		t.Fatal(err)
 	}
 	runChildren(t, 3, map[string]string{

@@ -25,41 +25,34 @@ const (
 // GCRA: interval = multiplier / rate; tau = (burst - 1) / rate. With
 // t = now + min wait, the slot is max(t, cursor - tau, hold_until); if
 // slot - now <= max wait the cursor moves to max(cursor, t, hold_until) +
-// interval, otherwise it is written back unchanged. Idle time never accumulates into a larger burst because the
-// cursor restarts from now. The rate, burst and maximum multiplier are read
-// from fleetpace_platform in the same statement (a `platforms set` applies to
-// the whole fleet at the next reservation) and returned for the degraded-mode
-// cache. No row means the platform does not exist.
+// interval, otherwise it is written back unchanged. Idle time never
+// accumulates into a larger burst because the cursor restarts from now.
+//
+// The platform's rate, burst and maximum multiplier are read from the pace
+// row itself (a trigger copies them from fleetpace_platform on every change)
+// and returned for the degraded-mode cache. Every platform has a pace row.
+// Should one be missing, the INSERT branch creates it without configuration
+// (rate 0, or a foreign-key error if the platform does not exist); a row with
+// rate 0 is left unchanged by the UPDATE branch, and the caller copies the
+// configuration with syncRowSQL and reserves again.
 const reserveSQL = `
-WITH p AS (
-    SELECT name, rate_per_sec, burst, max_multiplier
-    FROM fleetpace_platform
-    WHERE name = $1
-), r AS (
-    INSERT INTO fleetpace_pace AS s (platform, cursor_at, last_slot, last_effect)
-    SELECT p.name, n.t + 1.0 / p.rate_per_sec, n.t, 1
-    FROM p, (SELECT extract(epoch FROM clock_timestamp())::float8 + $3::float8 AS t) AS n
-    ON CONFLICT (platform) DO UPDATE SET
-        (cursor_at, multiplier, last_slot, last_effect) = (
-            SELECT CASE WHEN d.slot - d.now <= $2::float8
-                        THEN GREATEST(s.cursor_at, d.now + $3::float8, s.hold_until) + d.m / p.rate_per_sec
-                        ELSE s.cursor_at END,
-                   d.m,
-                   d.slot,
-                   CASE WHEN d.slot - d.now <= $2::float8 THEN 1 ELSE 2 END
-            FROM p, LATERAL (
-                SELECT n.now, n.m,
-                       GREATEST(n.now + $3::float8, s.cursor_at - (p.burst - 1) / p.rate_per_sec, s.hold_until) AS slot
-                FROM (SELECT extract(epoch FROM clock_timestamp())::float8 AS now,
-                             GREATEST(1.0, LEAST(s.multiplier, p.max_multiplier)) AS m) AS n
-            ) AS d
-        )
-    RETURNING s.cursor_at, s.multiplier, s.hold_until, s.last_slot, s.last_effect,
-              extract(epoch FROM clock_timestamp())::float8 AS at
-)
-SELECT r.at, r.last_effect, r.last_slot, r.cursor_at, r.multiplier, r.hold_until,
-       p.rate_per_sec, p.burst, p.max_multiplier
-FROM r, p`
+INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
+ON CONFLICT (platform) DO UPDATE SET
+    (cursor_at, multiplier, last_slot, last_effect) = (
+        SELECT CASE WHEN s.rate > 0 AND d.slot - d.now <= $2::float8
+                    THEN GREATEST(s.cursor_at, d.now + $3::float8, s.hold_until) + d.m / s.rate
+                    ELSE s.cursor_at END,
+               d.m,
+               d.slot,
+               CASE WHEN s.rate <= 0 THEN 0 WHEN d.slot - d.now <= $2::float8 THEN 1 ELSE 2 END
+        FROM (SELECT n.now, n.m,
+                     GREATEST(n.now + $3::float8, s.cursor_at - (s.burst - 1) / NULLIF(s.rate, 0), s.hold_until) AS slot
+              FROM (SELECT extract(epoch FROM clock_timestamp())::float8 AS now,
+                           GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m) AS n
+        ) AS d
+    )
+RETURNING extract(epoch FROM clock_timestamp())::float8, s.last_effect, s.last_slot, s.cursor_at,
+          s.multiplier, s.hold_until, s.rate, s.burst, s.max_multiplier`
 
 // reportSQL applies one outcome. $1 platform, $2 true for rate pressure
 // (false: clean), $3 the reservation's database time (NULL: unknown, treated
@@ -74,7 +67,7 @@ FROM r, p`
 const reportSQL = `
 UPDATE fleetpace_pace AS s SET
     (multiplier, clean_streak, doubled_at, hold_until, last_effect) = (
-        SELECT CASE WHEN d.dbl THEN LEAST(d.m * 2, p.max_multiplier)
+        SELECT CASE WHEN d.dbl THEN LEAST(d.m * 2, s.max_multiplier)
                     WHEN d.halve THEN GREATEST(d.m / 2, 1.0)
                     ELSE d.m END,
                CASE WHEN $2::bool OR d.halve THEN 0 ELSE s.clean_streak + 1 END,
@@ -89,27 +82,34 @@ UPDATE fleetpace_pace AS s SET
                     ELSE 0 END
         FROM (
             SELECT n.now, n.m,
-                   $2::bool AND NOT n.stale AND n.m < p.max_multiplier AS dbl,
+                   $2::bool AND NOT n.stale AND n.m < s.max_multiplier AS dbl,
                    n.stale,
-                   NOT $2::bool AND s.clean_streak + 1 >= p.decay_after AS halve
+                   NOT $2::bool AND s.clean_streak + 1 >= s.decay_after AS halve
             FROM (SELECT extract(epoch FROM clock_timestamp())::float8 AS now,
-                         GREATEST(1.0, LEAST(s.multiplier, p.max_multiplier)) AS m,
+                         GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m,
                          COALESCE($3::float8, extract(epoch FROM clock_timestamp())::float8) < s.doubled_at AS stale
                  ) AS n
         ) AS d
     )
-FROM fleetpace_platform AS p
-WHERE s.platform = $1 AND p.name = s.platform
-RETURNING s.multiplier, p.max_multiplier, s.clean_streak, s.last_effect,
+WHERE s.platform = $1
+RETURNING s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
           GREATEST(s.hold_until - extract(epoch FROM clock_timestamp())::float8, 0)`
 
-// ensureRowSQL creates a platform's pace row if it is missing (a report that
-// arrives before any reservation). No row affected and no row present means
+// ensureRowSQL creates a platform's pace row if it is missing (normally the
+// platform trigger has made it). No row affected and no row present means
 // the platform does not exist.
 const ensureRowSQL = `
-INSERT INTO fleetpace_pace (platform)
-SELECT name FROM fleetpace_platform WHERE name = $1
+INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after)
+SELECT name, rate_per_sec, burst, max_multiplier, decay_after FROM fleetpace_platform WHERE name = $1
 ON CONFLICT (platform) DO NOTHING`
+
+// syncRowSQL copies a platform's configuration into its pace row (after the
+// row was created without it).
+const syncRowSQL = `
+UPDATE fleetpace_pace AS s SET rate = p.rate_per_sec, burst = p.burst,
+    max_multiplier = p.max_multiplier, decay_after = p.decay_after
+FROM fleetpace_platform AS p
+WHERE s.platform = $1 AND p.name = s.platform`
 
 // statesSQL reads every platform's pacer state for humans.
 const statesSQL = `

@@ -250,18 +250,28 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 		ReserveP50: pacerPercentile(lat[2], 50), ReserveP99: pacerPercentile(lat[2], 99),
 	}
 
+	// Throughput: each measurement is split into rounds, the three kinds
+	// interleaved round by round, and the median round is reported, so a
+	// burst of load from elsewhere on a shared machine does not decide a ratio.
+	const rounds = 5
 	tps := map[string]map[int]float64{}
 	for _, callers := range []int{1, 4, 16} {
-		for _, op := range ops {
-			fmt.Fprintf(cfg.Progress, "bench pacer: throughput, %s, %d callers, %s\n", op.name, callers, cfg.ThroughputDuration)
-			n, err := pacerThroughput(ctx, callers, cfg.ThroughputDuration, op.fn)
-			if err != nil {
-				return nil, fmt.Errorf("bench pacer: %s: %w", op.name, err)
+		fmt.Fprintf(cfg.Progress, "bench pacer: throughput, %d callers, %d rounds of %s per kind\n", callers, rounds, cfg.ThroughputDuration/rounds)
+		samples := make([][]float64, len(ops))
+		for r := 0; r < rounds; r++ {
+			for k, op := range ops {
+				n, err := pacerThroughput(ctx, callers, cfg.ThroughputDuration/rounds, op.fn)
+				if err != nil {
+					return nil, fmt.Errorf("bench pacer: %s: %w", op.name, err)
+				}
+				samples[k] = append(samples[k], n)
 			}
+		}
+		for k, op := range ops {
 			if tps[op.name] == nil {
 				tps[op.name] = map[int]float64{}
 			}
-			tps[op.name][callers] = n
+			tps[op.name][callers] = pacerPercentile(samples[k], 50)
 		}
 	}
 	res.Select1TPS1, res.Select1TPS4, res.Select1TPS16 = tps["select 1"][1], tps["select 1"][4], tps["select 1"][16]

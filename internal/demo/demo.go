@@ -185,6 +185,9 @@ type PlatformSummary struct {
 	CooledFor  float64 `json:"cooled_down_s"`
 	Checked    int64   `json:"sources_checked"`
 	SourcesTot int64   `json:"sources"`
+	// WindowArrivalsMS, when Exceeded, are the arrival times in the busiest
+	// window, in ms from its start.
+	WindowArrivalsMS []float64 `json:"window_arrivals_ms,omitempty"`
 }
 
 // Summary is what a demo run showed.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -232,6 +233,15 @@ func (m *monitor) summary(ctx context.Context) *Summary {
 		if !at.IsZero() {
 			ps.MaxWindow = at.Sub(m.origin).Seconds()
 		}
+		if ps.Exceeded {
+			// For the diagnosis: when, in the window, each request arrived.
+			for _, a := range arr {
+				if d := a.Sub(at); d >= 0 && d < time.Second {
+					ps.WindowArrivalsMS = append(ps.WindowArrivalsMS, float64(d.Microseconds())/1000)
+				}
+			}
+			sort.Float64s(ps.WindowArrivalsMS)
+		}
 		if span > 0 {
 			ps.MeanRate = float64(len(arr)) / span
 		}
@@ -269,6 +279,11 @@ func writeSummary(out io.Writer, s *Summary) {
 			p.Name, p.Ceiling, dl, p.Requests, p.OK, p.Status429, p.MeanRate, p.MaxIn1s, p.Limit, p.MaxMult, cd, p.Checked, p.SourcesTot, held)
 	}
 	tw.Flush()
+	for _, p := range s.Platforms {
+		if p.Exceeded {
+			fmt.Fprintf(out, "%s: arrivals in the busiest window (ms from its start): %v\n", p.Name, p.WindowArrivalsMS)
+		}
+	}
 	if s.ChartPath != "" {
 		fmt.Fprintf(out, "chart: %s\n", s.ChartPath)
 	}

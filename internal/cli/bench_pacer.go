@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetpace/fleetpace/internal/bench"
+)
+
+func init() {
+	benchCommandHooks = append(benchCommandHooks, (*app).benchPacerCmd, (*app).benchPacerChildCmd)
+}
+
+func (a *app) benchPacerCmd() *cobra.Command {
+	var (
+		cfg    bench.PacerConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pacer",
+		Short: "Reservation latency and throughput vs SELECT 1 and a bare upsert; accuracy of a multi-process fleet",
+		Long: `Measures, in one run on one database:
+  - round trips of SELECT 1 (the floor), a bare single-row upsert of the
+    reservation's shape (the physical limit of one row) and a pacer
+    reservation at an unlimited rate: median and p99 latency with one caller,
+    throughput with 1, 4 and 16 concurrent callers on one platform;
+  - accuracy: a ceiling shared by several processes × goroutines for a while:
+    delivered rate / ceiling and the largest 1-s window.
+Targets: reservation median ≤ 1.5× the bare upsert; throughput at 4 callers
+≥ 0.8× the upsert's; delivered/ceiling ≥ 0.97; largest window ≤ ceiling + burst.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Ceiling <= 0 || cfg.Burst < 1 || cfg.Processes < 1 || cfg.Goroutines < 1 || cfg.LatencySamples < 1 ||
+				cfg.ThroughputDuration <= 0 || cfg.AccuracyDuration <= 0 {
+				return usagef("bench pacer: every count, rate and duration must be > 0")
+			}
+			_, url, cleanup, err := a.benchDB(cmd.Context(), 2)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.DatabaseURL = url
+			cfg.Progress = a.stderr
+			cfg.Spawn = func(args []string) *exec.Cmd {
+				return exec.Command(self, append([]string{"bench", "pacer-child"}, args...)...)
+			}
+			res, err := bench.Pacer(cmd.Context(), cfg)
+			if err != nil {
+				return dbError(err)
+			}
+			if asJSON {
+				return res.WriteJSON(a.stdout)
+			}
+			return res.WriteText(a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.LatencySamples, "samples", 2000, "round trips of each kind for the latency figures")
+	f.DurationVar(&cfg.ThroughputDuration, "throughput-duration", 3*time.Second, "length of each throughput measurement")
+	f.Float64Var(&cfg.Ceiling, "ceiling", 50, "rate of the accuracy measurement, per second")
+	f.IntVar(&cfg.Burst, "burst", 2, "burst of the accuracy measurement")
+	f.IntVar(&cfg.Processes, "processes", 4, "processes of the accuracy measurement")
+	f.IntVar(&cfg.Goroutines, "goroutines", 8, "goroutines per process of the accuracy measurement")
+	f.DurationVar(&cfg.AccuracyDuration, "accuracy-duration", 20*time.Second, "length of the accuracy measurement")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// benchPacerChildCmd is one process of the accuracy measurement; hidden.
+func (a *app) benchPacerChildCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "pacer-child",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		PersistentPreRunE:  func(*cobra.Command, []string) error { return nil },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.PacerChild(cmd.Context(), args, a.stdout)
+		},
+	}
+}
