@@ -21,10 +21,17 @@ import (
 // Name is the River queue fleetpace's fetch jobs go to.
 const Name = "fleetpace_fetch"
 
-// FetchArgs are the arguments of a fetch job: check one source.
+// FetchArgs are the arguments of a fetch job: check one source. The scan
+// tick fills in the URL and the validators of the previous fetch, read in
+// the transaction that queues the job (a queued source is not queued again,
+// so nothing else changes them meanwhile); the job then needs no read before
+// it fetches. A job with an empty URL loads the source first.
 type FetchArgs struct {
-	SourceID int64  `json:"source_id"`
-	Platform string `json:"platform"`
+	SourceID     int64  `json:"source_id"`
+	Platform     string `json:"platform"`
+	URL          string `json:"url,omitempty"`
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
 }
 
 // Kind is the River job kind of a fetch.

@@ -66,17 +66,3 @@ func ActiveCooldowns(ctx context.Context, db DBTX) ([]Cooldown, error) {
 	}
 	return out, nil
 }
-
-// CooldownUntil returns when the platform's active cooldown ends, or the zero
-// time if it is not cooling down.
-func CooldownUntil(ctx context.Context, db DBTX, platform string) (time.Time, error) {
-	var until time.Time
-	err := db.QueryRow(ctx, cooldownOfSQL, platform).Scan(&until)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("cooldown: get %s: %w", platform, err)
-	}
-	return until, nil
-}

@@ -115,7 +115,7 @@ func dueSQL(n int) string {
 // queued twice. Locking instead of updating here saves a second rewrite of
 // every row: markQueuedSQL writes queued_at and the job id in one update.
 const claimSQL = `
-SELECT id, platform FROM fleetpace_source
+SELECT id, platform, url, COALESCE(etag, ''), COALESCE(last_modified, '') FROM fleetpace_source
 WHERE id = ANY($1) AND queued_at IS NULL AND enabled
 ORDER BY id
 FOR UPDATE`
@@ -175,11 +175,15 @@ const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id 
 //     the duration (count + 1); later, it starts again from count 1.
 //   - Duration = max(platform cooldown, Retry-After) × 2^(count−1) × jitter,
 //     capped at 24 h.
+//
+// The cooldown also becomes a fleet-wide hold of the platform's pacer row
+// (fleetpace_pace.hold_until), so a fetch job already queued meets it in its
+// reservation (denied, snoozed until the end) without a query of its own.
 const setCooldownSQL = `
 WITH p AS (
     SELECT name, GREATEST(cooldown, make_interval(secs => $2)) AS base, cooldown
     FROM fleetpace_platform WHERE name = $1
-)
+), cd AS (
 INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at)
 SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now() FROM p
 ON CONFLICT (platform) DO UPDATE SET
@@ -196,13 +200,16 @@ ON CONFLICT (platform) DO UPDATE SET
     reason = EXCLUDED.reason,
     started_at = CASE WHEN c.until > now() THEN c.started_at ELSE now() END,
     updated_at = now()
-RETURNING until, count`
+RETURNING platform, until, count
+), hold AS (
+    UPDATE fleetpace_pace SET hold_until = GREATEST(hold_until, EXTRACT(EPOCH FROM cd.until)::float8)
+    FROM cd WHERE fleetpace_pace.platform = cd.platform
+)
+SELECT until, count FROM cd`
 
 const activeCooldownsSQL = `
 SELECT platform, until, reason, count, started_at, until - now()
 FROM fleetpace_cooldown WHERE until > now() ORDER BY platform`
-
-const cooldownOfSQL = `SELECT until FROM fleetpace_cooldown WHERE platform = $1 AND until > now()`
 
 // countsSQL is the per-platform summary for status: sources, enabled, queued,
 // due now, never checked, and how late the due ones are (max, p95).

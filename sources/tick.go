@@ -335,7 +335,7 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (queue.FetchArgs, error) {
 		var a queue.FetchArgs
-		err := row.Scan(&a.SourceID, &a.Platform)
+		err := row.Scan(&a.SourceID, &a.Platform, &a.URL, &a.ETag, &a.LastModified)
 		return a, err
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -23,11 +22,10 @@ type Pacer interface {
 	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Outcome) (pacer.ReportResult, error)
 }
 
-// FetchWorker is the River worker of fetch jobs: load the source → platform
-// cooling down? snooze until it ends → reserve the pacer (snooze if the wait
-// is long) → fetch → classify → report to the pacer → record the check and,
-// when rate limited, the platform's cooldown → complete the job, the last two
-// in one transaction.
+// FetchWorker is the River worker of fetch jobs: reserve the pacer (snooze
+// if the wait is long, as it is while the platform cools down) → fetch →
+// classify → report to the pacer → record the check and, when rate limited,
+// the platform's cooldown.
 type FetchWorker struct {
 	river.WorkerDefaults[queue.FetchArgs]
 
@@ -85,48 +83,57 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 		rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
 }
 
-// Work runs one fetch job.
+// Work runs one fetch job: reserve → fetch → report → record. A job costs
+// two round trips besides the fetch (the reservation and the record; a
+// clean or pressure report adds one), and none before the reservation: the
+// tick put the URL and validators into the job, and a platform's cooldown is
+// also a hold of its pacer row, so the reservation itself says "wait until
+// the cooldown ends".
 func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs]) error {
 	args := job.Args
-	src, err := sources.GetSource(ctx, w.pool, args.SourceID)
-	if errors.Is(err, sources.ErrNotFound) {
-		return nil // removed since it was queued
-	}
-	if err != nil {
-		return err
-	}
-	if !src.Enabled {
-		return sources.Release(ctx, w.pool, src.ID)
-	}
-
-	until, err := sources.CooldownUntil(ctx, w.pool, src.Platform)
-	if err != nil {
-		return err
-	}
-	if !until.IsZero() {
-		// Snooze past the end of the cooldown, spread by up to 10 % of the
-		// remaining time so the fleet does not come back in one burst.
-		rest := time.Until(until)
-		w.metrics.snoozed(src.Platform, "cooldown")
-		return river.JobSnooze(rest + time.Duration(w.rand()*0.1*float64(rest)) + time.Second)
+	if args.URL == "" {
+		// Queued without the source's details (by hand, or by an older
+		// fleetpace): load them.
+		src, err := sources.GetSource(ctx, w.pool, args.SourceID)
+		if errors.Is(err, sources.ErrNotFound) {
+			return nil // removed since it was queued
+		}
+		if err != nil {
+			return err
+		}
+		if !src.Enabled {
+			return sources.Release(ctx, w.pool, src.ID)
+		}
+		args = queue.FetchArgs{SourceID: src.ID, Platform: src.Platform, URL: src.URL,
+			ETag: deref(src.ETag), LastModified: deref(src.LastModified)}
 	}
 
-	res, err := w.pacer.Reserve(ctx, src.Platform, w.maxWait)
+	res, err := w.pacer.Reserve(ctx, args.Platform, w.maxWait)
+	if errors.Is(err, pacer.ErrUnknownPlatform) {
+		return river.JobCancel(err) // the platform was deleted, and its sources with it
+	}
 	if err != nil {
 		return err
 	}
 	if !res.Granted {
-		w.metrics.snoozed(src.Platform, "pacer")
-		return river.JobSnooze(res.Wait)
+		// Snooze past the wait (a long one is a cooldown or a Retry-After
+		// hold), spread by up to 10 % so the fleet does not come back at
+		// one instant. Snoozing uses up no attempt.
+		reason := "pacer"
+		if res.Wait > time.Minute {
+			reason = "hold"
+		}
+		w.metrics.snoozed(args.Platform, reason)
+		return river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
 	}
-	w.metrics.waited(src.Platform, res.Wait)
+	w.metrics.waited(args.Platform, res.Wait)
 	if err := sleep(ctx, res.Wait); err != nil {
 		return interrupted(ctx, err)
 	}
 
 	r := w.fetcher.Fetch(ctx, fetch.Request{
-		SourceID: src.ID, Platform: src.Platform, URL: src.URL,
-		ETag: deref(src.ETag), LastModified: deref(src.LastModified),
+		SourceID: args.SourceID, Platform: args.Platform, URL: args.URL,
+		ETag: args.ETag, LastModified: args.LastModified,
 	})
 	if ctx.Err() != nil {
 		return interrupted(ctx, ctx.Err())
@@ -135,9 +142,9 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		r = fetch.Result{Outcome: fetch.Failed, Reason: fmt.Sprintf("fetcher returned an unknown outcome %q", r.Outcome)}
 	}
 
-	// Report to the pacer before anything else: the fleet learns of pressure
-	// as soon as possible. A report never fails the job (degraded reports
-	// are dropped by the pacer and counted).
+	// Report to the pacer first: the fleet learns of pressure as soon as
+	// possible. A report never fails the job (while the database is
+	// unreachable the pacer drops reports and counts them).
 	out := pacer.Outcome{Kind: pacer.Neutral}
 	switch r.Outcome {
 	case fetch.OK, fetch.NotModified:
@@ -147,9 +154,9 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	}
 	outcome := r.Outcome
 	if out.Kind != pacer.Neutral {
-		rr, err := w.pacer.Report(ctx, src.Platform, res, out)
+		rr, err := w.pacer.Report(ctx, args.Platform, res, out)
 		if err != nil {
-			w.logger.Warn("pacer report failed", "platform", src.Platform, "err", err)
+			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
 		}
 		if outcome == fetch.RatePressure && rr.AtMax {
 			outcome = fetch.RateLimited
@@ -158,13 +165,8 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 			}
 		}
 	}
-	w.metrics.fetched(src.Platform, string(outcome))
+	w.metrics.fetched(args.Platform, string(outcome))
 
-	tx, err := w.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	check := sources.Check{
 		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,
 		ContentHash: r.ContentHash,
@@ -172,24 +174,33 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	if outcome == fetch.Failed || outcome == fetch.RateLimited {
 		check.Error = r.Reason
 	}
-	if err := sources.RecordCheck(ctx, tx, src.ID, check); err != nil {
+	if outcome != fetch.RateLimited {
+		// One autocommit statement; River then completes the job in its
+		// batched completer. Should the process die in between, the job is
+		// rescued and the source fetched once more: at least once.
+		return sources.RecordCheck(ctx, w.pool, args.SourceID, check)
+	}
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
 		return err
 	}
-	if outcome == fetch.RateLimited {
-		reason := r.Reason
-		if reason == "" {
-			reason = "rate limited"
-		}
-		until, count, err := sources.SetCooldown(ctx, tx, src.Platform, r.RetryAfter, reason, w.rand())
-		if err != nil {
-			return err
-		}
-		w.logger.Warn("platform cooling down", "platform", src.Platform, "until", until, "escalation", count, "reason", reason)
-	}
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if err := sources.RecordCheck(ctx, tx, args.SourceID, check); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	reason := r.Reason
+	if reason == "" {
+		reason = "rate limited"
+	}
+	until, count, err := sources.SetCooldown(ctx, tx, args.Platform, r.RetryAfter, reason, w.rand())
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	w.logger.Warn("platform cooling down", "platform", args.Platform, "until", until, "escalation", count, "reason", reason)
+	return nil
 }
 
 // interrupted turns a cancelled fetch into a snooze, so a job stopped by a

@@ -30,7 +30,7 @@ func addFetchFlags(f *pflag.FlagSet, h *fetch.HTTPConfig) {
 func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
 	f.IntVar(&c.Concurrency, "concurrency", 10, "fetch jobs run at once by this process")
 	f.DurationVar(&c.JobTimeout, "job-timeout", 2*time.Minute, "bound on one fetch job (River's job timeout)")
-	f.DurationVar(&c.RescueAfter, "rescue-after", 5*time.Minute, "a job running this long is taken as abandoned by a dead worker and run again")
+	f.DurationVar(&c.RescueAfter, "rescue-after", 5*time.Minute, "a job running this long counts as abandoned by a dead worker and runs again (River's leader checks every 30 s, so rescue takes up to 30 s more)")
 	f.DurationVar(&c.MaxWait, "max-pacer-wait", worker.DefaultMaxWait, "longest pacer wait a job sleeps through; longer waits snooze the job")
 	f.IntVar(&c.MinFleetSize, "min-fleet-size", 1, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
 	addFetchFlags(f, &c.HTTP)
@@ -155,7 +155,7 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f.DurationVar(&cfg.Poll.Max, "poll-max", poller.DefaultMax, "scan loop: longest sleep (doubling from --poll-base after empty or failed ticks)")
 	f.Float64Var(&jitter, "poll-jitter", poller.DefaultJitterRatio, "scan loop: every sleep is multiplied by U[1-j, 1+j] (0 disables)")
 	f.DurationVar(&startupJitter, "startup-jitter", 0, "sleep U[0, this] before starting (default: --poll-max; 0 disables)")
-	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when `fleetpace scan` runs from cron)")
+	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when fleetpace scan runs from cron or a timer)")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often this worker announces itself (fleet size for degraded pacing)")
 	return cmd
 }
