@@ -108,27 +108,9 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 			ETag: deref(src.ETag), LastModified: deref(src.LastModified)}
 	}
 
-	res, err := w.pacer.Reserve(ctx, args.Platform, w.maxWait)
-	if errors.Is(err, pacer.ErrUnknownPlatform) {
-		return river.JobCancel(err) // the platform was deleted, and its sources with it
-	}
+	res, err := w.reserve(ctx, args.Platform)
 	if err != nil {
 		return err
-	}
-	if !res.Granted {
-		// Snooze past the wait (a long one is a cooldown or a Retry-After
-		// hold), spread by up to 10 % so the fleet does not come back at
-		// one instant. Snoozing uses up no attempt.
-		reason := "pacer"
-		if res.Wait > time.Minute {
-			reason = "hold"
-		}
-		w.metrics.snoozed(args.Platform, reason)
-		return river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
-	}
-	w.metrics.waited(args.Platform, res.Wait)
-	if err := sleep(ctx, res.Wait); err != nil {
-		return interrupted(ctx, err)
 	}
 
 	r := w.fetcher.Fetch(ctx, fetch.Request{
@@ -201,6 +183,48 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	}
 	w.logger.Warn("platform cooling down", "platform", args.Platform, "until", until, "escalation", count, "reason", reason)
 	return nil
+}
+
+// LateSend is how late after its slot a job may wake up and still send. A
+// process stalled for longer (CPU starvation, a GC pause, a suspended VM)
+// gives the slot up and reserves again: sending late would crowd the slots
+// that follow it into one second.
+const LateSend = 100 * time.Millisecond
+
+// reserve takes a pacer slot and sleeps until it. It returns a snooze error
+// (for River) when the wait is longer than the job should hold its worker
+// slot, and gives up slots it woke up too late for (at most three times).
+func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
+	for attempt := 0; ; attempt++ {
+		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
+		if errors.Is(err, pacer.ErrUnknownPlatform) {
+			return res, river.JobCancel(err) // the platform was deleted, and its sources with it
+		}
+		if err != nil {
+			return res, err
+		}
+		if !res.Granted {
+			// Snooze past the wait (a long one is a cooldown or a
+			// Retry-After hold), spread by up to 10 % so the fleet does not
+			// come back at one instant. Snoozing uses up no attempt.
+			reason := "pacer"
+			if res.Wait > time.Minute {
+				reason = "hold"
+			}
+			w.metrics.snoozed(platform, reason)
+			return res, river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
+		}
+		w.metrics.waited(platform, res.Wait)
+		slot := time.Now().Add(res.Wait)
+		if err := sleep(ctx, res.Wait); err != nil {
+			return res, interrupted(ctx, err)
+		}
+		if time.Since(slot) <= LateSend || attempt == 2 {
+			return res, nil
+		}
+		w.metrics.snoozed(platform, "late")
+		w.logger.Debug("woke up late for a pacer slot; reserving again", "platform", platform, "late", time.Since(slot))
+	}
 }
 
 // interrupted turns a cancelled fetch into a snooze, so a job stopped by a
