@@ -71,7 +71,16 @@ ON CONFLICT (platform, url) DO NOTHING`
 // overlapping ticks (cron plus workers) do not both scan.
 const tickLockKey int64 = 0x2f1e_7ac3_5d90_4b62
 
-const tryTickLockSQL = `SELECT pg_try_advisory_xact_lock($1)`
+const tryTickLockSQL = `SELECT pg_try_advisory_xact_lock($1), ` + useGenericPlan
+
+// useGenericPlan makes the rest of the transaction use generic plans for
+// prepared statements. The due query has an arm per platform: planning it
+// afresh for every execution (PostgreSQL's choice for it, since the custom
+// plan's estimate is lower) costs more than running it (3–4 ms against 2–3
+// ms at 20 platforms); the generic plan is the same Merge Append.
+const useGenericPlan = `set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+const platformNamesGenericSQL = `SELECT name FROM fleetpace_platform, ` + useGenericPlan + ` ORDER BY name`
 
 // planSQL reads, per platform, its rate, how many of its sources are queued
 // and whether it is cooling down: the inputs of each platform's share.

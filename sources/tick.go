@@ -37,12 +37,41 @@ type DueOptions struct {
 // already queued and platforms cooling down, and caps every platform in SQL
 // before the overall limit, so one platform with a huge backlog cannot fill
 // the result and starve the others.
-func SelectDue(ctx context.Context, db DBTX, opts DueOptions) ([]Due, error) {
-	args, err := dueArgs(ctx, db, opts)
+func SelectDue(ctx context.Context, db Beginner, opts DueOptions) ([]Due, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("due: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	args, err := dueArgs(ctx, tx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return selectDue(ctx, db, args)
+	return selectDue(ctx, tx, args)
+}
+
+// DueQuery is the due query with its per-platform caps worked out, ready to
+// run (again) in the transaction it was prepared in.
+type DueQuery struct{ args []any }
+
+// PrepareDue works out the due query's arguments for opts in tx (and makes
+// tx use the query's generic plan).
+func PrepareDue(ctx context.Context, tx pgx.Tx, opts DueOptions) (*DueQuery, error) {
+	args, err := dueArgs(ctx, tx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &DueQuery{args: args}, nil
+}
+
+// Run runs the due query: one statement.
+func (q *DueQuery) Run(ctx context.Context, tx pgx.Tx) ([]Due, error) {
+	return selectDue(ctx, tx, q.args)
+}
+
+// Beginner is a pool, a connection or a transaction (a savepoint then).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // ExplainDue returns the plan of the due query with opts, as EXPLAIN
@@ -108,8 +137,11 @@ func selectDue(ctx context.Context, db DBTX, args []any) ([]Due, error) {
 	return out, nil
 }
 
+// platformNames lists the platforms and, for the rest of the caller's
+// transaction, makes PostgreSQL use a generic plan for the due query (see
+// useGenericPlan).
 func platformNames(ctx context.Context, db DBTX) ([]string, error) {
-	rows, err := db.Query(ctx, platformNamesSQL+" ORDER BY name")
+	rows, err := db.Query(ctx, platformNamesGenericSQL)
 	if err != nil {
 		return nil, fmt.Errorf("due: platforms: %w", err)
 	}
@@ -173,7 +205,7 @@ func Tick(ctx context.Context, db interface {
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	var locked bool
-	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked); err != nil {
+	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked, new(string)); err != nil {
 		return nil, fmt.Errorf("tick: lock: %w", err)
 	}
 	if !locked {
