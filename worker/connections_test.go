@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,6 +172,36 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 		t.Fatalf("readyz before outage: %v %v", resp, err)
 	}
 	resp.Body.Close()
+
+	// The other endpoints answer, and /metrics has the figures operators need.
+	body := func(path string) string {
+		t.Helper()
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		return string(b)
+	}
+	metrics := body("/metrics")
+	for _, name := range []string{
+		"fleetpace_pacer_degraded_reservations_total", "fleetpace_pacer_reservations_total",
+		"fleetpace_cooldowns_active", "fleetpace_database_up 1", "fleetpace_fleet_size",
+	} {
+		if !strings.Contains(metrics, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if st := body("/status"); !strings.Contains(st, `"platforms"`) || !strings.Contains(st, `"live_workers"`) {
+		t.Errorf("/status = %s", st)
+	}
+	if ui := body("/riverui/"); !strings.Contains(strings.ToLower(ui), "<html") {
+		t.Errorf("/riverui/ is not the River UI page")
+	}
 
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
