@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -216,7 +217,7 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 		}
 		w.metrics.waited(platform, res.Wait)
 		slot := time.Now().Add(res.Wait)
-		if err := sleep(ctx, res.Wait); err != nil {
+		if err := poller.Sleep(ctx, res.Wait); err != nil {
 			return res, interrupted(ctx, err)
 		}
 		if time.Since(slot) <= LateSend || attempt == 2 {
@@ -235,20 +236,6 @@ func interrupted(ctx context.Context, err error) error {
 		return river.JobSnooze(time.Second)
 	}
 	return err
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func deref(p *string) string {

@@ -8,11 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+	"github.com/fleetpace/fleetpace/poller"
 	"io"
-	"math"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,14 +240,14 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 				return nil, fmt.Errorf("bench pacer: %s: %w", op.name, err)
 			}
 			if i >= 0 {
-				lat[k] = append(lat[k], pacerMS(time.Since(t0)))
+				lat[k] = append(lat[k], ms(time.Since(t0)))
 			}
 		}
 	}
 	res := &PacerResult{
-		Select1P50: pacerPercentile(lat[0], 50), Select1P99: pacerPercentile(lat[0], 99),
-		UpsertP50: pacerPercentile(lat[1], 50), UpsertP99: pacerPercentile(lat[1], 99),
-		ReserveP50: pacerPercentile(lat[2], 50), ReserveP99: pacerPercentile(lat[2], 99),
+		Select1P50: percentile(lat[0], 50), Select1P99: percentile(lat[0], 99),
+		UpsertP50: percentile(lat[1], 50), UpsertP99: percentile(lat[1], 99),
+		ReserveP50: percentile(lat[2], 50), ReserveP99: percentile(lat[2], 99),
 	}
 
 	// Throughput: each measurement is split into rounds, the three kinds
@@ -271,7 +271,7 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 			if tps[op.name] == nil {
 				tps[op.name] = map[int]float64{}
 			}
-			tps[op.name][callers] = pacerPercentile(samples[k], 50)
+			tps[op.name][callers] = percentile(samples[k], 50)
 		}
 	}
 	res.Select1TPS1, res.Select1TPS4, res.Select1TPS16 = tps["select 1"][1], tps["select 1"][4], tps["select 1"][16]
@@ -383,7 +383,7 @@ func pacerAccuracy(ctx context.Context, cfg PacerConfig, platform string, res *P
 	res.Granted = len(in)
 	res.DeliveredRate = float64(len(in)) / cfg.AccuracyDuration.Seconds()
 	res.AccuracyRatio = res.DeliveredRate / cfg.Ceiling
-	res.MaxWindow = pacerMaxWindow(in, time.Second)
+	res.MaxWindow = fakedest.MaxInWindow(in, time.Second)
 	return nil
 }
 
@@ -433,7 +433,7 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := p.States(ctx); err != nil {
 		return err
 	}
-	if err := pacerSleep(ctx, time.Until(start)); err != nil {
+	if err := poller.Sleep(ctx, time.Until(start)); err != nil {
 		return err
 	}
 
@@ -451,7 +451,7 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 				if err != nil {
 					return err
 				}
-				if err := pacerSleep(gctx, min(r.Wait, remaining)); err != nil {
+				if err := poller.Sleep(gctx, min(r.Wait, remaining)); err != nil {
 					return err
 				}
 				if !r.Granted {
@@ -479,52 +479,11 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 	return w.Flush()
 }
 
-func pacerSleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 func pacerBenchCleanup(ctx context.Context, pool *pgxpool.Pool, names []string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, _ = pool.Exec(ctx, `DELETE FROM fleetpace_pace WHERE platform = ANY($1)`, names)
 	_, _ = pool.Exec(ctx, `DELETE FROM fleetpace_platform WHERE name = ANY($1)`, names)
-}
-
-// pacerMaxWindow is the most times in any half-open window of length w.
-func pacerMaxWindow(ts []time.Time, w time.Duration) int {
-	s := slices.Clone(ts)
-	slices.SortFunc(s, func(a, b time.Time) int { return a.Compare(b) })
-	best, j := 0, 0
-	for i := range s {
-		for s[i].Sub(s[j]) >= w {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
-
-func pacerMS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// pacerPercentile is the p-th percentile (nearest rank) of xs.
-func pacerPercentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	rank := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(rank, len(s)-1))]
 }
 
 // WriteText prints the result as a table with the targets.
