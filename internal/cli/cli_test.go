@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build fleetpace: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	testdb.Main(m)
+	code := testdb.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 type result struct {

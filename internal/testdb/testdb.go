@@ -36,15 +36,22 @@ var (
 	counter   atomic.Int64
 )
 
-// Main runs the tests and stops the embedded cluster, if one was started.
+// Main runs the tests, stops the embedded cluster, if one was started, and
+// exits with the tests' code.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main for a TestMain with more to clean up: it runs the tests, stops
+// the embedded cluster and returns the exit code.
+func Run(m *testing.M) int {
 	code := m.Run()
 	if cluster != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = cluster.Close(ctx)
 		cancel()
 	}
-	os.Exit(code)
+	return code
 }
 
 func setup() error {
