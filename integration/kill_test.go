@@ -130,8 +130,12 @@ func TestKillNine(t *testing.T) {
 	if len(byPath) != sources {
 		t.Errorf("%d distinct sources requested, want %d", len(byPath), sources)
 	}
-	if twice > concurrency || len(held) > concurrency {
-		t.Errorf("%d sources requested twice, %d jobs rescued; the killed worker held at most %d jobs", twice, len(held), concurrency)
+	// Rescued jobs can outnumber the killed worker's slots: River writes
+	// completions in batches after a job returns, so a job whose check was
+	// already recorded may be rescued too. Such a job must not fetch again:
+	// only the requests in flight at the kill may be repeated.
+	if twice > concurrency {
+		t.Errorf("%d sources requested twice (%d jobs rescued); at most the %d the killed worker had in flight may be", twice, len(held), concurrency)
 	}
 	var notOK int
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_outcome IS DISTINCT FROM 'ok'`).Scan(&notOK); err != nil {

@@ -32,6 +32,7 @@ type Source struct {
 	LastModified        *string       `json:"last_modified"`
 	ContentHash         *string       `json:"content_hash"`
 	QueuedAt            *time.Time    `json:"queued_at"`
+	QueuedJobID         *int64        `json:"queued_job_id"` // the River job queued for it, while queued
 }
 
 // NewSource is a source to add. A zero Interval means DefaultInterval.
@@ -144,7 +145,7 @@ func scanSource(row pgx.CollectableRow) (Source, error) {
 	var s Source
 	err := row.Scan(&s.ID, &s.Platform, &s.URL, &s.Interval, &s.Enabled, &s.DueAt, &s.LastCheckedAt,
 		&s.ConsecutiveFailures, &s.LastStatus, &s.LastOutcome, &s.LastError, &s.ETag, &s.LastModified,
-		&s.ContentHash, &s.QueuedAt)
+		&s.ContentHash, &s.QueuedAt, &s.QueuedJobID)
 	return s, err
 }
 

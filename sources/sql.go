@@ -39,7 +39,7 @@ SELECT id, false FROM fleetpace_source WHERE platform = $1 AND url = $2 AND NOT 
 
 const sourceColumns = `id, platform, url, check_interval, enabled, due_at, last_checked_at,
     consecutive_failures, last_status, last_outcome, last_error, etag, last_modified,
-    content_hash, queued_at`
+    content_hash, queued_at, queued_job_id`
 
 const listSourcesSQL = `
 SELECT ` + sourceColumns + `

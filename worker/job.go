@@ -92,6 +92,22 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 // the cooldown ends".
 func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs]) error {
 	args := job.Args
+	if job.Attempt > 1 && args.URL != "" {
+		// A retry, or a job rescued from a worker that died. River completes
+		// jobs in batches after Work returns, so the check may already be
+		// recorded (the source is then no longer queued by this job): do not
+		// fetch it again.
+		src, err := sources.GetSource(ctx, w.pool, args.SourceID)
+		if errors.Is(err, sources.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if src.QueuedJobID == nil || *src.QueuedJobID != job.ID {
+			return nil
+		}
+	}
 	if args.URL == "" {
 		// Queued without the source's details (by hand, or by an older
 		// fleetpace): load them.
