@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -66,6 +67,30 @@ func (a *app) benchDB(ctx context.Context, maxConns int32) (*pgxpool.Pool, strin
 	return pool, url, func() { pool.Close(); cleanup() }, nil
 }
 
+// benchResult is what every benchmark returns.
+type benchResult interface {
+	WriteText(io.Writer) error
+	WriteJSON(io.Writer) error
+}
+
+// runBench runs a benchmark on the database to benchmark (benchDB) and
+// prints its result as a table or, with asJSON, as one JSON object.
+func (a *app) runBench(ctx context.Context, asJSON bool, run func(pool *pgxpool.Pool, url string) (benchResult, error)) error {
+	pool, url, cleanup, err := a.benchDB(ctx, 4)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	res, err := run(pool, url)
+	if err != nil {
+		return dbError(err)
+	}
+	if asJSON {
+		return res.WriteJSON(a.stdout)
+	}
+	return res.WriteText(a.stdout)
+}
+
 func (a *app) benchScanCmd() *cobra.Command {
 	var (
 		cfg    bench.ScanConfig
@@ -79,21 +104,11 @@ func (a *app) benchScanCmd() *cobra.Command {
 			if cfg.Sources < 1000 || cfg.Platforms < 2 || cfg.Runs < 1 || cfg.CoolingDown < 0 || cfg.CoolingDown >= cfg.Platforms {
 				return usagef("bench scan: need --sources ≥ 1000, --platforms ≥ 2, --runs ≥ 1, 0 ≤ --cooling-down < --platforms")
 			}
-			pool, _, cleanup, err := a.benchDB(cmd.Context(), 4)
-			if err != nil {
-				return err
-			}
-			defer cleanup()
-			cfg.Pool = pool
-			cfg.Progress = a.stderr
-			res, err := bench.Scan(cmd.Context(), cfg)
-			if err != nil {
-				return dbError(err)
-			}
-			if asJSON {
-				return res.WriteJSON(a.stdout)
-			}
-			return res.WriteText(a.stdout)
+			return a.runBench(cmd.Context(), asJSON, func(pool *pgxpool.Pool, _ string) (benchResult, error) {
+				cfg.Pool = pool
+				cfg.Progress = a.stderr
+				return bench.Scan(cmd.Context(), cfg)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/internal/bench"
@@ -37,28 +38,18 @@ Targets: reservation median ≤ 1.5× the bare upsert; throughput at 4 callers
 				cfg.ThroughputDuration <= 0 || cfg.AccuracyDuration <= 0 {
 				return usagef("bench pacer: every count, rate and duration must be > 0")
 			}
-			_, url, cleanup, err := a.benchDB(cmd.Context(), 2)
-			if err != nil {
-				return err
-			}
-			defer cleanup()
 			self, err := os.Executable()
 			if err != nil {
 				return err
 			}
-			cfg.DatabaseURL = url
-			cfg.Progress = a.stderr
-			cfg.Spawn = func(args []string) *exec.Cmd {
-				return exec.Command(self, append([]string{"bench", "pacer-child"}, args...)...)
-			}
-			res, err := bench.Pacer(cmd.Context(), cfg)
-			if err != nil {
-				return dbError(err)
-			}
-			if asJSON {
-				return res.WriteJSON(a.stdout)
-			}
-			return res.WriteText(a.stdout)
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Spawn = func(args []string) *exec.Cmd {
+					return exec.Command(self, append([]string{"bench", "pacer-child"}, args...)...)
+				}
+				return bench.Pacer(cmd.Context(), cfg)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -3,6 +3,7 @@ package cli
 import (
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/internal/bench"
@@ -36,22 +37,12 @@ nothing about the cost of a job.`,
 			if cfg.Workers < 1 || cfg.Jobs < 1 || cfg.Runs < 1 || cfg.FetchCooldown < time.Millisecond {
 				return usagef("bench worker: need --workers ≥ 1, --jobs ≥ 1, --runs ≥ 1, --fetch-cooldown ≥ 1ms")
 			}
-			_, url, cleanup, err := a.benchDB(cmd.Context(), 4)
-			if err != nil {
-				return err
-			}
-			defer cleanup()
-			cfg.DatabaseURL = url
-			cfg.Progress = a.stderr
-			cfg.Logger = a.logger
-			res, err := bench.Worker(cmd.Context(), cfg)
-			if err != nil {
-				return dbError(err)
-			}
-			if asJSON {
-				return res.WriteJSON(a.stdout)
-			}
-			return res.WriteText(a.stdout)
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Worker(cmd.Context(), cfg)
+			})
 		},
 	}
 	f := cmd.Flags()
