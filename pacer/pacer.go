@@ -447,13 +447,12 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		at, slot, cursor, mult, hold, rate, maxMult float64
-		effect                                      int16
-		burst                                       int32
+		at, slot, mult, hold, rate, maxMult float64
+		effect                              int16
 	)
 	for attempt := 0; ; attempt++ {
 		err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds()).
-			Scan(&at, &effect, &slot, &cursor, &mult, &hold, &rate, &burst, &maxMult)
+			Scan(&at, &effect, &slot, &mult, &hold, &rate, &maxMult)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform

@@ -29,8 +29,9 @@ const (
 // accumulates into a larger burst because the cursor restarts from now.
 //
 // The platform's rate, burst and maximum multiplier are read from the pace
-// row itself (a trigger copies them from fleetpace_platform on every change)
-// and returned for the degraded-mode cache. Every platform has a pace row.
+// row itself (a trigger copies them from fleetpace_platform on every change);
+// the rate and maximum multiplier are returned for the degraded-mode cache.
+// Every platform has a pace row.
 // Should one be missing, the INSERT branch creates it without configuration
 // (rate 0, or a foreign-key error if the platform does not exist); a row with
 // rate 0 is left unchanged by the UPDATE branch, and the caller copies the
@@ -51,8 +52,8 @@ ON CONFLICT (platform) DO UPDATE SET
                            GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m) AS n
         ) AS d
     )
-RETURNING extract(epoch FROM clock_timestamp())::float8, s.last_effect, s.last_slot, s.cursor_at,
-          s.multiplier, s.hold_until, s.rate, s.burst, s.max_multiplier`
+RETURNING extract(epoch FROM clock_timestamp())::float8, s.last_effect, s.last_slot,
+          s.multiplier, s.hold_until, s.rate, s.max_multiplier`
 
 // reportSQL applies one outcome. $1 platform, $2 true for rate pressure
 // (false: clean), $3 the reservation's database time (NULL: unknown, treated
