@@ -40,7 +40,9 @@ func ceilingScenario(t *testing.T, urls []string, run time.Duration) (arrivals [
 // part runs at ≥ 90 % of the ceiling (the pacer neither overshoots nor
 // starves).
 func TestCeilingEndToEnd(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its bound (ceiling + burst in every 1-s window at the
+	// destination) leaves one request for delivery jitter, so it runs alone,
+	// before the parallel tests load the machine.
 	url := newURL(t)
 	arrivals, first := ceilingScenario(t, []string{url, url, url}, 12*time.Second)
 

@@ -202,17 +202,18 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	return nil
 }
 
-// LateSend is how late after its slot a job may wake up and still send. A
-// process stalled for longer (CPU starvation, a GC pause, a suspended VM)
-// gives the slot up and reserves again: sending late would crowd the slots
-// that follow it into one second.
-const LateSend = 100 * time.Millisecond
+// LateSend is how late after its slot a job may send. A job later than that
+// (a slow reservation round trip, CPU starvation, a GC pause, a suspended
+// VM) gives the slot up and reserves again: sending late would crowd the
+// slots that follow it into one second.
+const LateSend = 25 * time.Millisecond
 
 // reserve takes a pacer slot and sleeps until it. It returns a snooze error
 // (for River) when the wait is longer than the job should hold its worker
 // slot, and gives up slots it woke up too late for (at most three times).
 func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
 	for attempt := 0; ; attempt++ {
+		asked := time.Now()
 		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
 		if errors.Is(err, pacer.ErrUnknownPlatform) {
 			return res, river.JobCancel(err) // the platform was deleted, and its sources with it
@@ -232,15 +233,17 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 			return res, river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
 		}
 		w.metrics.waited(platform, res.Wait)
-		slot := time.Now().Add(res.Wait)
 		if err := poller.Sleep(ctx, res.Wait); err != nil {
 			return res, interrupted(ctx, err)
 		}
-		if time.Since(slot) <= LateSend || attempt == 2 {
+		// The slot is Wait after the database's clock read, which came
+		// after we asked: measured from the asking, lateness includes the
+		// round trip (a slow reply delays the send as much as a slow wake).
+		if late := time.Since(asked.Add(res.Wait)); late <= LateSend || attempt == 2 {
 			return res, nil
 		}
 		w.metrics.snoozed(platform, "late")
-		w.logger.Debug("woke up late for a pacer slot; reserving again", "platform", platform, "late", time.Since(slot))
+		w.logger.Debug("late for a pacer slot; reserving again", "platform", platform)
 	}
 }
 
