@@ -34,9 +34,10 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
 -- seconds of the database clock (clock_timestamp()). rate, burst,
 -- max_multiplier and decay_after are copies of the platform's configuration,
 -- kept in step by the trigger below, so a reservation reads one row only.
--- last_slot and last_effect describe the statement that wrote the row last,
--- so that RETURNING can tell its caller what it decided (granted or denied,
--- doubled or not) without a second round trip.
+-- last_slot and last_count describe the last reservation (the base of its
+-- slots, how many were granted) and last_effect the last report (doubled or
+-- not, halved or not), so that RETURNING tells the caller what was decided
+-- without a second round trip.
 CREATE TABLE IF NOT EXISTS fleetpace_pace (
     platform       text             PRIMARY KEY REFERENCES fleetpace_platform (name) ON DELETE CASCADE,
     rate           double precision NOT NULL DEFAULT 0,  -- = fleetpace_platform.rate_per_sec (0: not copied yet)
@@ -48,12 +49,16 @@ CREATE TABLE IF NOT EXISTS fleetpace_pace (
     clean_streak   integer          NOT NULL DEFAULT 0,  -- fleet-wide consecutive clean responses
     doubled_at     double precision NOT NULL DEFAULT 0,  -- when the multiplier last doubled
     hold_until     double precision NOT NULL DEFAULT 0,  -- Retry-After hold, fleet-wide
-    last_slot      double precision NOT NULL DEFAULT 0,  -- slot computed by the last reservation
-    last_effect    smallint         NOT NULL DEFAULT 0   -- what the last statement did (pacer package codes)
+    last_slot      double precision NOT NULL DEFAULT 0,  -- base slot computed by the last reservation
+    last_count     integer          NOT NULL DEFAULT 0,  -- slots granted by the last reservation (0: denied)
+    last_effect    smallint         NOT NULL DEFAULT 0   -- what the last report did (pacer package codes)
 ) WITH (fillfactor = 50);
+-- Added after the first release: reservations in blocks.
+ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL DEFAULT 0;
 
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.
+-- CREATE OR REPLACE, so `schema apply` brings an older definition up to date.
 CREATE OR REPLACE FUNCTION fleetpace_platform_sync_pace() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -63,7 +68,9 @@ BEGIN
         rate           = EXCLUDED.rate,
         burst          = EXCLUDED.burst,
         max_multiplier = EXCLUDED.max_multiplier,
-        decay_after    = EXCLUDED.decay_after;
+        decay_after    = EXCLUDED.decay_after,
+        -- a lower maximum caps the multiplier now (reservations trust it)
+        multiplier     = LEAST(fleetpace_pace.multiplier, EXCLUDED.max_multiplier);
     RETURN NULL;
 END
 $$;

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,8 +77,28 @@ type Config struct {
 	// Logger receives state changes (outage, resume). Default: discard.
 	Logger *slog.Logger
 
+	// MaxBlock is the most slots one reservation statement takes at once.
+	// When a platform's interval is shorter than a round trip (a very high or
+	// unlimited rate), a statement reserves ⌈round trip / interval⌉ slots (at
+	// most MaxBlock) and hands the rest out to later callers of this process
+	// without a round trip. The slots are exactly those single reservations
+	// would have got, so the ceiling holds as before. Default 32; 1 turns
+	// blocks off.
+	MaxBlock int
+
+	// MaxLate is how long after its time a slot kept from a block may still
+	// be handed out; older ones are discarded unused (sending late would crowd
+	// the slots that follow into one second). Default 25 ms.
+	MaxLate time.Duration
+
+	// CleanBatch is how long clean reports of a platform are gathered before
+	// one statement adds them all to the fleet-wide streak. Rate pressure is
+	// always sent at once. Default 100 ms; negative sends every clean report
+	// at once. Close and Flush send what is pending.
+	CleanBatch time.Duration
+
 	// Now is the local clock, used only where local time matters: degraded
-	// pacing and the failure latch. Default time.Now.
+	// pacing, slots kept from blocks and the failure latch. Default time.Now.
 	Now func() time.Time
 }
 
@@ -95,6 +116,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("pacer: Config.Latch must not be negative (got %s)", c.Latch)
 	case c.MinFleetSize < 0:
 		return fmt.Errorf("pacer: Config.MinFleetSize must not be negative (got %d)", c.MinFleetSize)
+	case c.MaxBlock < 0:
+		return fmt.Errorf("pacer: Config.MaxBlock must not be negative (got %d)", c.MaxBlock)
+	case c.MaxLate < 0:
+		return fmt.Errorf("pacer: Config.MaxLate must not be negative (got %s)", c.MaxLate)
 	}
 	return nil
 }
@@ -116,6 +141,15 @@ func (c *Config) withDefaults() Config {
 	if out.MinFleetSize == 0 {
 		out.MinFleetSize = 1
 	}
+	if out.MaxBlock == 0 {
+		out.MaxBlock = DefaultMaxBlock
+	}
+	if out.MaxLate == 0 {
+		out.MaxLate = 25 * time.Millisecond
+	}
+	if out.CleanBatch == 0 {
+		out.CleanBatch = 100 * time.Millisecond
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,6 +158,9 @@ func (c *Config) withDefaults() Config {
 	}
 	return out
 }
+
+// DefaultMaxBlock is Config.MaxBlock's default.
+const DefaultMaxBlock = 32
 
 // Kind classifies a response for the pacer.
 type Kind int
@@ -180,6 +217,9 @@ type Reservation struct {
 	Slot time.Time
 	// Multiplier is the shared backoff multiplier in force.
 	Multiplier float64
+	// FromBlock: the slot was reserved earlier, in a block taken by another
+	// call of this process, and cost no round trip.
+	FromBlock bool
 }
 
 // ReportResult is the pacer state after a Report.
@@ -202,6 +242,9 @@ type ReportResult struct {
 	// Dropped: the database was unreachable and the report was not stored
 	// (pressure is still applied to this process's degraded pacing).
 	Dropped bool
+	// Deferred: a clean report gathered for the next batch
+	// (Config.CleanBatch); the other fields are this process's last view.
+	Deferred bool
 }
 
 // Stats are per-process counters, for metrics.
@@ -210,8 +253,11 @@ type Stats struct {
 	Granted         uint64 // granted reservations (shared and degraded)
 	Denied          uint64 // reservations not granted (wait > max wait, or no rate known)
 	Degraded        uint64 // reservations decided locally because the database was unreachable
+	FromBlock       uint64 // granted reservations served from a block, without a round trip
+	BlockDiscarded  uint64 // slots of blocks that went unused (too late, or dropped on pressure)
 	Reports         uint64 // Report calls
 	ReportsDropped  uint64 // reports not stored because the database was unreachable
+	ReportsDeferred uint64 // clean reports sent later, in a batch
 	ConnectAttempts uint64 // connection attempts made by the pacer's pool
 	Failures        uint64 // round trips that found the database unreachable
 	Down            bool   // shared pacing currently unavailable
@@ -233,9 +279,34 @@ type Pacer struct {
 	probing      bool      // one caller is probing the database
 	recoverUntil time.Time // after a resume, also honour local pacing until then
 	local        map[string]*localState
+	pending      map[string]*pendingClean // clean reports not sent yet
+	closed       bool
+
+	rtt atomic.Int64 // moving average of a reservation's round trip, ns
+
+	// Lock-free views for the common path (no outage, no blocks kept).
+	isDown       atomic.Bool  // = down
+	recoverNanos atomic.Int64 // = recoverUntil in Unix ns (0: none)
+	blockSlots   atomic.Int64 // slots kept in all blocks
 
 	reservations, granted, denied, degraded atomic.Uint64
-	reports, dropped, attempts, failures    atomic.Uint64
+	fromBlock, blockDiscarded               atomic.Uint64
+	reports, dropped, deferred              atomic.Uint64
+	attempts, failures                      atomic.Uint64
+}
+
+// pendingClean is a platform's batch of clean reports waiting to be sent.
+type pendingClean struct {
+	n     int
+	timer *time.Timer
+}
+
+// blockSlot is a slot of a block kept for a later call.
+type blockSlot struct {
+	at         time.Time // local-clock time of the slot
+	slot       time.Time // database time of the slot
+	reservedAt time.Time // database time of the block's reservation
+	mult       float64
 }
 
 // localState is the cached platform configuration and the local cursor used
@@ -244,8 +315,9 @@ type localState struct {
 	rate    float64
 	maxMult float64
 	mult    float64
-	hold    time.Time // local-clock estimate of the shared hold
-	tat     time.Time // local GCRA cursor (burst 1) for degraded pacing
+	hold    time.Time   // local-clock estimate of the shared hold
+	tat     time.Time   // local GCRA cursor (burst 1) for degraded pacing
+	block   []blockSlot // slots reserved in a block, not handed out yet, in time order
 }
 
 // New creates a Pacer with its own small pool. It does not connect: the
@@ -264,7 +336,7 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 			return nil, fmt.Errorf("pacer: Config.DatabaseURL: %w", err)
 		}
 	}
-	p := &Pacer{cfg: cfg, log: cfg.Logger, local: map[string]*localState{}}
+	p := &Pacer{cfg: cfg, log: cfg.Logger, local: map[string]*localState{}, pending: map[string]*pendingClean{}}
 	p.fleet.Store(1)
 
 	pc.MaxConns = cfg.MaxConns
@@ -276,6 +348,9 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 	// Pacer state is soft state: a lost commit costs at most a few slots.
 	// Set in the startup packet, so it costs no round trip.
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	// The pacer's statements have one plan whatever their parameters; planning
+	// them again on every execution would be most of their server time.
+	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pc.ConnConfig.RuntimeParams["application_name"] = "fleetpace-pacer"
 	}
@@ -320,8 +395,17 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 	return p, nil
 }
 
-// Close closes the pacer's pool.
-func (p *Pacer) Close() { p.pool.Close() }
+// Close sends the clean reports still pending (bounded by
+// Config.StatementTimeout) and closes the pacer's pool.
+func (p *Pacer) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StatementTimeout)
+	defer cancel()
+	p.Flush(ctx)
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.pool.Close()
+}
 
 // SetFleetSize records the live worker count (the heartbeat calls it); in
 // degraded mode each process paces at rate / (fleet size + 1).
@@ -345,8 +429,11 @@ func (p *Pacer) Stats() Stats {
 		Granted:         p.granted.Load(),
 		Denied:          p.denied.Load(),
 		Degraded:        p.degraded.Load(),
+		FromBlock:       p.fromBlock.Load(),
+		BlockDiscarded:  p.blockDiscarded.Load(),
 		Reports:         p.reports.Load(),
 		ReportsDropped:  p.dropped.Load(),
+		ReportsDeferred: p.deferred.Load(),
 		ConnectAttempts: p.attempts.Load(),
 		Failures:        p.failures.Load(),
 		Down:            down,
@@ -365,13 +452,19 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	if maxWait < 0 {
 		maxWait = 0
 	}
-	shared, probe := p.admit()
+	if res, ok := p.takeFromBlock(platform, maxWait); ok {
+		p.granted.Add(1)
+		p.fromBlock.Add(1)
+		return res, nil
+	}
+	shared, probe, recovering := p.admit()
 	if !shared {
 		return p.reserveLocal(platform, maxWait), nil
 	}
 
 	var minWait time.Duration
-	if probe || p.recovering() {
+	n := 1
+	if probe || recovering {
 		// After an outage other processes may still pace locally for up to
 		// one latch period; honour this process's local share too, so the
 		// sum stays under the ceiling. The shared row books the later slot.
@@ -383,9 +476,11 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 			}
 			minWait = w
 		}
+	} else {
+		n = p.blockSize(platform)
 	}
 
-	res, err := p.reserveShared(ctx, platform, maxWait, minWait)
+	res, err := p.reserveShared(ctx, platform, maxWait, minWait, n)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -442,17 +537,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// reserveShared runs reserveSQL and updates the degraded-mode cache.
-func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration) (Reservation, error) {
+// reserveShared runs reserveSQL for up to n slots, keeps the slots after the
+// first for later calls, and updates the degraded-mode cache.
+func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		at, slot, mult, hold, rate, maxMult float64
-		effect                              int16
+		at, first, mult, cursor, rate, maxMult float64
+		count, burst                           int32
 	)
 	for attempt := 0; ; attempt++ {
-		err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds()).
-			Scan(&at, &effect, &slot, &mult, &hold, &rate, &maxMult)
+		t0 := time.Now()
+		err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds(), n).
+			Scan(&at, &count, &first, &mult, &cursor, &rate, &burst, &maxMult)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -460,6 +557,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		if err != nil {
 			return Reservation{}, err
 		}
+		p.observeRTT(time.Since(t0))
 		if rate > 0 {
 			break
 		}
@@ -473,13 +571,17 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		}
 	}
 	localNow := p.cfg.Now()
-	wait := max(secondsToDuration(slot-at), 0)
+	// Slot 0 is first (when nothing was granted, the earliest one there is);
+	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
+	mult = math.Max(mult, 1)
+	interval := mult / rate
+	base := cursor - float64(burst-1)/rate - float64(count)*interval
 	res := Reservation{
 		Platform:   platform,
-		Granted:    effect == effectGranted,
-		Wait:       wait,
+		Granted:    count > 0,
+		Wait:       max(secondsToDuration(first-at), 0),
 		ReservedAt: epochToTime(at),
-		Slot:       epochToTime(slot),
+		Slot:       epochToTime(first),
 		Multiplier: mult,
 	}
 
@@ -491,12 +593,103 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		p.local[platform] = st
 	}
 	st.rate, st.maxMult, st.mult = rate, maxMult, mult
-	st.hold = localNow.Add(secondsToDuration(hold - at))
+	if !res.Granted {
+		// The earliest slot is as late as any hold (or later): a degraded
+		// period starting now must not go earlier.
+		st.hold = maxTime(st.hold, localNow.Add(res.Wait))
+	}
+	last := res.Wait
+	for k := 1; k < int(count); k++ {
+		slot := math.Max(first, base+float64(k)*interval)
+		wait := secondsToDuration(slot - at)
+		st.block = append(st.block, blockSlot{at: localNow.Add(wait), slot: epochToTime(slot),
+			reservedAt: res.ReservedAt, mult: mult})
+		p.blockSlots.Add(1)
+		last = wait
+	}
+	if count > 1 {
+		// Blocks taken concurrently by two calls may interleave.
+		slices.SortFunc(st.block, func(a, b blockSlot) int { return a.at.Compare(b.at) })
+	}
 	if res.Granted {
-		// A degraded period starting now continues from this slot.
-		st.tat = maxTime(st.tat, localNow.Add(res.Wait).Add(st.degradedInterval(p.divisor())))
+		// A degraded period starting now continues from this block.
+		st.tat = maxTime(st.tat, localNow.Add(last).Add(st.degradedInterval(p.divisor())))
 	}
 	return res, nil
+}
+
+// takeFromBlock hands out the next slot kept from a block, if one is neither
+// too late nor further away than maxWait. Slots too late are discarded.
+func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservation, bool) {
+	if p.blockSlots.Load() == 0 {
+		return Reservation{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.local[platform]
+	if st == nil || len(st.block) == 0 {
+		return Reservation{}, false
+	}
+	now := p.cfg.Now()
+	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.cfg.MaxLate {
+		st.block = st.block[1:]
+		p.blockSlots.Add(-1)
+		p.blockDiscarded.Add(1)
+	}
+	if len(st.block) == 0 {
+		return Reservation{}, false
+	}
+	b := st.block[0]
+	wait := max(b.at.Sub(now), 0)
+	if wait > maxWait {
+		return Reservation{}, false
+	}
+	st.block = st.block[1:]
+	p.blockSlots.Add(-1)
+	return Reservation{Platform: platform, Granted: true, Wait: wait, ReservedAt: b.reservedAt,
+		Slot: b.slot, Multiplier: b.mult, FromBlock: true}, true
+}
+
+// dropBlock discards the slots kept for platform: they were spaced for a
+// multiplier that rate pressure has just made too small. Call with p.mu held.
+func (p *Pacer) dropBlock(st *localState) {
+	if st == nil {
+		return
+	}
+	p.blockDiscarded.Add(uint64(len(st.block)))
+	p.blockSlots.Add(-int64(len(st.block)))
+	st.block = nil
+}
+
+// observeRTT folds one reservation round trip into the moving average.
+func (p *Pacer) observeRTT(d time.Duration) {
+	old := p.rtt.Load()
+	if old == 0 {
+		p.rtt.Store(int64(d))
+		return
+	}
+	p.rtt.Store(old + (int64(d)-old)/8)
+}
+
+// blockSize is how many slots the next reservation statement of platform
+// takes: one while the platform's interval is longer than a round trip,
+// otherwise enough to cover one round trip, at most Config.MaxBlock.
+func (p *Pacer) blockSize(platform string) int {
+	if p.cfg.MaxBlock <= 1 {
+		return 1
+	}
+	rtt := float64(p.rtt.Load()) / float64(time.Second)
+	p.mu.Lock()
+	st := p.local[platform]
+	var interval float64
+	if st != nil && st.rate > 0 {
+		interval = math.Max(st.mult, 1) / st.rate
+	}
+	p.mu.Unlock()
+	if interval <= 0 || rtt <= interval {
+		return 1
+	}
+	return int(math.Min(math.Ceil(rtt/interval), float64(p.cfg.MaxBlock)))
 }
 
 // degradedInterval is the local spacing while the database is unreachable.
@@ -548,13 +741,20 @@ func (p *Pacer) localWait(platform string) (time.Duration, bool) {
 // Report tells the pacer how a request reserved by res ended. Rate pressure
 // doubles the shared multiplier once per window and resets the fleet-wide
 // clean streak; clean responses extend it and halve the multiplier every
-// decay_after of them. When the database is unreachable the report is
-// dropped (counted) without blocking; pressure still slows this process's
-// degraded pacing.
+// decay_after of them. Pressure is sent at once; clean reports are gathered
+// for Config.CleanBatch and sent together (the result is then Deferred).
+// When the database is unreachable the report is dropped (counted) without
+// blocking; pressure still slows this process's degraded pacing.
 func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Outcome) (ReportResult, error) {
 	p.reports.Add(1)
 	if out.Kind != Clean && out.Kind != Pressure {
 		return p.cachedResult(platform), nil
+	}
+	if out.Kind == Clean && p.cfg.CleanBatch > 0 {
+		p.deferClean(platform)
+		r := p.cachedResult(platform)
+		r.Deferred = true
+		return r, nil
 	}
 	var retry *float64
 	if out.Kind == Pressure {
@@ -566,39 +766,118 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 			s := d.Seconds()
 			retry = &s
 		}
-	}
-
-	shared, probe := p.admit()
-	if !shared {
-		return p.dropReport(platform, out, retry), nil
+		p.mu.Lock()
+		// Slots kept from a block were spaced for the old multiplier, and
+		// clean reports gathered before this pressure no longer extend a
+		// streak it resets.
+		p.dropBlock(p.local[platform])
+		if pc := p.pending[platform]; pc != nil {
+			pc.n = 0
+		}
+		p.mu.Unlock()
 	}
 	var reservedAt *float64
 	if !res.ReservedAt.IsZero() {
 		s := timeToEpoch(res.ReservedAt)
 		reservedAt = &s
 	}
-	r, err := p.reportShared(ctx, platform, out.Kind == Pressure, reservedAt, retry)
+	r, err := p.send(ctx, platform, out, reservedAt, retry, 1)
+	if err != nil {
+		return ReportResult{}, fmt.Errorf("pacer: report %s: %w", platform, err)
+	}
+	return r, nil
+}
+
+// send stores n reports of one kind, or drops them when the database is
+// unreachable.
+func (p *Pacer) send(ctx context.Context, platform string, out Outcome, reservedAt, retry *float64, n int) (ReportResult, error) {
+	shared, probe, _ := p.admit()
+	if !shared {
+		return p.dropReport(platform, out, retry, n), nil
+	}
+	r, err := p.reportShared(ctx, platform, out.Kind == Pressure, reservedAt, retry, n)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			p.endProbe(probe)
-			return ReportResult{}, fmt.Errorf("pacer: report %s: %w", platform, ctx.Err())
+			return ReportResult{}, ctx.Err()
 		case unreachable(err):
 			p.fail(probe, err)
-			return p.dropReport(platform, out, retry), nil
+			return p.dropReport(platform, out, retry, n), nil
 		default:
 			p.succeed(probe)
 			if errors.Is(err, ErrUnknownPlatform) {
 				return ReportResult{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
 			}
-			return ReportResult{}, fmt.Errorf("pacer: report %s: %w", platform, err)
+			return ReportResult{}, err
 		}
 	}
 	p.succeed(probe)
 	return r, nil
 }
 
-func (p *Pacer) reportShared(ctx context.Context, platform string, pressure bool, reservedAt, retry *float64) (ReportResult, error) {
+// deferClean adds a clean report to platform's batch, and starts the batch's
+// timer if it is the first.
+func (p *Pacer) deferClean(platform string) {
+	p.deferred.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pc := p.pending[platform]
+	if pc == nil {
+		pc = &pendingClean{}
+		p.pending[platform] = pc
+	}
+	pc.n++
+	if pc.timer == nil && !p.closed {
+		pc.timer = time.AfterFunc(p.cfg.CleanBatch, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StatementTimeout)
+			defer cancel()
+			p.flushPlatform(ctx, platform)
+		})
+	}
+}
+
+// Flush sends every platform's pending clean reports now.
+func (p *Pacer) Flush(ctx context.Context) {
+	p.mu.Lock()
+	platforms := make([]string, 0, len(p.pending))
+	for name := range p.pending {
+		platforms = append(platforms, name)
+	}
+	p.mu.Unlock()
+	for _, name := range platforms {
+		p.flushPlatform(ctx, name)
+	}
+}
+
+// flushPlatform sends platform's pending clean reports in one statement.
+func (p *Pacer) flushPlatform(ctx context.Context, platform string) {
+	p.mu.Lock()
+	pc := p.pending[platform]
+	if pc == nil || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	n := pc.n
+	pc.n = 0
+	if pc.timer != nil {
+		pc.timer.Stop()
+		pc.timer = nil
+	}
+	p.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	r, err := p.send(ctx, platform, Outcome{Kind: Clean}, nil, nil, n)
+	switch {
+	case err != nil:
+		p.log.Warn("pacer: clean reports not sent", "platform", platform, "reports", n, "error", err)
+	case r.Halved:
+		p.log.Info("pacer: clean streak halved the backoff multiplier", "platform", platform, "multiplier", r.Multiplier)
+	}
+}
+
+func (p *Pacer) reportShared(ctx context.Context, platform string, pressure bool, reservedAt, retry *float64, n int) (ReportResult, error) {
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
@@ -608,7 +887,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, pressure bool
 		hold   float64
 	)
 	for attempt := 0; ; attempt++ {
-		err := p.pool.QueryRow(qctx, reportSQL, platform, pressure, reservedAt, retry).
+		err := p.pool.QueryRow(qctx, reportSQL, platform, pressure, reservedAt, retry, n).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &hold)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row yet: create it, then apply the report to it.
@@ -642,10 +921,10 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, pressure bool
 	return r, nil
 }
 
-// dropReport counts a report the database did not get and applies pressure
+// dropReport counts reports the database did not get and applies pressure
 // to the local (degraded) pacing only.
-func (p *Pacer) dropReport(platform string, out Outcome, retry *float64) ReportResult {
-	p.dropped.Add(1)
+func (p *Pacer) dropReport(platform string, out Outcome, retry *float64, n int) ReportResult {
+	p.dropped.Add(uint64(n))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := ReportResult{Dropped: true}
@@ -675,18 +954,23 @@ func (p *Pacer) cachedResult(platform string) ReportResult {
 
 // admit decides whether a call may use the database. While a failure is
 // latched, or while another caller probes after the latch expired, it may
-// not; otherwise, if the database was down, this caller becomes the one probe.
-func (p *Pacer) admit() (shared, probe bool) {
+// not; otherwise, if the database was down, this caller becomes the one
+// probe. recovering: shared pacing resumed less than a latch period ago.
+func (p *Pacer) admit() (shared, probe, recovering bool) {
+	if !p.isDown.Load() {
+		r := p.recoverNanos.Load()
+		return true, false, r != 0 && p.cfg.Now().UnixNano() < r
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.down {
-		return true, false
+		return true, false, !p.recoverUntil.IsZero() && p.cfg.Now().Before(p.recoverUntil)
 	}
 	if p.probing || p.cfg.Now().Before(p.latchedUntil) {
-		return false, false
+		return false, false, false
 	}
 	p.probing = true
-	return true, true
+	return true, true, false
 }
 
 func (p *Pacer) latched() bool {
@@ -695,18 +979,13 @@ func (p *Pacer) latched() bool {
 	return p.cfg.Now().Before(p.latchedUntil)
 }
 
-func (p *Pacer) recovering() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cfg.Now().Before(p.recoverUntil)
-}
-
 // fail latches an outage and drops the pool's (probably dead) connections.
 func (p *Pacer) fail(probe bool, err error) {
 	p.failures.Add(1)
 	p.mu.Lock()
 	wasDown := p.down
 	p.down = true
+	p.isDown.Store(true)
 	p.latchedUntil = p.cfg.Now().Add(p.cfg.Latch)
 	if probe {
 		p.probing = false
@@ -730,7 +1009,9 @@ func (p *Pacer) succeed(probe bool) {
 	p.probing = false
 	resumed := p.down
 	p.down = false
+	p.isDown.Store(false)
 	p.recoverUntil = p.cfg.Now().Add(p.cfg.Latch)
+	p.recoverNanos.Store(p.recoverUntil.UnixNano())
 	p.mu.Unlock()
 	if resumed {
 		p.log.Info("pacer: database reachable again, shared pacing resumed")

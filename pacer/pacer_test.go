@@ -206,7 +206,7 @@ func TestFleetWideDecay(t *testing.T) {
 	if row := readRow(t, pool, "decay"); row.mult != 8 || row.streak != 99 {
 		t.Fatalf("after 99 clean reports in 3 processes: multiplier %g streak %d, want 8 and 99", row.mult, row.streak)
 	}
-	p := newPacer(t, url, nil)
+	p := newPacer(t, url, func(c *Config) { c.CleanBatch = -1 }) // each report at once
 	rep, err := p.Report(ctx, "decay", Reservation{}, Outcome{Kind: Clean})
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +360,10 @@ func TestBurstDoesNotAccumulate(t *testing.T) {
 
 // Property: random outcomes under concurrency never take the multiplier out
 // of [1, max_multiplier], and no two grants are closer than the interval
-// allows beyond burst (any burst+1 consecutive slots span ≥ 1/rate).
+// allows beyond burst (any burst+1 consecutive slots span ≥ 1/rate). prop-c's
+// interval is shorter than a round trip, so most of its slots come from
+// blocks; one pacer of the three sends every clean report at once, the
+// others in batches.
 func TestNeverPastTheCeiling(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
@@ -369,14 +372,21 @@ func TestNeverPastTheCeiling(t *testing.T) {
 	for i, spec := range []platformSpec{
 		{name: "prop-a", rate: 200, burst: 3, maxMult: 8, decayAfter: 4},
 		{name: "prop-b", rate: 80, burst: 1, maxMult: 4, decayAfter: 2},
+		{name: "prop-c", rate: 50000, burst: 2, maxMult: 4, decayAfter: 50},
 	} {
 		addPlatform(t, pool, spec)
 		var mu sync.Mutex
 		var slots []float64
 		g, gctx := errgroup.WithContext(ctx)
 		deadline := time.Now().Add(1500 * time.Millisecond)
+		var pacers []*Pacer
 		for w := range 3 {
-			p := newPacer(t, url, nil)
+			p := newPacer(t, url, func(c *Config) {
+				if w == 0 {
+					c.CleanBatch = -1
+				}
+			})
+			pacers = append(pacers, p)
 			for k := range 2 {
 				rng := rand.New(rand.NewPCG(seed, uint64(i*100+w*10+k)))
 				g.Go(func() error {
@@ -430,7 +440,14 @@ func TestNeverPastTheCeiling(t *testing.T) {
 			t.Fatal(err)
 		}
 		sort.Float64s(slots)
-		if len(slots) < 50 {
+		var fromBlock uint64
+		for _, p := range pacers {
+			fromBlock += p.Stats().FromBlock
+		}
+		if spec.name == "prop-c" && fromBlock == 0 {
+			t.Fatalf("prop-c: no reservation came from a block")
+		}
+		if len(slots) < 30 {
 			t.Fatalf("%s: only %d grants", spec.name, len(slots))
 		}
 		minGap := 1/spec.rate - 1e-6
@@ -443,7 +460,7 @@ func TestNeverPastTheCeiling(t *testing.T) {
 		if row := readRow(t, pool, spec.name); row.mult < 1 || row.mult > spec.maxMult {
 			t.Fatalf("%s: multiplier %g", spec.name, row.mult)
 		}
-		t.Logf("%s: %d grants checked", spec.name, len(slots))
+		t.Logf("%s: %d grants checked, %d from blocks", spec.name, len(slots), fromBlock)
 	}
 }
 

@@ -1,0 +1,208 @@
+package pacer
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+)
+
+// reserveN makes n reservations that must all be granted and returns them.
+func reserveN(t *testing.T, p *Pacer, platform string, n int) []Reservation {
+	t.Helper()
+	out := make([]Reservation, 0, n)
+	for range n {
+		r, err := p.Reserve(context.Background(), platform, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Granted || r.Degraded {
+			t.Fatalf("reservation not granted: %+v", r)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// When the interval is shorter than a round trip, one statement reserves a
+// block and later calls take its slots without a round trip — the very slots
+// single reservations would have got: distinct, spaced by the interval, and
+// ending where the shared cursor stands.
+func TestBlocksHandOutExactSlots(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e5})
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
+
+	// 1 (block size unknown: one slot) + 8 + 8 slots from three statements.
+	rs := reserveN(t, p, "fast", 17)
+	if st := p.Stats(); st.FromBlock != 14 || st.Granted != 17 {
+		t.Fatalf("stats %+v: want 14 of 17 grants from blocks", st)
+	}
+	slots := make([]float64, len(rs))
+	for i, r := range rs {
+		slots[i] = timeToEpoch(r.Slot)
+		if i > 1 && i != 9 && !r.FromBlock {
+			t.Fatalf("reservation %d made a round trip", i)
+		}
+	}
+	sort.Float64s(slots)
+	// Epoch seconds as float64 resolve about 0.25 µs.
+	const interval, eps = 1e-5, 5e-7
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i] - slots[i-1]; gap < interval-eps {
+			t.Fatalf("slots %d and %d %.3gs apart, closer than the %gs interval", i-1, i, gap, interval)
+		}
+	}
+	// Nothing reserved was lost or booked twice: the cursor is one interval
+	// past the last slot handed out.
+	if row := readRow(t, pool, "fast"); row.cursor < slots[len(slots)-1]+interval-eps ||
+		row.cursor > slots[len(slots)-1]+interval+eps {
+		t.Fatalf("cursor %.6f, last slot %.6f: want one interval after it", row.cursor, slots[len(slots)-1])
+	}
+
+	// MaxBlock 1: every reservation is its own statement.
+	one := newPacer(t, url, func(c *Config) { c.MaxBlock = 1 })
+	reserveN(t, one, "fast", 5)
+	if st := one.Stats(); st.FromBlock != 0 {
+		t.Fatalf("MaxBlock 1: %d grants from blocks", st.FromBlock)
+	}
+}
+
+// Rate pressure discards the slots kept from a block: they were spaced for
+// the multiplier the pressure has just doubled.
+func TestPressureDropsBlock(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
+	rs := reserveN(t, p, "fast", 2) // the second took a block of 8 and kept 7
+	if _, err := p.Report(context.Background(), "fast", rs[1], Outcome{Kind: Pressure}); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.BlockDiscarded != 7 {
+		t.Fatalf("%d slots discarded, want the 7 kept", st.BlockDiscarded)
+	}
+	r := reserveN(t, p, "fast", 1)[0]
+	if r.FromBlock || r.Multiplier != 2 {
+		t.Fatalf("after pressure: %+v, want a fresh reservation at multiplier 2", r)
+	}
+}
+
+// A kept slot later than MaxLate (by the injected clock) is discarded, not
+// handed out: sending late would crowd the slots after it.
+func TestLateBlockSlotsDiscarded(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
+	clock := newFakeClock()
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Now = clock.Now })
+	reserveN(t, p, "fast", 3) // one single, one block: 6 kept
+	clock.Advance(20 * time.Millisecond)
+	if r := reserveN(t, p, "fast", 1)[0]; !r.FromBlock {
+		t.Fatalf("20 ms late (MaxLate 25 ms): %+v, want a kept slot", r)
+	}
+	clock.Advance(10 * time.Millisecond)
+	if r := reserveN(t, p, "fast", 1)[0]; r.FromBlock {
+		t.Fatalf("30 ms late: %+v, want a fresh reservation", r)
+	}
+	if st := p.Stats(); st.BlockDiscarded != 5 {
+		t.Fatalf("%d slots discarded, want 5", st.BlockDiscarded)
+	}
+}
+
+// Clean reports are gathered and sent as one statement: the streak counts
+// every one of them (several halvings at once when it must), pressure drops
+// the ones gathered before it, and Close sends what is left.
+func TestCleanReportsBatched(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	ctx := context.Background()
+	addPlatform(t, pool, platformSpec{name: "batch", rate: 100, maxMult: 16, decayAfter: 10})
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET multiplier = 8 WHERE platform = 'batch'`); err != nil {
+		t.Fatal(err)
+	}
+	p := newPacer(t, url, func(c *Config) { c.CleanBatch = time.Hour })
+	for range 25 {
+		rep, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Clean})
+		if err != nil || !rep.Deferred {
+			t.Fatalf("clean report: %+v %v, want deferred", rep, err)
+		}
+	}
+	if row := readRow(t, pool, "batch"); row.streak != 0 || row.mult != 8 {
+		t.Fatalf("before the flush: streak %d multiplier %g, want nothing sent yet", row.streak, row.mult)
+	}
+	p.Flush(ctx)
+	if row := readRow(t, pool, "batch"); row.streak != 5 || row.mult != 2 {
+		t.Fatalf("25 clean reports, decay after 10: streak %d multiplier %g, want 5 and 8/2/2 = 2", row.streak, row.mult)
+	}
+
+	// Pressure resets the streak, and clean reports gathered before it do
+	// not count after it.
+	for range 3 {
+		if _, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Clean}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Pressure})
+	if err != nil || rep.Deferred || !rep.Doubled {
+		t.Fatalf("pressure: %+v %v, want sent at once and doubled", rep, err)
+	}
+	p.Flush(ctx)
+	if row := readRow(t, pool, "batch"); row.streak != 0 || row.mult != 4 {
+		t.Fatalf("after pressure: streak %d multiplier %g, want 0 and 4", row.streak, row.mult)
+	}
+
+	// Close sends what is pending.
+	for range 4 {
+		if _, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Clean}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Close()
+	if row := readRow(t, pool, "batch"); row.streak != 4 {
+		t.Fatalf("after Close: streak %d, want the 4 pending reports sent", row.streak)
+	}
+}
+
+// Without Flush, a batch goes out after CleanBatch by itself.
+func TestCleanBatchTimer(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	ctx := context.Background()
+	addPlatform(t, pool, platformSpec{name: "timer", rate: 100})
+	p := newPacer(t, url, func(c *Config) { c.CleanBatch = 50 * time.Millisecond })
+	for range 3 {
+		if _, err := p.Report(ctx, "timer", Reservation{}, Outcome{Kind: Clean}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for readRow(t, pool, "timer").streak != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("streak %d 10 s after 3 clean reports with a 50 ms batch", readRow(t, pool, "timer").streak)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Lowering a platform's maximum multiplier caps the shared multiplier at
+// once: reservations read it as it stands.
+func TestLowerMaxMultiplierCapsMultiplier(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	ctx := context.Background()
+	addPlatform(t, pool, platformSpec{name: "cap", rate: 10, maxMult: 16})
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET multiplier = 8 WHERE platform = 'cap'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_platform SET max_multiplier = 2 WHERE name = 'cap'`); err != nil {
+		t.Fatal(err)
+	}
+	p := newPacer(t, url, nil)
+	a := reserveN(t, p, "cap", 1)[0]
+	b := reserveN(t, p, "cap", 1)[0]
+	if gap := b.Slot.Sub(a.Slot); a.Multiplier != 2 || gap < 195*time.Millisecond || gap > 205*time.Millisecond {
+		t.Fatalf("multiplier %g, slots %s apart: want 2 and 200 ms (10/s halved)", a.Multiplier, gap)
+	}
+}
