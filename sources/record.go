@@ -1,8 +1,10 @@
 package sources
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -29,6 +31,70 @@ func RecordCheck(ctx context.Context, db DBTX, sourceID int64, c Check) error {
 		return fmt.Errorf("source %d: record check: %w", sourceID, err)
 	}
 	return nil
+}
+
+// CheckRecord is one source's check, for RecordChecks.
+type CheckRecord struct {
+	SourceID int64
+	Check    Check
+}
+
+// RecordChecks records many checks in one statement (one round trip, one
+// commit when db is a pool), each row with exactly RecordCheck's rules. If a
+// source appears more than once, its last check wins. Rows are written in id
+// order, so two concurrent batches lock shared rows in the same order.
+//
+// A single check goes through RecordCheck's statement: the batch statement
+// costs about twice as much for one row (PostgreSQL plans it afresh on every
+// execution), and a Recorder under light load sends batches of one.
+func RecordChecks(ctx context.Context, db DBTX, recs []CheckRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	recs = lastPerSource(recs)
+	if len(recs) == 1 {
+		return RecordCheck(ctx, db, recs[0].SourceID, recs[0].Check)
+	}
+	n := len(recs)
+	var (
+		ids          = make([]int64, n)
+		outcomes     = make([]string, n)
+		statuses     = make([]*int32, n)
+		errs         = make([]string, n)
+		etags        = make([]string, n)
+		lastModified = make([]string, n)
+		hashes       = make([]string, n)
+	)
+	for i, r := range recs {
+		c := r.Check
+		ids[i], outcomes[i], errs[i], etags[i], lastModified[i], hashes[i] =
+			r.SourceID, c.Outcome, c.Error, c.ETag, c.LastModified, c.ContentHash
+		if c.Status != 0 {
+			s := int32(c.Status)
+			statuses[i] = &s
+		}
+	}
+	if _, err := db.Exec(ctx, recordChecksSQL, ids, outcomes, statuses, errs, etags, lastModified, hashes); err != nil {
+		return fmt.Errorf("record checks of %d sources: %w", n, err)
+	}
+	return nil
+}
+
+// lastPerSource returns recs sorted by source id with only the last check of
+// each source, without modifying recs.
+func lastPerSource(recs []CheckRecord) []CheckRecord {
+	out := slices.Clone(recs)
+	slices.SortStableFunc(out, func(a, b CheckRecord) int { return cmp.Compare(a.SourceID, b.SourceID) })
+	w := 0
+	for i := range out {
+		if w > 0 && out[w-1].SourceID == out[i].SourceID {
+			out[w-1] = out[i] // a later check of the same source replaces it
+			continue
+		}
+		out[w] = out[i]
+		w++
+	}
+	return out[:w]
 }
 
 // Release marks a source as no longer queued without recording a check.

@@ -174,6 +174,34 @@ UPDATE fleetpace_source SET
         ELSE now() END
 WHERE id = $1`
 
+// recordChecksSQL is recordCheckSQL for many sources in one statement: the
+// same rules, row by row, with the i-th element of each array as that
+// source's $1…$7. The ids must be distinct (with a duplicate, UPDATE … FROM
+// would apply one of its rows, unspecified which).
+const recordChecksSQL = `
+UPDATE fleetpace_source s SET
+    queued_at            = NULL,
+    queued_job_id        = NULL,
+    last_status          = r.status,
+    last_outcome         = r.outcome,
+    last_error           = NULLIF(r.error, ''),
+    etag                 = CASE WHEN r.outcome = 'ok' THEN NULLIF(r.etag, '') ELSE s.etag END,
+    last_modified        = CASE WHEN r.outcome = 'ok' THEN NULLIF(r.last_modified, '') ELSE s.last_modified END,
+    content_hash         = CASE WHEN r.outcome = 'ok' AND r.content_hash <> '' THEN r.content_hash ELSE s.content_hash END,
+    last_checked_at      = CASE WHEN r.outcome IN ('ok', 'not_modified', 'failed') THEN now() ELSE s.last_checked_at END,
+    consecutive_failures = CASE r.outcome WHEN 'failed' THEN s.consecutive_failures + 1
+                                          WHEN 'ok' THEN 0 WHEN 'not_modified' THEN 0
+                                          ELSE s.consecutive_failures END,
+    due_at = CASE
+        WHEN r.outcome IN ('ok', 'not_modified') THEN now() + s.check_interval
+        WHEN r.outcome = 'failed' THEN now() + LEAST(
+            s.check_interval * power(2, LEAST(s.consecutive_failures + 1, 6)),
+            GREATEST(s.check_interval, interval '24 hours'))
+        ELSE now() END
+FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[])
+    AS r(id, outcome, status, error, etag, last_modified, content_hash)
+WHERE s.id = r.id`
+
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
 
 // setCooldownSQL upserts a platform's cooldown. $2 is the Retry-After in

@@ -30,13 +30,14 @@ type Pacer interface {
 type FetchWorker struct {
 	river.WorkerDefaults[queue.FetchArgs]
 
-	pool    *pgxpool.Pool
-	pacer   Pacer
-	fetcher fetch.Fetcher
-	maxWait time.Duration
-	rand    func() float64
-	metrics *Metrics
-	logger  *slog.Logger
+	pool     *pgxpool.Pool
+	recorder *sources.Recorder
+	pacer    Pacer
+	fetcher  fetch.Fetcher
+	maxWait  time.Duration
+	rand     func() float64
+	metrics  *Metrics
+	logger   *slog.Logger
 }
 
 // JobConfig configures a FetchWorker.
@@ -44,6 +45,10 @@ type JobConfig struct {
 	Pool    *pgxpool.Pool // required
 	Pacer   Pacer         // required
 	Fetcher fetch.Fetcher // required
+	// Recorder, if set (and started), records checks with group commit:
+	// concurrent jobs of the process share one statement. Default nil: each
+	// job records its check with a statement of its own.
+	Recorder *sources.Recorder
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
 	// worker slot; a longer one snoozes the job instead. Default 5 s.
 	MaxWait time.Duration
@@ -80,7 +85,7 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &FetchWorker{pool: cfg.Pool, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
+	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
 		rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
 }
 
@@ -89,7 +94,8 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 // clean or pressure report adds one), and none before the reservation: the
 // tick put the URL and validators into the job, and a platform's cooldown is
 // also a hold of its pacer row, so the reservation itself says "wait until
-// the cooldown ends".
+// the cooldown ends". With a Recorder, the record round trip (and its
+// commit) is shared with the jobs recording at the same time.
 func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs]) error {
 	args := job.Args
 	if job.Attempt > 1 && args.URL != "" {
@@ -174,9 +180,14 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		check.Error = r.Reason
 	}
 	if outcome != fetch.RateLimited {
-		// One autocommit statement; River then completes the job in its
-		// batched completer. Should the process die in between, the job is
-		// rescued and the source fetched once more: at least once.
+		// One autocommit statement (with a Recorder, one shared with the
+		// checks of other jobs, returning once it has committed); River then
+		// completes the job in its batched completer. Should the process die
+		// in between, the job is rescued and the source fetched once more:
+		// at least once.
+		if w.recorder != nil {
+			return w.recorder.Record(ctx, args.SourceID, check)
+		}
 		return sources.RecordCheck(ctx, w.pool, args.SourceID, check)
 	}
 	tx, err := w.pool.Begin(ctx)

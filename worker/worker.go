@@ -219,6 +219,8 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = client.StopAndCancel(hardCtx)
 		cancelHard()
 	}
+	// Only now that no job runs: the last jobs' checks are written.
+	rt.recorder.Stop()
 	byeCtx, cancelBye := context.WithTimeout(context.Background(), 2*time.Second)
 	_, _ = pool.Exec(byeCtx, deleteWorkerSQL, cfg.ID)
 	cancelBye()
@@ -226,13 +228,15 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// runtime is what Run and Drain share: pools, pacer, fetcher, River client.
+// runtime is what Run and Drain share: pools, pacer, recorder, fetcher, River
+// client.
 type runtime struct {
-	pool    *pgxpool.Pool
-	pacer   *pacer.Pacer
-	client  *queue.Client
-	metrics *Metrics
-	closers []func()
+	pool     *pgxpool.Pool
+	pacer    *pacer.Pacer
+	recorder *sources.Recorder
+	client   *queue.Client
+	metrics  *Metrics
+	closers  []func()
 }
 
 func (rt *runtime) close() {
@@ -253,6 +257,19 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.closers = append(rt.closers, rt.pool.Close)
+
+	// Fetch jobs record their checks with group commit. The recorder stops
+	// only when told (Run stops it after the River client; on every other
+	// way out, close does, before the pool closes), so jobs still running
+	// during a soft stop can record.
+	rt.recorder, err = sources.NewRecorder(rt.pool, sources.RecorderConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.recorder.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, rt.recorder.Stop)
 
 	// The pacer has a small pool of its own (never River's, never inside a
 	// caller's transaction), with the same fail-fast connection rule.
@@ -276,7 +293,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		fetcher = h
 	}
 	rt.metrics = NewMetrics(rt.pool, rt.pacer, cfg.Logger)
-	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, MaxWait: cfg.MaxWait, Metrics: rt.metrics, Logger: cfg.Logger})
+	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait, Metrics: rt.metrics, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -128,9 +128,9 @@ type noopWorker struct {
 
 func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
-// Worker measures jobs/s of fleetpace's fetch job (source load, cooldown
-// check, pacer reserve and report, record check, JobCompleteTx) with a no-op
-// fetcher and an effectively unlimited platform, against bare River jobs
+// Worker measures jobs/s of fleetpace's fetch job as the scan tick queues it
+// (the URL in the job; pacer reserve, report, and the check recorded) with a
+// no-op fetcher and an effectively unlimited platform, against bare River jobs
 // whose worker does nothing, with the same River settings and worker count.
 // Each run inserts Jobs jobs, starts a client, and times until every job has
 // completed; runs alternate sides and the medians are reported.
@@ -166,13 +166,23 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	}
 	defer pc.Close()
 
-	platform, srcIDs, err := workerSetup(ctx, pool, cfg.Jobs)
+	platform, srcs, err := workerSetup(ctx, pool, cfg.Jobs)
 	if err != nil {
 		return nil, err
 	}
 	defer workerCleanup(context.WithoutCancel(ctx), pool, platform)
 
-	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: pc, Logger: cfg.Logger,
+	// Group commit of the checks, as `fleetpace worker` records them.
+	rec, err := sources.NewRecorder(pool, sources.RecorderConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if err := rec.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer rec.Stop()
+
+	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: pc, Recorder: rec, Logger: cfg.Logger,
 		Fetcher: fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {
 			return fetch.Result{Outcome: fetch.OK, Status: 200}
 		})})
@@ -184,9 +194,9 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	rvWorkers := river.NewWorkers()
 	river.AddWorker(rvWorkers, noopWorker{})
 
-	fpArgs := make([]river.InsertManyParams, len(srcIDs))
-	for i, id := range srcIDs {
-		fpArgs[i] = river.InsertManyParams{Args: queue.FetchArgs{SourceID: id, Platform: platform},
+	fpArgs := make([]river.InsertManyParams, len(srcs))
+	for i, src := range srcs {
+		fpArgs[i] = river.InsertManyParams{Args: queue.FetchArgs{SourceID: src.id, Platform: platform, URL: src.url},
 			InsertOpts: &river.InsertOpts{Queue: benchQueue}}
 	}
 	rvArgs := make([]river.InsertManyParams, cfg.Jobs)
@@ -290,7 +300,7 @@ func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, worker
 // workerSetup creates a platform no fleet waits on (1e9/s, burst 1e6) and
 // one source per job. The sources are queued and due in the far future, so
 // a live scanner on the same database leaves them alone.
-func workerSetup(ctx context.Context, pool *pgxpool.Pool, n int) (string, []int64, error) {
+func workerSetup(ctx context.Context, pool *pgxpool.Pool, n int) (string, []benchSource, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := "bench-" + hex.EncodeToString(b[:])
@@ -301,11 +311,19 @@ func workerSetup(ctx context.Context, pool *pgxpool.Pool, n int) (string, []int6
 	if err != nil {
 		return "", nil, fmt.Errorf("bench: sources: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	srcs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (benchSource, error) {
+		var s benchSource
+		return s, row.Scan(&s.id, &s.url)
+	})
 	if err != nil {
 		return "", nil, fmt.Errorf("bench: sources: %w", err)
 	}
-	return name, ids, nil
+	return name, srcs, nil
+}
+
+type benchSource struct {
+	id  int64
+	url string
 }
 
 func workerCleanup(ctx context.Context, pool *pgxpool.Pool, platform string) {
@@ -320,7 +338,7 @@ const (
 INSERT INTO fleetpace_source (platform, url, check_interval, due_at, queued_at)
 SELECT $1, 'https://bench.invalid/' || g, interval '1000 days', now() + interval '1000 days', now()
 FROM generate_series(1, $2) g
-RETURNING id`
+RETURNING id, url`
 	workerClearJobsSQL = `DELETE FROM river_job WHERE queue = $1`
 	workerCleanupSQL   = `
 WITH s AS (DELETE FROM fleetpace_source WHERE platform = $1),

@@ -1,0 +1,611 @@
+package sources_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// sourceState is a source's state before a check is recorded.
+type sourceState struct {
+	name string
+	sql  string // UPDATE … WHERE id = $1; $2 is a fixed point in time
+}
+
+var recordStates = []sourceState{
+	{"never checked", `UPDATE fleetpace_source SET due_at = $2::timestamptz, queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
+	{"checked with validators", `UPDATE fleetpace_source SET last_checked_at = $2::timestamptz - interval '1 hour',
+		due_at = $2::timestamptz - interval '1 second', consecutive_failures = 2, last_status = 500, last_outcome = 'failed',
+		last_error = 'boom', etag = '"old"', last_modified = 'Mon, 01 Jan 2024 00:00:00 GMT', content_hash = 'h-old',
+		queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
+	{"failures at cap", `UPDATE fleetpace_source SET last_checked_at = $2::timestamptz - interval '1 hour', due_at = $2::timestamptz,
+		consecutive_failures = 30, etag = '"old"', content_hash = 'h-old', queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
+	{"long interval", `UPDATE fleetpace_source SET check_interval = interval '2 days', due_at = $2::timestamptz,
+		last_checked_at = $2::timestamptz - interval '1 hour', consecutive_failures = 3, queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
+}
+
+var recordChecks = []struct {
+	name  string
+	check sources.Check
+}{
+	{"ok with validators", sources.Check{Outcome: "ok", Status: 200, ETag: `"v2"`, LastModified: "Tue, 02 Jan 2024 00:00:00 GMT", ContentHash: "h-new"}},
+	{"ok bare", sources.Check{Outcome: "ok", Status: 200}},
+	{"not_modified", sources.Check{Outcome: "not_modified", Status: 304, ETag: `"ignored"`, ContentHash: "h-ignored"}},
+	{"failed", sources.Check{Outcome: "failed", Status: 500, Error: "HTTP 500"}},
+	{"failed without status", sources.Check{Outcome: "failed", Error: "dial: connection refused"}},
+	{"rate_pressure", sources.Check{Outcome: "rate_pressure", Status: 429}},
+	{"rate_limited", sources.Check{Outcome: "rate_limited", Status: 503, Error: "told to stop"}},
+}
+
+// rowJSON is a source's row without its identity (id, url, created_at).
+func rowJSON(t *testing.T, ctx context.Context, db sources.DBTX, id int64) string {
+	t.Helper()
+	var s string
+	err := db.QueryRow(ctx, `SELECT (to_jsonb(s) - 'id' - 'url' - 'created_at')::text FROM fleetpace_source s WHERE id = $1`, id).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Every outcome from every starting state: a source updated by RecordCheck
+// and its twin updated in one RecordChecks batch (with all the other cases)
+// end up with identical rows. Both run in one transaction, so now() is the
+// same for both.
+func TestRecordChecksMatchesRecordCheck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	type pair struct {
+		name   string
+		single int64
+		batch  int64
+		check  sources.Check
+	}
+	var pairs []pair
+	t0 := time.Now().Add(-time.Minute)
+	for _, st := range recordStates {
+		for _, c := range recordChecks {
+			p := pair{name: st.name + " / " + c.name, check: c.check}
+			p.single = f.source(t, "p", fmt.Sprintf("https://p.example/%d/single", len(pairs)), nil)
+			p.batch = f.source(t, "p", fmt.Sprintf("https://p.example/%d/batch", len(pairs)), nil)
+			mustExec(t, f, st.sql, p.single, t0)
+			mustExec(t, f, st.sql, p.batch, t0)
+			if a, b := rowJSON(t, f.ctx, f.pool, p.single), rowJSON(t, f.ctx, f.pool, p.batch); a != b {
+				t.Fatalf("%s: twins differ before the check:\n%s\n%s", p.name, a, b)
+			}
+			pairs = append(pairs, p)
+		}
+	}
+
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx) //nolint:errcheck // test cleanup
+	var batch []sources.CheckRecord
+	for _, p := range pairs {
+		if err := sources.RecordCheck(f.ctx, tx, p.single, p.check); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, sources.CheckRecord{SourceID: p.batch, Check: p.check})
+	}
+	if err := sources.RecordChecks(f.ctx, tx, batch); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]bool{}
+	for _, p := range pairs {
+		a, b := rowJSON(t, f.ctx, tx, p.single), rowJSON(t, f.ctx, tx, p.batch)
+		if a != b {
+			t.Errorf("%s:\nRecordCheck:  %s\nRecordChecks: %s", p.name, a, b)
+		}
+		outcomes[p.check.Outcome] = true
+	}
+	if len(outcomes) != 5 {
+		t.Fatalf("covered outcomes %v, want all five", outcomes)
+	}
+	// The comparison means something only if the checks changed the rows.
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sources.GetSource(f.ctx, f.pool, pairs[0].batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.QueuedAt != nil || s.QueuedJobID != nil || s.LastOutcome == nil || *s.LastOutcome != "ok" || s.ETag == nil || *s.ETag != `"v2"` {
+		t.Fatalf("batch row not updated: %+v", s)
+	}
+}
+
+// A source given twice in one batch gets its last check; the caller's slice
+// is left as it was; an empty batch is a no-op.
+func TestRecordChecksLastWins(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	a := f.source(t, "p", "https://p.example/a", nil)
+	b := f.source(t, "p", "https://p.example/b", nil)
+	recs := []sources.CheckRecord{
+		{SourceID: a, Check: sources.Check{Outcome: "failed", Status: 500, Error: "first"}},
+		{SourceID: b, Check: sources.Check{Outcome: "failed", Status: 502, Error: "only"}},
+		{SourceID: a, Check: sources.Check{Outcome: "ok", Status: 200, ETag: `"last"`}},
+	}
+	orig := slices.Clone(recs)
+	if err := sources.RecordChecks(f.ctx, f.pool, recs); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(recs, orig) {
+		t.Fatalf("RecordChecks modified its input: %+v", recs)
+	}
+	sa, err := sources.GetSource(f.ctx, f.pool, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *sa.LastOutcome != "ok" || *sa.LastStatus != 200 || sa.ETag == nil || *sa.ETag != `"last"` ||
+		sa.LastError != nil || sa.ConsecutiveFailures != 0 {
+		t.Fatalf("source a: want its last check (ok, \"last\"), got %+v", sa)
+	}
+	sb, err := sources.GetSource(f.ctx, f.pool, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *sb.LastOutcome != "failed" || *sb.LastError != "only" || sb.ConsecutiveFailures != 1 {
+		t.Fatalf("source b: %+v", sb)
+	}
+	if err := sources.RecordChecks(f.ctx, f.pool, nil); err != nil {
+		t.Fatalf("empty batch: %v", err)
+	}
+}
+
+func TestRecorderConfig(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	if _, err := sources.NewRecorder(pool, sources.RecorderConfig{MaxBatch: -1}); err == nil || !strings.Contains(err.Error(), "MaxBatch") {
+		t.Fatalf("MaxBatch -1: err = %v, want one naming MaxBatch", err)
+	}
+	if _, err := sources.NewRecorder(nil, sources.RecorderConfig{}); err == nil {
+		t.Fatal("nil pool accepted")
+	}
+	r, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Record(context.Background(), 1, sources.Check{Outcome: "ok"}); !errors.Is(err, sources.ErrRecorderStopped) {
+		t.Fatalf("Record before Start: %v, want ErrRecorderStopped", err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err == nil {
+		t.Fatal("second Start accepted")
+	}
+	r.Stop()
+	r.Stop() // idempotent
+	if err := r.Start(context.Background()); !errors.Is(err, sources.ErrRecorderStopped) {
+		t.Fatalf("Start after Stop: %v, want ErrRecorderStopped", err)
+	}
+}
+
+type recorderFixture struct {
+	*fixture
+	rec *sources.Recorder
+}
+
+func setupRecorder(t *testing.T, cfg sources.RecorderConfig) *recorderFixture {
+	t.Helper()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	rec, err := sources.NewRecorder(f.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Stop)
+	return &recorderFixture{fixture: f, rec: rec}
+}
+
+func (f *recorderFixture) sources(t *testing.T, n int) []int64 {
+	t.Helper()
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = f.source(t, "p", fmt.Sprintf("https://p.example/%d", i), nil)
+	}
+	mustExec(t, f.fixture, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id`)
+	return ids
+}
+
+// checked counts the sources (of ids) whose check landed: last outcome ok,
+// no longer queued.
+func (f *recorderFixture) checked(t *testing.T, ids []int64) int {
+	t.Helper()
+	var n int
+	err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source
+		WHERE id = ANY($1) AND last_outcome = 'ok' AND queued_at IS NULL`, ids).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// eventually polls cond every 5 ms for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// lockWaiter returns the pid of the recorder's statement once it waits for a
+// row lock in this test's database. (pg_stat_activity keeps only the first
+// 1 kB of a query: match its start.)
+func (f *recorderFixture) lockWaiter(t *testing.T) int {
+	t.Helper()
+	var pid int
+	eventually(t, "the recorder's statement to wait for a row lock", func() bool {
+		err := f.pool.QueryRow(f.ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE fleetpace_source%'`).Scan(&pid)
+		return err == nil
+	})
+	return pid
+}
+
+// lockRows locks the given sources in a transaction until release is called.
+func (f *recorderFixture) lockRows(t *testing.T, ids ...int64) (release func()) {
+	t.Helper()
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(f.ctx, `SELECT 1 FROM fleetpace_source WHERE id = ANY($1) FOR UPDATE`, ids); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Commit(f.ctx) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// recordAsync calls Record in a goroutine; the error arrives on the channel.
+func (f *recorderFixture) recordAsync(ctx context.Context, id int64) <-chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- f.rec.Record(ctx, id, sources.Check{Outcome: "ok", Status: 200}) }()
+	return ch
+}
+
+// 200 concurrent Record calls all land, committed, in far fewer statements
+// than 200: one per call would be 200 batches.
+func TestRecorderGroupsConcurrentRecords(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 200)
+	start := make(chan struct{})
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		go func() {
+			<-start
+			errs <- f.rec.Record(f.ctx, id, sources.Check{Outcome: "ok", Status: 200})
+		}()
+	}
+	close(start)
+	for range ids {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.checked(t, ids); n != len(ids) {
+		t.Fatalf("%d of %d checks landed", n, len(ids))
+	}
+	st := f.rec.Stats()
+	t.Logf("stats: %+v", st)
+	if st.Records != int64(len(ids)) || st.Batches >= st.Records/2 {
+		t.Fatalf("stats %+v: want %d records in fewer than %d statements", st, len(ids), len(ids)/2)
+	}
+}
+
+// MaxBatch bounds a statement: 10 checks queued behind a blocked statement
+// go out in batches of at most 3.
+func TestRecorderMaxBatch(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{MaxBatch: 3})
+	ids := f.sources(t, 11)
+	release := f.lockRows(t, ids[0])
+	first := f.recordAsync(f.ctx, ids[0])
+	f.lockWaiter(t)
+	var waits []<-chan error
+	for _, id := range ids[1:] {
+		waits = append(waits, f.recordAsync(f.ctx, id))
+	}
+	eventually(t, "10 queued checks", func() bool { return f.rec.Stats().Queued == 10 })
+	release()
+	for _, w := range append(waits, first) {
+		if err := <-w; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.checked(t, ids); n != len(ids) {
+		t.Fatalf("%d of %d checks landed", n, len(ids))
+	}
+	if st := f.rec.Stats(); st.Batches != 1+4 { // {0}, then 3+3+3+1
+		t.Fatalf("stats %+v: want 5 statements", st)
+	}
+}
+
+// Stop writes the checks already queued before it returns; Record after
+// Stop fails with ErrRecorderStopped and writes nothing.
+func TestRecorderStopFlushesQueued(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 12)
+	queued, late := ids[:11], ids[11]
+	release := f.lockRows(t, queued[0])
+	first := f.recordAsync(f.ctx, queued[0])
+	f.lockWaiter(t)
+	var waits []<-chan error
+	for _, id := range queued[1:] {
+		waits = append(waits, f.recordAsync(f.ctx, id))
+	}
+	eventually(t, "10 queued checks", func() bool { return f.rec.Stats().Queued == 10 })
+
+	stopped := make(chan struct{})
+	go func() { f.rec.Stop(); close(stopped) }()
+	eventually(t, "Record to be refused", func() bool {
+		// A probe before Stop took effect is queued, gives up, and is
+		// skipped when the final batch is taken.
+		ctx, cancel := context.WithTimeout(f.ctx, 10*time.Millisecond)
+		defer cancel()
+		return errors.Is(f.rec.Record(ctx, late, sources.Check{Outcome: "ok"}), sources.ErrRecorderStopped)
+	})
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while its loop was still writing")
+	default:
+	}
+	release()
+	<-stopped
+	for _, w := range append(waits, first) {
+		if err := <-w; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.checked(t, queued); n != len(queued) {
+		t.Fatalf("%d of %d queued checks landed", n, len(queued))
+	}
+	if n := f.checked(t, []int64{late}); n != 0 {
+		t.Fatal("a check refused after Stop was written")
+	}
+	if err := f.rec.Record(f.ctx, late, sources.Check{Outcome: "ok"}); !errors.Is(err, sources.ErrRecorderStopped) {
+		t.Fatalf("Record after Stop: %v, want ErrRecorderStopped", err)
+	}
+}
+
+// When the statement fails, every caller whose check was in it gets the
+// error, and none of the batch is written.
+func TestRecorderStatementErrorReachesEveryWaiter(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 9)
+	f.lockRows(t, ids[0], ids[1])
+	first := f.recordAsync(f.ctx, ids[0])
+	pid := f.lockWaiter(t)
+	var waits []<-chan error
+	for _, id := range ids[1:] { // ids[1] is locked too: the second batch waits
+		waits = append(waits, f.recordAsync(f.ctx, id))
+	}
+	eventually(t, "8 queued checks", func() bool { return f.rec.Stats().Queued == 8 })
+	cancelBackend := func(pid int) {
+		t.Helper()
+		if _, err := f.pool.Exec(f.ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isCancelled := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "57014" // query_canceled
+	}
+	cancelBackend(pid)
+	if err := <-first; !isCancelled(err) {
+		t.Fatalf("first batch: err = %v, want query_canceled", err)
+	}
+	eventually(t, "the second batch to wait for a lock", func() bool { return f.rec.Stats().Queued == 0 })
+	cancelBackend(f.lockWaiter(t))
+	for i, w := range waits {
+		if err := <-w; !isCancelled(err) {
+			t.Fatalf("waiter %d of the second batch: err = %v, want query_canceled", i, err)
+		}
+	}
+	if st := f.rec.Stats(); st.Batches != 2 || st.Records != 9 {
+		t.Fatalf("stats %+v: want 9 checks in 2 statements", st)
+	}
+	if n := f.checked(t, ids); n != 0 {
+		t.Fatalf("%d checks of failed statements were written", n)
+	}
+}
+
+// A closed pool: the statement fails and Record returns its error (it does
+// not hang).
+func TestRecorderClosedPool(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Stop()
+	pool.Close()
+	err = rec.Record(context.Background(), 1, sources.Check{Outcome: "ok"})
+	if err == nil || errors.Is(err, sources.ErrRecorderStopped) {
+		t.Fatalf("Record on a closed pool: %v, want the statement's error", err)
+	}
+}
+
+// A caller that gives up before its batch is taken is not written; a
+// statement whose every caller gave up is cancelled, freeing the loop.
+func TestRecorderCallerGivesUp(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 3)
+	blocked, skipped, after := ids[0], ids[1], ids[2]
+	f.lockRows(t, blocked)
+
+	blockedCtx, giveUpBlocked := context.WithCancel(f.ctx)
+	defer giveUpBlocked()
+	first := f.recordAsync(blockedCtx, blocked)
+	f.lockWaiter(t)
+	skipCtx, giveUpSkipped := context.WithCancel(f.ctx)
+	second := f.recordAsync(skipCtx, skipped)
+	eventually(t, "1 queued check", func() bool { return f.rec.Stats().Queued == 1 })
+	giveUpSkipped()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Record after its ctx ended: %v, want context.Canceled", err)
+	}
+	// The only caller of the blocked statement gives up: the statement is
+	// cancelled, and the loop goes on (the row lock is still held).
+	giveUpBlocked()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("blocked Record after its ctx ended: %v, want context.Canceled", err)
+	}
+	if err := f.rec.Record(f.ctx, after, sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.checked(t, []int64{skipped, after}); n != 1 {
+		t.Fatalf("%d of {skipped, after} written, want only after", n)
+	}
+	if st := f.rec.Stats(); st.Skipped != 1 {
+		t.Fatalf("stats %+v: want 1 skipped", st)
+	}
+}
+
+// benchDB is a fresh database with n sources, and a pool big enough for
+// every benchmark goroutine to have a connection (as the worker's pool has:
+// concurrency + 5). Each run gets its own: a source update also writes the
+// due index (not a HOT update), so runs on one table would slow down one
+// after the other until a vacuum.
+func benchDB(b *testing.B, n int) (*pgxpool.Pool, []int64) {
+	b.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 15
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 10}); err != nil {
+		b.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `INSERT INTO fleetpace_source (platform, url)
+		SELECT 'p', 'https://p.example/' || i FROM generate_series(1, $1) i RETURNING id`, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE fleetpace_source`); err != nil {
+		b.Fatal(err)
+	}
+	return pool, ids
+}
+
+var benchCheck = sources.Check{Outcome: "ok", Status: 200, ETag: `"e"`, ContentHash: "h"}
+
+// BenchmarkRecordConcurrent: 10 goroutines record checks (each on sources of
+// its own), directly (one statement each) or through a Recorder (shared
+// statements). Reports records/s.
+func BenchmarkRecordConcurrent(b *testing.B) {
+	const goroutines, perGoroutine = 10, 1000
+	run := func(b *testing.B, record func(ctx context.Context, id int64) error, ids []int64) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines)
+		b.ResetTimer()
+		start := time.Now()
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				own := ids[g*perGoroutine : (g+1)*perGoroutine]
+				for i := 0; next.Add(1) <= int64(b.N); i++ {
+					if err := record(context.Background(), own[i%len(own)]); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+	}
+	b.Run("RecordCheck", func(b *testing.B) {
+		pool, ids := benchDB(b, goroutines*perGoroutine)
+		run(b, func(ctx context.Context, id int64) error { return sources.RecordCheck(ctx, pool, id, benchCheck) }, ids)
+	})
+	b.Run("Recorder", func(b *testing.B) {
+		pool, ids := benchDB(b, goroutines*perGoroutine)
+		rec, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rec.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		defer rec.Stop()
+		run(b, func(ctx context.Context, id int64) error { return rec.Record(ctx, id, benchCheck) }, ids)
+		st := rec.Stats()
+		b.ReportMetric(float64(st.Records)/float64(max(st.Batches, 1)), "records/batch")
+	})
+}
+
+// BenchmarkRecordSingle: one check at a time, with the single-row statement
+// (RecordCheck) or a batch of one (RecordChecks).
+func BenchmarkRecordSingle(b *testing.B) {
+	ctx := context.Background()
+	b.Run("RecordCheck", func(b *testing.B) {
+		pool, ids := benchDB(b, 10000)
+		for i := 0; b.Loop(); i++ {
+			if err := sources.RecordCheck(ctx, pool, ids[i%len(ids)], benchCheck); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("RecordChecks1", func(b *testing.B) {
+		pool, ids := benchDB(b, 10000)
+		for i := 0; b.Loop(); i++ {
+			if err := sources.RecordChecks(ctx, pool, []sources.CheckRecord{{SourceID: ids[i%len(ids)], Check: benchCheck}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,194 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/poller"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/worker"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// grantAll is a pacer that grants every reservation at once.
+type grantAll struct{}
+
+func (grantAll) Reserve(_ context.Context, platform string, _ time.Duration) (pacer.Reservation, error) {
+	return pacer.Reservation{Platform: platform, Granted: true}, nil
+}
+
+func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Outcome) (pacer.ReportResult, error) {
+	return pacer.ReportResult{}, nil
+}
+
+// addSources adds a platform and n queued sources on it.
+func addSources(t *testing.T, pool *pgxpool.Pool, platform string, n int) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: platform, RatePerSec: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: platform, URL: fmt.Sprintf("https://%s.example/%d", platform, i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id WHERE platform = $1`, platform); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func outcome(t *testing.T, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	s, err := sources.GetSource(context.Background(), pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LastOutcome == nil || s.QueuedAt != nil {
+		return "" // not recorded
+	}
+	return *s.LastOutcome
+}
+
+// Fetch jobs record their checks through the Recorder when one is set (and
+// directly otherwise); a rate-limited job keeps its transaction with the
+// cooldown and bypasses the Recorder.
+func TestFetchWorkerRecorder(t *testing.T) {
+	t.Parallel()
+	for _, withRecorder := range []bool{true, false} {
+		t.Run(fmt.Sprintf("recorder=%t", withRecorder), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := testdb.Pool(t)
+			var rec *sources.Recorder
+			if withRecorder {
+				var err error
+				rec, err = sources.NewRecorder(pool, sources.RecorderConfig{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rec.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				defer rec.Stop()
+			}
+			fetcher := fetch.FetcherFunc(func(_ context.Context, req fetch.Request) fetch.Result {
+				if req.Platform == "limited" {
+					return fetch.Result{Outcome: fetch.RateLimited, Status: 429, Reason: "stop"}
+				}
+				return fetch.Result{Outcome: fetch.OK, Status: 200, ETag: `"e"`}
+			})
+			fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: grantAll{}, Fetcher: fetcher, Recorder: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok := addSources(t, pool, "ok", 20)
+			limited := addSources(t, pool, "limited", 1)[0]
+			job := func(id int64, platform string) *river.Job[queue.FetchArgs] {
+				return &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1},
+					Args: queue.FetchArgs{SourceID: id, Platform: platform, URL: fmt.Sprintf("https://%s.example/x", platform)}}
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, len(ok))
+			for _, id := range ok {
+				wg.Go(func() { errs <- fw.Work(ctx, job(id, "ok")) })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := fw.Work(ctx, job(limited, "limited")); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ok {
+				if o := outcome(t, pool, id); o != "ok" {
+					t.Fatalf("source %d: outcome %q, want ok", id, o)
+				}
+			}
+			if o := outcome(t, pool, limited); o != "rate_limited" {
+				t.Fatalf("rate-limited source: outcome %q", o)
+			}
+			cds, err := sources.ActiveCooldowns(ctx, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cds) != 1 || cds[0].Platform != "limited" {
+				t.Fatalf("cooldowns %+v, want one for platform limited", cds)
+			}
+			if withRecorder {
+				if st := rec.Stats(); st.Records != int64(len(ok)) {
+					t.Fatalf("recorder stats %+v: want exactly the %d ok checks", st, len(ok))
+				}
+			}
+		})
+	}
+}
+
+// A job still fetching when the worker is told to stop finishes within the
+// soft stop and its check is written: Run stops the Recorder only after the
+// River client.
+func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	id := addSources(t, pool, "p", 1)[0]
+	if _, err := pool.Exec(context.Background(), `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL`); err != nil {
+		t.Fatal(err)
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fetcher := fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {
+		once.Do(func() { close(started) })
+		<-release // not ctx: the job goes on after shutdown begins
+		return fetch.Result{Outcome: fetch.OK, Status: 200}
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Run(ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second,
+			Poll: poller.Config{StartupJitter: poller.NoStartupJitter}})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("worker exited before fetching: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job was not fetched within 30 s")
+	}
+	stop()
+	// Let shutdown get under way (scan loop and heartbeat stopped, River
+	// stopping) before the job finishes.
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if o := outcome(t, pool, id); o != "ok" {
+		t.Fatalf("check of the job that finished during shutdown: outcome %q, want ok", o)
+	}
+}
