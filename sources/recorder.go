@@ -22,13 +22,20 @@ const DefaultMaxBatch = 256
 type RecorderConfig struct {
 	// MaxBatch is the most checks one statement records. Default 256.
 	MaxBatch int
-	// Logger. Default: discard.
+	// MaxQueued is how many checks Submit leaves waiting before it makes its
+	// caller wait for the write like Record does (backpressure when the
+	// database is slower than the jobs). Default 4 × MaxBatch.
+	MaxQueued int
+	// Logger receives failed writes of submitted checks. Default: discard.
 	Logger *slog.Logger
 }
 
 func (c *RecorderConfig) validate() error {
 	if c.MaxBatch < 0 {
 		return fmt.Errorf("sources: RecorderConfig.MaxBatch must be ≥ 0, got %d", c.MaxBatch)
+	}
+	if c.MaxQueued < 0 {
+		return fmt.Errorf("sources: RecorderConfig.MaxQueued must be ≥ 0, got %d", c.MaxQueued)
 	}
 	return nil
 }
@@ -43,9 +50,10 @@ func (c *RecorderConfig) validate() error {
 // A Recorder is started once and stopped once; Stop writes what is already
 // queued before it returns.
 type Recorder struct {
-	pool     *pgxpool.Pool
-	maxBatch int
-	logger   *slog.Logger
+	pool      *pgxpool.Pool
+	maxBatch  int
+	maxQueued int
+	logger    *slog.Logger
 
 	mu      sync.Mutex
 	queue   []*recordRequest
@@ -57,13 +65,14 @@ type Recorder struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when the loop has exited
 
-	batches, records, skipped atomic.Int64
+	batches, records, skipped, failed atomic.Int64
 }
 
 type recordRequest struct {
-	ctx  context.Context
-	rec  CheckRecord
-	done chan error // capacity 1: the loop never blocks on it
+	ctx    context.Context
+	rec    CheckRecord
+	done   chan error // capacity 1: the loop never blocks on it; nil for a submitted check
+	marker bool       // Flush's marker: no check, only a place in the queue
 }
 
 // NewRecorder builds a Recorder writing through pool. Call Start before Record.
@@ -77,11 +86,14 @@ func NewRecorder(pool *pgxpool.Pool, cfg RecorderConfig) (*Recorder, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = 4 * cfg.MaxBatch
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Recorder{
-		pool: pool, maxBatch: cfg.MaxBatch, logger: cfg.Logger,
+		pool: pool, maxBatch: cfg.MaxBatch, maxQueued: cfg.MaxQueued, logger: cfg.Logger,
 		wake: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
@@ -131,7 +143,38 @@ func (r *Recorder) Record(ctx context.Context, sourceID int64, c Check) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req := &recordRequest{ctx: ctx, rec: CheckRecord{SourceID: sourceID, Check: c}, done: make(chan error, 1)}
+	return r.wait(ctx, &recordRequest{ctx: ctx, rec: CheckRecord{SourceID: sourceID, Check: c}, done: make(chan error, 1)})
+}
+
+// Submit queues a check to be written in the background and returns at once
+// (write-behind): the caller does not wait for the statement, and a failed
+// statement is logged and counted (Stats.Failed), not returned. While
+// MaxQueued checks are already waiting, Submit waits for its write as Record
+// does. It returns ErrRecorderStopped if the Recorder was not started or is
+// stopped.
+//
+// What a submitted check risks: a process that dies before the statement
+// commits loses the check. The source then stays queued for a job that has
+// completed, and the scan tick's reconciliation releases it (after a
+// minute), so it is fetched again: at least once, as ever.
+func (r *Recorder) Submit(ctx context.Context, sourceID int64, c Check) error {
+	r.mu.Lock()
+	full := len(r.queue) >= r.maxQueued
+	r.mu.Unlock()
+	if full {
+		return r.Record(ctx, sourceID, c)
+	}
+	return r.enqueue(&recordRequest{ctx: context.WithoutCancel(ctx), rec: CheckRecord{SourceID: sourceID, Check: c}})
+}
+
+// Flush returns once every check queued before it has been written (or its
+// statement has failed), or when ctx ends.
+func (r *Recorder) Flush(ctx context.Context) error {
+	return r.wait(ctx, &recordRequest{ctx: ctx, marker: true, done: make(chan error, 1)})
+}
+
+// enqueue adds req to the queue and wakes the loop.
+func (r *Recorder) enqueue(req *recordRequest) error {
 	r.mu.Lock()
 	if !r.started || r.stopped {
 		r.mu.Unlock()
@@ -142,6 +185,14 @@ func (r *Recorder) Record(ctx context.Context, sourceID int64, c Check) error {
 	select {
 	case r.wake <- struct{}{}:
 	default: // the loop has a wake-up pending already
+	}
+	return nil
+}
+
+// wait enqueues req and waits for its statement (or ctx).
+func (r *Recorder) wait(ctx context.Context, req *recordRequest) error {
+	if err := r.enqueue(req); err != nil {
+		return err
 	}
 	select {
 	case err := <-req.done:
@@ -156,6 +207,7 @@ type RecorderStats struct {
 	Batches int64 // statements run
 	Records int64 // checks those statements carried (a duplicate source counts each time)
 	Skipped int64 // checks not written because their caller had given up before their batch
+	Failed  int64 // submitted checks whose statement failed (not written)
 	Queued  int   // checks waiting for a batch now (not counting the one being written)
 }
 
@@ -164,7 +216,8 @@ func (r *Recorder) Stats() RecorderStats {
 	r.mu.Lock()
 	queued := len(r.queue)
 	r.mu.Unlock()
-	return RecorderStats{Batches: r.batches.Load(), Records: r.records.Load(), Skipped: r.skipped.Load(), Queued: queued}
+	return RecorderStats{Batches: r.batches.Load(), Records: r.records.Load(), Skipped: r.skipped.Load(),
+		Failed: r.failed.Load(), Queued: queued}
 }
 
 func (r *Recorder) loop(ctx context.Context) {
@@ -221,44 +274,66 @@ func (r *Recorder) take() []*recordRequest {
 
 // flush writes one batch in one statement and tells every waiter the result.
 // The statement is cancelled if every waiter gives up while it runs, so a
-// stuck statement cannot outlive all of its callers (nor keep Stop waiting).
+// stuck statement cannot outlive all of its callers (nor keep Stop waiting);
+// a batch holding a submitted check is never cancelled (nobody waits for it,
+// and it must be written).
 func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
-	live := batch[:0]
+	var live, markers []*recordRequest
+	submitted := 0
 	for _, q := range batch {
-		if q.ctx.Err() != nil {
+		switch {
+		case q.marker:
+			markers = append(markers, q)
+		case q.ctx.Err() != nil:
 			r.skipped.Add(1) // its caller has returned already
-			continue
-		}
-		live = append(live, q)
-	}
-	if len(live) == 0 {
-		return
-	}
-	ctx, cancel := context.WithCancel(base)
-	defer cancel()
-	var waiting atomic.Int64
-	waiting.Store(int64(len(live)))
-	recs := make([]CheckRecord, len(live))
-	unregister := make([]func() bool, len(live))
-	for i, q := range live {
-		recs[i] = q.rec
-		unregister[i] = context.AfterFunc(q.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
+		default:
+			live = append(live, q)
+			if q.done == nil {
+				submitted++
 			}
-		})
+		}
 	}
-	err := RecordChecks(ctx, r.pool, recs)
-	for _, f := range unregister {
-		f()
-	}
-	r.batches.Add(1)
-	r.records.Add(int64(len(live)))
-	if err != nil {
-		err = fmt.Errorf("sources: recorder: %w", err)
-		r.logger.Debug("recording checks failed", "checks", len(live), "err", err)
+	var err error
+	if len(live) > 0 {
+		ctx, cancel := context.WithCancel(base)
+		defer cancel()
+		var waiting atomic.Int64
+		waiting.Store(int64(len(live) - submitted))
+		recs := make([]CheckRecord, len(live))
+		var unregister []func() bool
+		for i, q := range live {
+			recs[i] = q.rec
+			if submitted == 0 {
+				unregister = append(unregister, context.AfterFunc(q.ctx, func() {
+					if waiting.Add(-1) == 0 {
+						cancel()
+					}
+				}))
+			}
+		}
+		err = RecordChecks(ctx, r.pool, recs)
+		for _, f := range unregister {
+			f()
+		}
+		r.batches.Add(1)
+		r.records.Add(int64(len(live)))
+		if err != nil {
+			err = fmt.Errorf("sources: recorder: %w", err)
+			if submitted > 0 {
+				r.failed.Add(int64(submitted))
+				r.logger.Warn("checks not recorded; the scan re-queues their sources after a minute",
+					"checks", submitted, "err", err)
+			} else {
+				r.logger.Debug("recording checks failed", "checks", len(live), "err", err)
+			}
+		}
 	}
 	for _, q := range live {
+		if q.done != nil {
+			q.done <- err
+		}
+	}
+	for _, q := range markers {
 		q.done <- err
 	}
 }

@@ -609,3 +609,90 @@ func BenchmarkRecordSingle(b *testing.B) {
 		}
 	})
 }
+
+// Submit writes behind its caller: it returns while the statement that will
+// hold its check is still blocked, the checks of many callers share
+// statements, and Flush returns once all of them have landed.
+func TestRecorderSubmitWritesBehind(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 50)
+	release := f.lockRows(t, ids[0])
+	for _, id := range ids {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.lockWaiter(t) // the first statement is blocked, and every Submit has returned
+	if n := f.checked(t, ids); n != 0 {
+		t.Fatalf("%d checks landed through a locked row", n)
+	}
+	release()
+	if err := f.rec.Flush(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.checked(t, ids); n != len(ids) {
+		t.Fatalf("after Flush: %d of %d checks landed", n, len(ids))
+	}
+	if st := f.rec.Stats(); st.Records != 50 || st.Batches > 10 || st.Failed != 0 {
+		t.Fatalf("stats %+v: want 50 checks in a few statements", st)
+	}
+}
+
+// While MaxQueued checks wait, Submit waits for its write like Record: the
+// database's pace, not the jobs', bounds the queue.
+func TestRecorderSubmitBackpressure(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{MaxQueued: 5})
+	ids := f.sources(t, 7)
+	release := f.lockRows(t, ids[0])
+	if err := f.rec.Submit(f.ctx, ids[0], sources.Check{Outcome: "ok", Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	f.lockWaiter(t)
+	for _, id := range ids[1:6] {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := f.rec.Submit(ctx, ids[6], sources.Check{Outcome: "ok", Status: 200}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit with 5 checks queued: %v, want it to wait (and time out)", err)
+	}
+	release()
+	if err := f.rec.Flush(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.checked(t, ids[:6]); n != 6 {
+		t.Fatalf("%d of the 6 submitted checks landed", n)
+	}
+}
+
+// A failed statement of submitted checks reaches nobody's return value: it
+// is counted, and Flush reports it.
+func TestRecorderSubmitFailureCounted(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Stop()
+	pool.Close()
+	for id := range int64(3) {
+		if err := rec.Submit(context.Background(), id+1, sources.Check{Outcome: "ok"}); err != nil {
+			t.Fatalf("Submit: %v, want nil (written behind)", err)
+		}
+	}
+	_ = rec.Flush(context.Background()) // the last statement's error, if it rode with it
+	if st := rec.Stats(); st.Failed != 3 {
+		t.Fatalf("stats %+v: want 3 failed checks", st)
+	}
+}

@@ -45,9 +45,10 @@ type JobConfig struct {
 	Pool    *pgxpool.Pool // required
 	Pacer   Pacer         // required
 	Fetcher fetch.Fetcher // required
-	// Recorder, if set (and started), records checks with group commit:
+	// Recorder, if set (and started), writes checks behind the jobs with
+	// group commit (Recorder.Submit): a job does not wait for its check, and
 	// concurrent jobs of the process share one statement. Default nil: each
-	// job records its check with a statement of its own.
+	// job records its check with a statement of its own before it ends.
 	Recorder *sources.Recorder
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
 	// worker slot; a longer one snoozes the job instead. Default 5 s.
@@ -89,13 +90,15 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 		rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
 }
 
-// Work runs one fetch job: reserve → fetch → report → record. A job costs
-// two round trips besides the fetch (the reservation and the record; a
-// clean or pressure report adds one), and none before the reservation: the
-// tick put the URL and validators into the job, and a platform's cooldown is
-// also a hold of its pacer row, so the reservation itself says "wait until
-// the cooldown ends". With a Recorder, the record round trip (and its
-// commit) is shared with the jobs recording at the same time.
+// Work runs one fetch job: reserve → fetch → report → record. Nothing comes
+// before the reservation: the tick put the URL and validators into the job,
+// and a platform's cooldown is also a hold of its pacer row, so the
+// reservation itself says "wait until the cooldown ends". At a high rate the
+// reservation usually comes from a block (no round trip), a clean report is
+// batched (none), and with a Recorder the check is written behind the job,
+// in one statement with the checks of other jobs; so a job can cost no round
+// trip of its own at all. Rate pressure is reported at once, and a rate-limited
+// check is written with its cooldown in one transaction before the job ends.
 func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs]) error {
 	args := job.Args
 	if job.Attempt > 1 && args.URL != "" {
@@ -180,13 +183,15 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		check.Error = r.Reason
 	}
 	if outcome != fetch.RateLimited {
-		// One autocommit statement (with a Recorder, one shared with the
-		// checks of other jobs, returning once it has committed); River then
-		// completes the job in its batched completer. Should the process die
-		// in between, the job is rescued and the source fetched once more:
-		// at least once.
+		// Without a Recorder: one autocommit statement, then River completes
+		// the job in its batched completer; should the process die in
+		// between, the job is rescued and the source fetched once more. With
+		// one: written behind the job, shared with other jobs' checks; should
+		// the process die before that statement, the source stays queued for
+		// a completed job until the tick's reconciliation releases it, and it
+		// is fetched once more. At least once, either way.
 		if w.recorder != nil {
-			return w.recorder.Record(ctx, args.SourceID, check)
+			return w.recorder.Submit(ctx, args.SourceID, check)
 		}
 		return sources.RecordCheck(ctx, w.pool, args.SourceID, check)
 	}

@@ -119,6 +119,12 @@ func TestFetchWorkerRecorder(t *testing.T) {
 			if err := fw.Work(ctx, job(limited, "limited")); err != nil {
 				t.Fatal(err)
 			}
+			if withRecorder {
+				// Written behind the jobs: wait for the writes.
+				if err := rec.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for _, id := range ok {
 				if o := outcome(t, pool, id); o != "ok" {
 					t.Fatalf("source %d: outcome %q, want ok", id, o)

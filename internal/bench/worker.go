@@ -215,10 +215,29 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 		}
 		for _, fp := range order {
 			workers, args, name := rvWorkers, rvArgs, "river"
+			var flush func(context.Context) error
 			if fp {
 				workers, args, name = fpWorkers, fpArgs, "fleetpace"
+				// The checks are written behind the jobs: the clock stops
+				// once the last one has landed, and every one must have.
+				flush = func(ctx context.Context) error {
+					if err := rec.Flush(ctx); err != nil {
+						return err
+					}
+					var left int
+					if err := pool.QueryRow(ctx, workerQueuedSQL, platform).Scan(&left); err != nil {
+						return err
+					}
+					if left > 0 {
+						return fmt.Errorf("%d checks not recorded", left)
+					}
+					return nil
+				}
+				if _, err := pool.Exec(ctx, workerRequeueSQL, platform); err != nil {
+					return nil, fmt.Errorf("bench: %w", err)
+				}
 			}
-			rate, err := workerRun(ctx, pool, cfg, workers, args)
+			rate, err := workerRun(ctx, pool, cfg, workers, args, flush)
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s run %d: %w", name, i+1, err)
 			}
@@ -239,8 +258,9 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 }
 
 // workerRun inserts the jobs, starts a client, and returns jobs/s from the
-// client's start until the last job completed.
-func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, workers *river.Workers, args []river.InsertManyParams) (float64, error) {
+// client's start until the last job completed and flush (if not nil) returned.
+func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, workers *river.Workers, args []river.InsertManyParams,
+	flush func(context.Context) error) (float64, error) {
 	if _, err := pool.Exec(ctx, workerClearJobsSQL, benchQueue); err != nil {
 		return 0, err
 	}
@@ -294,6 +314,11 @@ func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, worker
 			done++
 		}
 	}
+	if flush != nil {
+		if err := flush(runCtx); err != nil {
+			return 0, err
+		}
+	}
 	return float64(done) / time.Since(start).Seconds(), nil
 }
 
@@ -340,6 +365,8 @@ SELECT $1, 'https://bench.invalid/' || g, interval '1000 days', now() + interval
 FROM generate_series(1, $2) g
 RETURNING id, url`
 	workerClearJobsSQL = `DELETE FROM river_job WHERE queue = $1`
+	workerRequeueSQL   = `UPDATE fleetpace_source SET queued_at = now() WHERE platform = $1`
+	workerQueuedSQL    = `SELECT count(*) FROM fleetpace_source WHERE platform = $1 AND queued_at IS NOT NULL`
 	workerCleanupSQL   = `
 WITH s AS (DELETE FROM fleetpace_source WHERE platform = $1),
      c AS (DELETE FROM fleetpace_cooldown WHERE platform = $1),
