@@ -60,9 +60,9 @@ type Config struct {
 	// ConnectTimeout bounds one connection attempt. Default 2 s.
 	ConnectTimeout time.Duration
 
-	// StatementTimeout bounds one reservation or report round trip
-	// (including acquiring a connection); when it expires the database counts
-	// as unreachable. Default 2 s.
+	// StatementTimeout bounds one reservation or report round trip once it
+	// is sent (a new connection is bounded by ConnectTimeout); when it
+	// expires the database counts as unreachable. Default 2 s.
 	StatementTimeout time.Duration
 
 	// Latch is how long a failure to reach the database is remembered: while
@@ -540,16 +540,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 // reserveShared runs reserveSQL for up to n slots, keeps the slots after the
 // first for later calls, and updates the degraded-mode cache.
 func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
-	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
-	defer cancel()
 	var (
 		at, first, mult, cursor, rate, maxMult float64
 		count, burst                           int32
 	)
 	for attempt := 0; ; attempt++ {
 		t0 := time.Now()
-		err := p.pool.QueryRow(qctx, reserveSQL, platform, maxWait.Seconds(), minWait.Seconds(), n).
-			Scan(&at, &count, &first, &mult, &cursor, &rate, &burst, &maxMult)
+		err := p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
+			&at, &count, &first, &mult, &cursor, &rate, &burst, &maxMult)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -566,7 +564,10 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		if attempt > 0 {
 			return Reservation{}, fmt.Errorf("pacer: pace row of %q has no rate", platform)
 		}
-		if _, err := p.pool.Exec(qctx, syncRowSQL, platform); err != nil {
+		qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
+		_, err = p.pool.Exec(qctx, syncRowSQL, platform)
+		cancel()
+		if err != nil {
 			return Reservation{}, err
 		}
 	}
@@ -616,6 +617,27 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		st.tat = maxTime(st.tat, localNow.Add(last).Add(st.degradedInterval(p.divisor())))
 	}
 	return res, nil
+}
+
+// queryRow runs one statement of the hot path on a connection of the
+// pacer's pool, bounded by Config.StatementTimeout through the connection's
+// deadline: a timeout context costs a timer and a context watcher per call,
+// several per cent of a reservation. ctx bounds the acquisition only (a new
+// connection is bounded by Config.ConnectTimeout); once sent, the statement
+// runs to its end or to the deadline, which closes the connection.
+func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	nc := c.Conn().PgConn().Conn()
+	if err := nc.SetDeadline(time.Now().Add(p.cfg.StatementTimeout)); err != nil {
+		return err
+	}
+	err = c.QueryRow(context.Background(), sql, args...).Scan(dest...)
+	_ = nc.SetDeadline(time.Time{}) // a closed connection's error does not matter
+	return err
 }
 
 // takeFromBlock hands out the next slot kept from a block, if one is neither
