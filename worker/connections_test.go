@@ -191,6 +191,7 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 	for _, name := range []string{
 		"fleetpace_pacer_degraded_reservations_total", "fleetpace_pacer_reservations_total",
 		"fleetpace_cooldowns_active", "fleetpace_database_up 1", "fleetpace_fleet_size",
+		"fleetpace_record_checks_total", "fleetpace_pacer_block_reservations_total",
 	} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
 
@@ -29,8 +30,8 @@ type Metrics struct {
 
 // NewMetrics registers the worker's metrics. statusDB, when set, is read at
 // scrape time for the fleet-wide gauges (multiplier, cooldowns, staleness);
-// pacer, when set, provides this process's pacer counters.
-func NewMetrics(statusDB statusReader, p *pacer.Pacer, logger *slog.Logger) *Metrics {
+// pacer and recorder, when set, provide this process's counters.
+func NewMetrics(statusDB statusReader, p *pacer.Pacer, rec *sources.Recorder, logger *slog.Logger) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
@@ -58,6 +59,9 @@ func NewMetrics(statusDB statusReader, p *pacer.Pacer, logger *slog.Logger) *Met
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if p != nil {
 		reg.MustRegister(pacerCollector{p})
+	}
+	if rec != nil {
+		reg.MustRegister(recorderCollector{rec})
 	}
 	if statusDB != nil {
 		reg.MustRegister(&stateCollector{db: statusDB, logger: logger})
@@ -103,12 +107,36 @@ var (
 	descAttempts     = prometheus.NewDesc("fleetpace_pacer_connect_attempts_total", "Connection attempts by the pacer's pool.", nil, nil)
 	descDown         = prometheus.NewDesc("fleetpace_pacer_degraded", "1 while the pacer cannot reach the database and paces locally.", nil, nil)
 	descFleet        = prometheus.NewDesc("fleetpace_fleet_size", "Live worker processes seen by this process's heartbeat.", nil, nil)
+	descFromBlock    = prometheus.NewDesc("fleetpace_pacer_block_reservations_total", "Granted reservations served from a block of slots, without a round trip.", nil, nil)
+	descBlockWaste   = prometheus.NewDesc("fleetpace_pacer_block_slots_discarded_total", "Slots of blocks that went unused (too late, or dropped on rate pressure).", nil, nil)
+	descDeferred     = prometheus.NewDesc("fleetpace_pacer_reports_batched_total", "Clean reports sent in batches rather than one statement each.", nil, nil)
+
+	descRecBatches = prometheus.NewDesc("fleetpace_record_statements_total", "Statements that wrote checks (group commit).", nil, nil)
+	descRecChecks  = prometheus.NewDesc("fleetpace_record_checks_total", "Checks written, by result (written, failed: lost with their statement, the scan re-queues their sources).", []string{"result"}, nil)
+	descRecQueued  = prometheus.NewDesc("fleetpace_record_queued", "Checks waiting to be written.", nil, nil)
 )
+
+type recorderCollector struct{ r *sources.Recorder }
+
+func (c recorderCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRecBatches, descRecChecks, descRecQueued} {
+		ch <- d
+	}
+}
+
+func (c recorderCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.r.Stats()
+	ch <- prometheus.MustNewConstMetric(descRecBatches, prometheus.CounterValue, float64(s.Batches))
+	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Records-s.Failed), "written")
+	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Failed), "failed")
+	ch <- prometheus.MustNewConstMetric(descRecQueued, prometheus.GaugeValue, float64(s.Queued))
+}
 
 type pacerCollector struct{ p *pacer.Pacer }
 
 func (c pacerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descDown, descFleet} {
+	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descDown, descFleet,
+		descFromBlock, descBlockWaste, descDeferred} {
 		ch <- d
 	}
 }
@@ -126,6 +154,9 @@ func (c pacerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descDown, prometheus.GaugeValue, down)
 	ch <- prometheus.MustNewConstMetric(descFleet, prometheus.GaugeValue, float64(s.FleetSize))
+	ch <- prometheus.MustNewConstMetric(descFromBlock, prometheus.CounterValue, float64(s.FromBlock))
+	ch <- prometheus.MustNewConstMetric(descBlockWaste, prometheus.CounterValue, float64(s.BlockDiscarded))
+	ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.ReportsDeferred))
 }
 
 type statusReader interface {

@@ -292,7 +292,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		rt.closers = append(rt.closers, h.CloseIdleConnections)
 		fetcher = h
 	}
-	rt.metrics = NewMetrics(rt.pool, rt.pacer, cfg.Logger)
+	rt.metrics = NewMetrics(rt.pool, rt.pacer, rt.recorder, cfg.Logger)
 	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait, Metrics: rt.metrics, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
