@@ -24,6 +24,16 @@ func reserveN(t *testing.T, p *Pacer, platform string, n int) []Reservation {
 	return out
 }
 
+// reportClean reports n clean responses for platform.
+func reportClean(t *testing.T, p *Pacer, platform string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := p.Report(context.Background(), platform, Reservation{}, Outcome{Kind: Clean}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // When the interval is shorter than a round trip, one statement reserves a
 // block and later calls take its slots without a round trip — the very slots
 // single reservations would have got: distinct, spaced by the interval, and
@@ -139,11 +149,7 @@ func TestCleanReportsBatched(t *testing.T) {
 
 	// Pressure resets the streak, and clean reports gathered before it do
 	// not count after it.
-	for range 3 {
-		if _, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Clean}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reportClean(t, p, "batch", 3)
 	rep, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Pressure})
 	if err != nil || rep.Deferred || !rep.Doubled {
 		t.Fatalf("pressure: %+v %v, want sent at once and doubled", rep, err)
@@ -154,11 +160,7 @@ func TestCleanReportsBatched(t *testing.T) {
 	}
 
 	// Close sends what is pending.
-	for range 4 {
-		if _, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Clean}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reportClean(t, p, "batch", 4)
 	p.Close()
 	if row := readRow(t, pool, "batch"); row.streak != 4 {
 		t.Fatalf("after Close: streak %d, want the 4 pending reports sent", row.streak)
@@ -169,14 +171,9 @@ func TestCleanReportsBatched(t *testing.T) {
 func TestCleanBatchTimer(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
-	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "timer", rate: 100})
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = 50 * time.Millisecond })
-	for range 3 {
-		if _, err := p.Report(ctx, "timer", Reservation{}, Outcome{Kind: Clean}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reportClean(t, p, "timer", 3)
 	deadline := time.Now().Add(10 * time.Second)
 	for readRow(t, pool, "timer").streak != 3 {
 		if time.Now().After(deadline) {

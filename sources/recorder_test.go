@@ -438,10 +438,10 @@ func TestRecorderStatementErrorReachesEveryWaiter(t *testing.T) {
 	}
 }
 
-// A closed pool: the statement fails and Record returns its error (it does
-// not hang).
-func TestRecorderClosedPool(t *testing.T) {
-	t.Parallel()
+// closedPoolRecorder returns a started Recorder whose pool is closed: every
+// statement fails.
+func closedPoolRecorder(t *testing.T) *sources.Recorder {
+	t.Helper()
 	pool, err := pgxpool.New(context.Background(), testdb.URL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -453,9 +453,17 @@ func TestRecorderClosedPool(t *testing.T) {
 	if err := rec.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer rec.Stop()
+	t.Cleanup(rec.Stop)
 	pool.Close()
-	err = rec.Record(context.Background(), 1, sources.Check{Outcome: "ok"})
+	return rec
+}
+
+// A closed pool: the statement fails and Record returns its error (it does
+// not hang).
+func TestRecorderClosedPool(t *testing.T) {
+	t.Parallel()
+	rec := closedPoolRecorder(t)
+	err := rec.Record(context.Background(), 1, sources.Check{Outcome: "ok"})
 	if err == nil || errors.Is(err, sources.ErrRecorderStopped) {
 		t.Fatalf("Record on a closed pool: %v, want the statement's error", err)
 	}
@@ -673,19 +681,7 @@ func TestRecorderSubmitBackpressure(t *testing.T) {
 // is counted, and Flush reports it.
 func TestRecorderSubmitFailureCounted(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), testdb.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := sources.NewRecorder(pool, sources.RecorderConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Stop()
-	pool.Close()
+	rec := closedPoolRecorder(t)
 	for id := range int64(3) {
 		if err := rec.Submit(context.Background(), id+1, sources.Check{Outcome: "ok"}); err != nil {
 			t.Fatalf("Submit: %v, want nil (written behind)", err)
