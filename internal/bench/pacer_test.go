@@ -86,10 +86,16 @@ func TestPacerBench(t *testing.T) {
 	for name, v := range map[string]float64{
 		"select1_p50": res.Select1P50, "upsert_p50": res.UpsertP50, "reserve_p50": res.ReserveP50,
 		"upsert_tps_4": res.UpsertTPS4, "reserve_tps_1": res.ReserveTPS1, "reserve_tps_4": res.ReserveTPS4, "reserve_tps_16": res.ReserveTPS16,
+		"reserve_block_tps_4": res.BlockTPS4,
 	} {
 		if !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v, want a positive figure", name, v)
 		}
+	}
+	// Blocks at an unlimited rate hand out most slots without a round trip:
+	// they must beat one statement per reservation by far.
+	if res.BlockTPS4 < 3*res.ReserveTPS4 {
+		t.Errorf("reservations in blocks %v/s, one statement each %v/s: want blocks ≥ 3× faster", res.BlockTPS4, res.ReserveTPS4)
 	}
 	if res.ReserveP99 < res.ReserveP50 {
 		t.Errorf("reserve p99 %v < p50 %v", res.ReserveP99, res.ReserveP50)
