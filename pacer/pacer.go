@@ -9,7 +9,10 @@
 // taken by ON CONFLICT makes the read-modify-write atomic across processes,
 // with no advisory lock, no explicit transaction and no SELECT … FOR UPDATE.
 // Time is the database's clock_timestamp(). The caller then sleeps locally,
-// holding no lock and no connection.
+// holding no lock and no connection. When a platform's interval is shorter
+// than a round trip, the statement takes a block of consecutive slots and
+// later calls of the process take the rest without a round trip; clean
+// reports are sent in batches. Neither changes which slots are granted.
 //
 // The configured rate is a ceiling: the multiplier only ever slows it down,
 // and in degraded mode each process paces at rate / (fleet size + 1), so the
