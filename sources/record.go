@@ -16,6 +16,11 @@ type Check struct {
 	ETag         string // new validators (ok only)
 	LastModified string
 	ContentHash  string
+	// JobID is the job that made the check (0: unknown, always written). A
+	// check of a job that no longer holds the source's queue mark — the
+	// source was released and queued again for another job, which will check
+	// it — is not written.
+	JobID int64
 }
 
 // RecordCheck records a fetch outcome and releases the source for the next
@@ -26,7 +31,7 @@ func RecordCheck(ctx context.Context, db DBTX, sourceID int64, c Check) error {
 	if c.Status != 0 {
 		status = &c.Status
 	}
-	_, err := db.Exec(ctx, recordCheckSQL, sourceID, c.Outcome, status, c.Error, c.ETag, c.LastModified, c.ContentHash)
+	_, err := db.Exec(ctx, recordCheckSQL, sourceID, c.Outcome, status, c.Error, c.ETag, c.LastModified, c.ContentHash, c.JobID)
 	if err != nil {
 		return fmt.Errorf("source %d: record check: %w", sourceID, err)
 	}
@@ -64,17 +69,18 @@ func RecordChecks(ctx context.Context, db DBTX, recs []CheckRecord) error {
 		etags        = make([]string, n)
 		lastModified = make([]string, n)
 		hashes       = make([]string, n)
+		jobs         = make([]int64, n)
 	)
 	for i, r := range recs {
 		c := r.Check
-		ids[i], outcomes[i], errs[i], etags[i], lastModified[i], hashes[i] =
-			r.SourceID, c.Outcome, c.Error, c.ETag, c.LastModified, c.ContentHash
+		ids[i], outcomes[i], errs[i], etags[i], lastModified[i], hashes[i], jobs[i] =
+			r.SourceID, c.Outcome, c.Error, c.ETag, c.LastModified, c.ContentHash, c.JobID
 		if c.Status != 0 {
 			s := int32(c.Status)
 			statuses[i] = &s
 		}
 	}
-	if _, err := db.Exec(ctx, recordChecksSQL, ids, outcomes, statuses, errs, etags, lastModified, hashes); err != nil {
+	if _, err := db.Exec(ctx, recordChecksSQL, ids, outcomes, statuses, errs, etags, lastModified, hashes, jobs); err != nil {
 		return fmt.Errorf("record checks of %d sources: %w", n, err)
 	}
 	return nil

@@ -692,3 +692,34 @@ func TestRecorderSubmitFailureCounted(t *testing.T) {
 		t.Fatalf("stats %+v: want 3 failed checks", st)
 	}
 }
+
+// A check of a job that no longer holds its source's queue mark (the source
+// was released and queued again for another job) is not written, alone or
+// in a batch; the job that holds it, an unmarked source, and an unknown job
+// (0) are.
+func TestRecordCheckOnlyByTheQueuedJob(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 8) // queued, queued_job_id = id
+	mustExec(t, f.fixture, `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1 OR id = $2`, ids[2], ids[6])
+	ok := sources.Check{Outcome: "ok", Status: 200}
+	with := func(job int64) sources.Check { c := ok; c.JobID = job; return c }
+	// One at a time (RecordCheck's statement).
+	for i, c := range []sources.Check{with(ids[0]), with(ids[1] + 1000), with(999), ok} {
+		if err := sources.RecordCheck(f.ctx, f.pool, ids[i], c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In one batch (RecordChecks' statement).
+	if err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{
+		{SourceID: ids[4], Check: with(ids[4])}, {SourceID: ids[5], Check: with(ids[5] + 1000)},
+		{SourceID: ids[6], Check: with(999)}, {SourceID: ids[7], Check: ok},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, true, true, true, false, true, true} {
+		if got := f.checked(t, ids[i:i+1]) == 1; got != want {
+			t.Errorf("source %d: written %v, want %v", i, got, want)
+		}
+	}
+}

@@ -152,6 +152,10 @@ WHERE s.queued_at IS NOT NULL
 //   - rate_pressure, rate_limited: not a check and not a failure; the source
 //     keeps its place in the fair order and is due again at once (cooldowns
 //     and the pacer decide when it actually runs).
+//
+// $8 is the job that made the check (0: unknown). If the source has been
+// queued since for another job (released by the tick's reconciliation while
+// this check was on its way), nothing is written: that job checks it.
 const recordCheckSQL = `
 UPDATE fleetpace_source SET
     queued_at            = NULL,
@@ -172,7 +176,8 @@ UPDATE fleetpace_source SET
             check_interval * power(2, LEAST(consecutive_failures + 1, 6)),
             GREATEST(check_interval, interval '24 hours'))
         ELSE now() END
-WHERE id = $1`
+WHERE id = $1
+  AND ($8::bigint = 0 OR queued_job_id IS NULL OR queued_job_id = $8)`
 
 // recordChecksSQL is recordCheckSQL for many sources in one statement: the
 // same rules, row by row, with the i-th element of each array as that
@@ -198,9 +203,10 @@ UPDATE fleetpace_source s SET
             s.check_interval * power(2, LEAST(s.consecutive_failures + 1, 6)),
             GREATEST(s.check_interval, interval '24 hours'))
         ELSE now() END
-FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[])
-    AS r(id, outcome, status, error, etag, last_modified, content_hash)
-WHERE s.id = r.id`
+FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+    AS r(id, outcome, status, error, etag, last_modified, content_hash, job_id)
+WHERE s.id = r.id
+  AND (r.job_id = 0 OR s.queued_job_id IS NULL OR s.queued_job_id = r.job_id)`
 
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
 

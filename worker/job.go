@@ -177,7 +177,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 
 	check := sources.Check{
 		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,
-		ContentHash: r.ContentHash,
+		ContentHash: r.ContentHash, JobID: job.ID,
 	}
 	if outcome == fetch.Failed || outcome == fetch.RateLimited {
 		check.Error = r.Reason
