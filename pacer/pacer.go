@@ -277,19 +277,18 @@ type Pacer struct {
 	fleet atomic.Int64
 
 	mu           sync.Mutex
-	down         bool      // the last probe or round trip failed
 	latchedUntil time.Time // no connection attempt before this
 	probing      bool      // one caller is probing the database
-	recoverUntil time.Time // after a resume, also honour local pacing until then
 	local        map[string]*localState
 	pending      map[string]*pendingClean // clean reports not sent yet
 	closed       bool
 
 	rtt atomic.Int64 // moving average of a reservation's round trip, ns
 
-	// Lock-free views for the common path (no outage, no blocks kept).
-	isDown       atomic.Bool  // = down
-	recoverNanos atomic.Int64 // = recoverUntil in Unix ns (0: none)
+	// Read without the lock on the common path (no outage, no blocks kept);
+	// down and recoverNanos are written with mu held.
+	down         atomic.Bool  // the last probe or round trip failed
+	recoverNanos atomic.Int64 // after a resume, also honour local pacing until then (Unix ns; 0: never)
 	blockSlots   atomic.Int64 // slots kept in all blocks
 
 	reservations, granted, denied, degraded atomic.Uint64
@@ -424,9 +423,7 @@ func (p *Pacer) divisor() float64 {
 
 // Stats returns the per-process counters.
 func (p *Pacer) Stats() Stats {
-	p.mu.Lock()
-	down := p.down
-	p.mu.Unlock()
+	down := p.down.Load()
 	return Stats{
 		Reservations:    p.reservations.Load(),
 		Granted:         p.granted.Load(),
@@ -982,20 +979,25 @@ func (p *Pacer) cachedResult(platform string) ReportResult {
 // not; otherwise, if the database was down, this caller becomes the one
 // probe. recovering: shared pacing resumed less than a latch period ago.
 func (p *Pacer) admit() (shared, probe, recovering bool) {
-	if !p.isDown.Load() {
-		r := p.recoverNanos.Load()
-		return true, false, r != 0 && p.cfg.Now().UnixNano() < r
+	if !p.down.Load() {
+		return true, false, p.recovering()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.down {
-		return true, false, !p.recoverUntil.IsZero() && p.cfg.Now().Before(p.recoverUntil)
+	if !p.down.Load() { // resumed meanwhile
+		return true, false, p.recovering()
 	}
 	if p.probing || p.cfg.Now().Before(p.latchedUntil) {
 		return false, false, false
 	}
 	p.probing = true
 	return true, true, false
+}
+
+// recovering: shared pacing resumed less than a latch period ago.
+func (p *Pacer) recovering() bool {
+	r := p.recoverNanos.Load()
+	return r != 0 && p.cfg.Now().UnixNano() < r
 }
 
 func (p *Pacer) latched() bool {
@@ -1008,9 +1010,7 @@ func (p *Pacer) latched() bool {
 func (p *Pacer) fail(probe bool, err error) {
 	p.failures.Add(1)
 	p.mu.Lock()
-	wasDown := p.down
-	p.down = true
-	p.isDown.Store(true)
+	wasDown := p.down.Swap(true)
 	p.latchedUntil = p.cfg.Now().Add(p.cfg.Latch)
 	if probe {
 		p.probing = false
@@ -1032,11 +1032,8 @@ func (p *Pacer) succeed(probe bool) {
 	}
 	p.mu.Lock()
 	p.probing = false
-	resumed := p.down
-	p.down = false
-	p.isDown.Store(false)
-	p.recoverUntil = p.cfg.Now().Add(p.cfg.Latch)
-	p.recoverNanos.Store(p.recoverUntil.UnixNano())
+	resumed := p.down.Swap(false)
+	p.recoverNanos.Store(p.cfg.Now().Add(p.cfg.Latch).UnixNano())
 	p.mu.Unlock()
 	if resumed {
 		p.log.Info("pacer: database reachable again, shared pacing resumed")

@@ -26,8 +26,10 @@ func (a *app) benchPacerCmd() *cobra.Command {
 		Long: `Measures, in one run on one database:
   - round trips of SELECT 1 (the floor), a bare single-row upsert of the
     reservation's shape (the physical limit of one row) and a pacer
-    reservation at an unlimited rate: median and p99 latency with one caller,
-    throughput with 1, 4 and 16 concurrent callers on one platform;
+    reservation at an unlimited rate, one statement each: median and p99
+    latency with one caller, throughput with 1, 4 and 16 concurrent callers
+    on one platform; beside them, the same reservations with blocks on (the
+    pacer's default), which take many slots per statement;
   - accuracy: a ceiling shared by several processes × goroutines for a while:
     delivered rate / ceiling and the largest 1-s window.
 Targets: reservation median ≤ 1.5× the bare upsert; throughput at 4 callers

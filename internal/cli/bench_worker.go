@@ -21,13 +21,14 @@ func (a *app) benchWorkerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Jobs/s of the whole fleetpace fetch job (no-op fetcher) vs bare River jobs, same workers",
-		Long: `Measures jobs per second of fleetpace's fetch job — source load, cooldown
-check, pacer reserve and report, record check, completion in the same
-transaction — with a no-op fetcher and an effectively unlimited platform
+		Long: `Measures jobs per second of fleetpace's fetch job as the scan queues it —
+pacer reserve and report, the check recorded (written behind the job, with
+group commit) — with a no-op fetcher and an effectively unlimited platform
 (1e9/s), side by side with bare River jobs whose worker does nothing, on one
 database with the same River settings and worker count. Each run inserts
---jobs jobs, starts a client and times until all have completed; the sides
-alternate for --runs runs and medians are reported. Target: ratio ≥ 0.7.
+--jobs jobs, starts a client and times until all have completed and, for
+fleetpace, every check has been written; the sides alternate for --runs runs
+and medians are reported. Target: ratio ≥ 0.7.
 
 --fetch-cooldown defaults to River's minimum (1ms): with River's default
 (100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
