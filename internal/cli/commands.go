@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace"
@@ -30,21 +31,18 @@ func (a *app) schemaCmd() *cobra.Command {
 		Short: "Create fleetpace's tables and run River's migrations; idempotent and safe to run concurrently",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			res, err := fleetpace.Apply(cmd.Context(), pool, a.logger)
-			if err != nil {
-				return dbError(err)
-			}
-			if len(res.RiverVersions) > 0 {
-				fmt.Fprintf(a.stdout, "schema applied (River migrations %v)\n", res.RiverVersions)
-			} else {
-				fmt.Fprintln(a.stdout, "schema applied (already current)")
-			}
-			return nil
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				res, err := fleetpace.Apply(cmd.Context(), pool, a.logger)
+				if err != nil {
+					return dbError(err)
+				}
+				if len(res.RiverVersions) > 0 {
+					fmt.Fprintf(a.stdout, "schema applied (River migrations %v)\n", res.RiverVersions)
+				} else {
+					fmt.Fprintln(a.stdout, "schema applied (already current)")
+				}
+				return nil
+			})
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -97,18 +95,15 @@ func (a *app) platformsCmd() *cobra.Command {
 			if err := p.CheckFields(); err != nil {
 				return fmt.Errorf("platform: %w", err)
 			}
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			saved, err := sources.SetPlatform(cmd.Context(), pool, p)
-			if err != nil {
-				return dbError(err)
-			}
-			fmt.Fprintf(a.stdout, "platform %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, decay after %d\n",
-				saved.Name, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.DecayAfter)
-			return nil
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				saved, err := sources.SetPlatform(cmd.Context(), pool, p)
+				if err != nil {
+					return dbError(err)
+				}
+				fmt.Fprintf(a.stdout, "platform %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, decay after %d\n",
+					saved.Name, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.DecayAfter)
+				return nil
+			})
 		},
 	}
 	f := set.Flags()
@@ -123,24 +118,21 @@ func (a *app) platformsCmd() *cobra.Command {
 		Short: "List platforms",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			ps, err := sources.ListPlatforms(cmd.Context(), pool)
-			if err != nil {
-				return dbError(err)
-			}
-			if asJSON {
-				return writeJSON(a.stdout, ps)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tDECAY AFTER")
-			for _, p := range ps {
-				fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t%d\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown, p.MaxMultiplier, p.DecayAfter)
-			}
-			return tw.Flush()
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				ps, err := sources.ListPlatforms(cmd.Context(), pool)
+				if err != nil {
+					return dbError(err)
+				}
+				if asJSON {
+					return writeJSON(a.stdout, ps)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tDECAY AFTER")
+				for _, p := range ps {
+					fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t%d\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown, p.MaxMultiplier, p.DecayAfter)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -166,21 +158,18 @@ func (a *app) sourcesCmd() *cobra.Command {
 			if err := ns.Validate(); err != nil {
 				return fmt.Errorf("source: %w", err)
 			}
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			id, created, err := sources.AddSource(cmd.Context(), pool, ns)
-			if err != nil {
-				return dbError(err)
-			}
-			if created {
-				fmt.Fprintf(a.stdout, "added source %d\n", id)
-			} else {
-				fmt.Fprintf(a.stdout, "source %d already exists (unchanged)\n", id)
-			}
-			return nil
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				id, created, err := sources.AddSource(cmd.Context(), pool, ns)
+				if err != nil {
+					return dbError(err)
+				}
+				if created {
+					fmt.Fprintf(a.stdout, "added source %d\n", id)
+				} else {
+					fmt.Fprintf(a.stdout, "source %d already exists (unchanged)\n", id)
+				}
+				return nil
+			})
 		},
 	}
 	add.Flags().StringVar(&ns.Platform, "platform", "", "platform name (required)")
@@ -229,17 +218,14 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 			if defInterval <= 0 {
 				return usagef("--interval: must be > 0, got %s", defInterval)
 			}
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			res, err := sources.Import(cmd.Context(), pool, r, sources.ImportOptions{Format: fmtOpt, DefaultInterval: defInterval})
-			if err != nil {
-				return dbError(fmt.Errorf("%s: %w", args[0], err))
-			}
-			fmt.Fprintf(a.stdout, "imported %s: %d rows, %d added, %d already present\n", args[0], res.Rows, res.Added, res.Existing)
-			return nil
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				res, err := sources.Import(cmd.Context(), pool, r, sources.ImportOptions{Format: fmtOpt, DefaultInterval: defInterval})
+				if err != nil {
+					return dbError(fmt.Errorf("%s: %w", args[0], err))
+				}
+				fmt.Fprintf(a.stdout, "imported %s: %d rows, %d added, %d already present\n", args[0], res.Rows, res.Added, res.Existing)
+				return nil
+			})
 		},
 	}
 	imp.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file extension, else sniffed)")
@@ -254,25 +240,22 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		Short: "List sources in fair order (never checked first, then longest since checked)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			list, err := sources.ListSources(cmd.Context(), pool, filter)
-			if err != nil {
-				return dbError(err)
-			}
-			if asJSON {
-				return writeJSON(a.stdout, list)
-			}
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tPLATFORM\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL")
-			for _, s := range list {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", s.ID, s.Platform, s.Interval,
-					fmtTime(s.LastCheckedAt), fmtInt(s.LastStatus), fmtStr(s.LastOutcome), s.ConsecutiveFailures, s.QueuedAt != nil, s.URL)
-			}
-			return tw.Flush()
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				list, err := sources.ListSources(cmd.Context(), pool, filter)
+				if err != nil {
+					return dbError(err)
+				}
+				if asJSON {
+					return writeJSON(a.stdout, list)
+				}
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tPLATFORM\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL")
+				for _, s := range list {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", s.ID, s.Platform, s.Interval,
+						fmtTime(s.LastCheckedAt), fmtInt(s.LastStatus), fmtStr(s.LastOutcome), s.ConsecutiveFailures, s.QueuedAt != nil, s.URL)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	list.Flags().StringVar(&filter.Platform, "platform", "", "only this platform")
@@ -294,17 +277,14 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 			if err != nil {
 				return err
 			}
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			n, err := sources.RemoveSources(cmd.Context(), pool, ids)
-			if err != nil {
-				return dbError(err)
-			}
-			fmt.Fprintf(a.stdout, "removed %d source(s)\n", n)
-			return nil
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				n, err := sources.RemoveSources(cmd.Context(), pool, ids)
+				if err != nil {
+					return dbError(err)
+				}
+				fmt.Fprintf(a.stdout, "removed %d source(s)\n", n)
+				return nil
+			})
 		},
 	}
 	cmd.AddCommand(add, imp, list, remove)
@@ -359,32 +339,29 @@ A tick already running elsewhere (another scan, a worker) makes this one skip.`,
 			if cfg.Limit < 1 || cfg.PerPlatformCap < 1 || cfg.LookAhead <= 0 {
 				return usagef("scan: --limit and --per-platform-cap must be ≥ 1 and --look-ahead > 0")
 			}
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
-			if err != nil {
-				return err
-			}
-			res, err := sources.Tick(cmd.Context(), pool, client, cfg)
-			if err != nil {
-				return dbError(err)
-			}
-			if res.Skipped {
-				fmt.Fprintln(a.stdout, "scan skipped: another tick is running")
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
+				if err != nil {
+					return err
+				}
+				res, err := sources.Tick(cmd.Context(), pool, client, cfg)
+				if err != nil {
+					return dbError(err)
+				}
+				if res.Skipped {
+					fmt.Fprintln(a.stdout, "scan skipped: another tick is running")
+					return nil
+				}
+				fmt.Fprintf(a.stdout, "scan: enqueued %d%s", res.Enqueued, fmtByPlatform(res.ByPlatform))
+				if len(res.CoolingDown) > 0 {
+					fmt.Fprintf(a.stdout, "; cooling down: %s", strings.Join(res.CoolingDown, ", "))
+				}
+				if res.Released > 0 {
+					fmt.Fprintf(a.stdout, "; released %d source(s) whose job ended without a check", res.Released)
+				}
+				fmt.Fprintln(a.stdout)
 				return nil
-			}
-			fmt.Fprintf(a.stdout, "scan: enqueued %d%s", res.Enqueued, fmtByPlatform(res.ByPlatform))
-			if len(res.CoolingDown) > 0 {
-				fmt.Fprintf(a.stdout, "; cooling down: %s", strings.Join(res.CoolingDown, ", "))
-			}
-			if res.Released > 0 {
-				fmt.Fprintf(a.stdout, "; released %d source(s) whose job ended without a check", res.Released)
-			}
-			fmt.Fprintln(a.stdout)
-			return nil
+			})
 		},
 	}
 	addTickFlags(cmd, &cfg)
@@ -424,33 +401,30 @@ func (a *app) enqueueCmd() *cobra.Command {
 					return err
 				}
 			}
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
-			if err != nil {
-				return err
-			}
-			var queued []queue.FetchArgs
-			if platform != "" {
-				queued, err = sources.EnqueuePlatform(cmd.Context(), pool, client, platform)
-			} else {
-				queued, err = sources.Enqueue(cmd.Context(), pool, client, ids)
-			}
-			if errors.Is(err, sources.ErrNotFound) {
-				return usagef("%w", err)
-			}
-			if err != nil {
-				return dbError(err)
-			}
-			fmt.Fprintf(a.stdout, "enqueued %d source(s)", len(queued))
-			if skipped := len(ids) - len(queued); platform == "" && skipped > 0 {
-				fmt.Fprintf(a.stdout, "; %d already queued, disabled or unknown", skipped)
-			}
-			fmt.Fprintln(a.stdout)
-			return nil
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
+				if err != nil {
+					return err
+				}
+				var queued []queue.FetchArgs
+				if platform != "" {
+					queued, err = sources.EnqueuePlatform(cmd.Context(), pool, client, platform)
+				} else {
+					queued, err = sources.Enqueue(cmd.Context(), pool, client, ids)
+				}
+				if errors.Is(err, sources.ErrNotFound) {
+					return usagef("%w", err)
+				}
+				if err != nil {
+					return dbError(err)
+				}
+				fmt.Fprintf(a.stdout, "enqueued %d source(s)", len(queued))
+				if skipped := len(ids) - len(queued); platform == "" && skipped > 0 {
+					fmt.Fprintf(a.stdout, "; %d already queued, disabled or unknown", skipped)
+				}
+				fmt.Fprintln(a.stdout)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&platform, "platform", "", "queue every enabled, unqueued source of this platform")

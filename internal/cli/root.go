@@ -246,3 +246,14 @@ func dbError(err error) error {
 	}
 	return err
 }
+
+// withPool runs fn with a small pool on the command's database; failing to
+// reach the database is a database error (exit 1).
+func (a *app) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+	pool, err := a.pool(ctx, 2)
+	if err != nil {
+		return dbError(err)
+	}
+	defer pool.Close()
+	return fn(pool)
+}

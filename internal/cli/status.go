@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/status"
@@ -20,39 +21,36 @@ func (a *app) statusCmd() *cobra.Command {
 		Short: "Show platforms, shared pacer state, cooldowns, and queued / due counts per platform",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := a.pool(cmd.Context(), 2)
-			if err != nil {
-				return dbError(err)
-			}
-			defer pool.Close()
-			rep, err := status.Read(cmd.Context(), pool)
-			if err != nil {
-				return dbError(err)
-			}
-			if asJSON {
-				return writeJSON(a.stdout, rep)
-			}
-			fmt.Fprintf(a.stdout, "live workers: %d\n\n", rep.Workers)
-			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PLATFORM\tRATE/S\tMULT\tEFFECTIVE/S\tHOLD\tCOOLDOWN\tSOURCES\tQUEUED\tDUE\tNEVER CHECKED\tSTALE MAX\tSTALE P95")
-			for _, p := range rep.Platforms {
-				mult, eff, hold := "1", fmt.Sprintf("%g", p.RatePerSec), "-"
-				if p.Pace != nil {
-					mult = fmt.Sprintf("%g", p.Pace.Multiplier)
-					eff = fmt.Sprintf("%.3g", p.Pace.EffectiveRate)
-					if p.Pace.Hold > 0 {
-						hold = roundDur(p.Pace.Hold)
+			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
+				rep, err := status.Read(cmd.Context(), pool)
+				if err != nil {
+					return dbError(err)
+				}
+				if asJSON {
+					return writeJSON(a.stdout, rep)
+				}
+				fmt.Fprintf(a.stdout, "live workers: %d\n\n", rep.Workers)
+				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "PLATFORM\tRATE/S\tMULT\tEFFECTIVE/S\tHOLD\tCOOLDOWN\tSOURCES\tQUEUED\tDUE\tNEVER CHECKED\tSTALE MAX\tSTALE P95")
+				for _, p := range rep.Platforms {
+					mult, eff, hold := "1", fmt.Sprintf("%g", p.RatePerSec), "-"
+					if p.Pace != nil {
+						mult = fmt.Sprintf("%g", p.Pace.Multiplier)
+						eff = fmt.Sprintf("%.3g", p.Pace.EffectiveRate)
+						if p.Pace.Hold > 0 {
+							hold = roundDur(p.Pace.Hold)
+						}
 					}
+					cd := "-"
+					if p.Cooldown != nil {
+						cd = fmt.Sprintf("%s left (×%d: %s)", roundDur(p.Cooldown.Remaining), p.Cooldown.Count, p.Cooldown.Reason)
+					}
+					c := p.Counts
+					fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.RatePerSec, mult, eff, hold, cd,
+						c.Sources, c.Queued, c.Due, c.NeverChecked, roundDur(c.StaleMax), roundDur(c.StaleP95))
 				}
-				cd := "-"
-				if p.Cooldown != nil {
-					cd = fmt.Sprintf("%s left (×%d: %s)", roundDur(p.Cooldown.Remaining), p.Cooldown.Count, p.Cooldown.Reason)
-				}
-				c := p.Counts
-				fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.RatePerSec, mult, eff, hold, cd,
-					c.Sources, c.Queued, c.Due, c.NeverChecked, roundDur(c.StaleMax), roundDur(c.StaleP95))
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
