@@ -5,6 +5,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
 // reserveN makes n reservations that must all be granted and returns them.
@@ -105,8 +107,8 @@ func TestLateBlockSlotsDiscarded(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
-	clock := newFakeClock()
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Now = clock.Now })
+	clock := clocktest.New()
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock })
 	reserveN(t, p, "fast", 3) // one single, one block: 6 kept
 	clock.Advance(20 * time.Millisecond)
 	if r := reserveN(t, p, "fast", 1)[0]; !r.FromBlock {

@@ -16,12 +16,24 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 	"golang.org/x/time/rate"
 
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+// TestMain runs the tests on one embedded cluster and then checks that no
+// goroutine of the package is left running (timers, listeners, pools).
+func TestMain(m *testing.M) {
+	code := testdb.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // setup returns a fresh database (URL and an admin pool) with the schema.
 func setup(t *testing.T) (string, *pgxpool.Pool) {
@@ -321,26 +333,6 @@ func merged(rs []childResult) []time.Time {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
 	return out
-}
-
-// fakeClock is an injected local clock that tests advance by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // proxy is a loopback TCP proxy to the database that a test can cut (all

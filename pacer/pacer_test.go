@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 )
@@ -497,8 +498,8 @@ func TestHarnessDetectsNaiveGoroutines(t *testing.T) {
 // probes, however many are waiting. Exact, with an injected clock.
 func TestLatchOneAttemptPerPeriod(t *testing.T) {
 	t.Parallel()
-	clk := newFakeClock()
-	p := newPacer(t, "postgres://nobody@"+deadAddr(t)+"/x?sslmode=disable", func(c *Config) { c.Now = clk.Now })
+	clk := clocktest.New()
+	p := newPacer(t, "postgres://nobody@"+deadAddr(t)+"/x?sslmode=disable", func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
 
 	r, err := p.Reserve(ctx, "never-seen", time.Minute)
@@ -560,8 +561,8 @@ func TestDegradedLocalPacing(t *testing.T) {
 	}
 	px := newProxy(t, u.Host)
 	u.Host = px.addr()
-	clk := newFakeClock()
-	p := newPacer(t, u.String(), func(c *Config) { c.Now = clk.Now })
+	clk := clocktest.New()
+	p := newPacer(t, u.String(), func(c *Config) { c.Clock = clk })
 	p.SetFleetSize(3) // degraded interval: (3+1) / 20 = 200ms
 
 	r, err := p.Reserve(ctx, "deg", time.Minute)

@@ -1,0 +1,131 @@
+package pacer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Pacer. The zero value of every field but DatabaseURL
+// (or PoolConfig) means its default.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string. Required unless
+	// PoolConfig is set.
+	DatabaseURL string
+
+	// PoolConfig, if set, is used (copied) instead of parsing DatabaseURL.
+	// Its BeforeConnect and ConnConfig.DialFunc hooks are kept; MaxConns,
+	// MinConns and the connect timeout are overridden as described below.
+	PoolConfig *pgxpool.Config
+
+	// MaxConns is the size of the pacer's own pool. Default 4.
+	MaxConns int32
+
+	// ConnectTimeout bounds one connection attempt. Default 2 s.
+	ConnectTimeout time.Duration
+
+	// StatementTimeout bounds one reservation or report round trip once it
+	// is sent (a new connection is bounded by ConnectTimeout); when it
+	// expires the database counts as unreachable. Default 2 s.
+	StatementTimeout time.Duration
+
+	// Latch is how long a failure to reach the database is remembered: while
+	// latched, no connection is attempted and reservations are paced locally.
+	// Default 5 s.
+	Latch time.Duration
+
+	// MinFleetSize is the smallest fleet size degraded pacing assumes
+	// (rate / (max(fleet size, MinFleetSize) + 1)). Default 1.
+	MinFleetSize int
+
+	// Logger receives state changes (outage, resume). Default: discard.
+	Logger *slog.Logger
+
+	// MaxBlock is the most slots one reservation statement takes at once.
+	// When a platform's interval is shorter than a round trip (a very high or
+	// unlimited rate), a statement reserves ⌈round trip / interval⌉ slots (at
+	// most MaxBlock) and hands the rest out to later callers of this process
+	// without a round trip. The slots are exactly those single reservations
+	// would have got, so the ceiling holds as before. Default 32; 1 turns
+	// blocks off.
+	MaxBlock int
+
+	// MaxLate is how long after its time a slot kept from a block may still
+	// be handed out; older ones are discarded unused (sending late would crowd
+	// the slots that follow into one second). Default 25 ms.
+	MaxLate time.Duration
+
+	// CleanBatch is how long clean reports of a platform are gathered before
+	// one statement adds them all to the fleet-wide streak. Rate pressure is
+	// always sent at once. Default 100 ms; negative sends every clean report
+	// at once. Close and Flush send what is pending.
+	CleanBatch time.Duration
+
+	// Clock is the local clock, used where local time matters: sleeping
+	// until a slot, degraded pacing, slots kept from blocks, the failure
+	// latch and the clean-report timers (the shared schedule runs on the
+	// database's clock). Default: the system clock.
+	Clock clock.Clock
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.DatabaseURL == "" && c.PoolConfig == nil:
+		return errors.New("pacer: Config.DatabaseURL is required")
+	case c.MaxConns < 0:
+		return fmt.Errorf("pacer: Config.MaxConns must not be negative (got %d)", c.MaxConns)
+	case c.ConnectTimeout < 0:
+		return fmt.Errorf("pacer: Config.ConnectTimeout must not be negative (got %s)", c.ConnectTimeout)
+	case c.StatementTimeout < 0:
+		return fmt.Errorf("pacer: Config.StatementTimeout must not be negative (got %s)", c.StatementTimeout)
+	case c.Latch < 0:
+		return fmt.Errorf("pacer: Config.Latch must not be negative (got %s)", c.Latch)
+	case c.MinFleetSize < 0:
+		return fmt.Errorf("pacer: Config.MinFleetSize must not be negative (got %d)", c.MinFleetSize)
+	case c.MaxBlock < 0:
+		return fmt.Errorf("pacer: Config.MaxBlock must not be negative (got %d)", c.MaxBlock)
+	case c.MaxLate < 0:
+		return fmt.Errorf("pacer: Config.MaxLate must not be negative (got %s)", c.MaxLate)
+	}
+	return nil
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.MaxConns == 0 {
+		out.MaxConns = 4
+	}
+	if out.ConnectTimeout == 0 {
+		out.ConnectTimeout = 2 * time.Second
+	}
+	if out.StatementTimeout == 0 {
+		out.StatementTimeout = 2 * time.Second
+	}
+	if out.Latch == 0 {
+		out.Latch = 5 * time.Second
+	}
+	if out.MinFleetSize == 0 {
+		out.MinFleetSize = 1
+	}
+	if out.MaxBlock == 0 {
+		out.MaxBlock = DefaultMaxBlock
+	}
+	if out.MaxLate == 0 {
+		out.MaxLate = 25 * time.Millisecond
+	}
+	if out.CleanBatch == 0 {
+		out.CleanBatch = 100 * time.Millisecond
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	out.Clock = clock.Or(out.Clock)
+	return out
+}
+
+// DefaultMaxBlock is Config.MaxBlock's default.
+const DefaultMaxBlock = 32

@@ -1,0 +1,112 @@
+package pacer
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+)
+
+// latch is the pacer's memory of an outage. After a round trip finds the
+// database unreachable, no connection is attempted for one period (calls
+// pace locally instead); once it passes, one caller at a time probes. After
+// the probe succeeds, for one more period the process also honours its
+// local share (other processes may still pace locally until their own
+// latch expires).
+//
+// The common path (no outage, not recovering) is two atomic loads.
+type latch struct {
+	clock  clock.Clock
+	period time.Duration
+
+	down         atomic.Bool  // the last probe or round trip failed
+	recoverNanos atomic.Int64 // after a resume, honour local pacing until then (Unix ns; 0: never)
+
+	mu      sync.Mutex
+	until   time.Time // no connection attempt before this
+	probing bool      // one caller is probing the database
+}
+
+// admit decides whether a call may use the database. While a failure is
+// latched, or while another caller probes after the latch expired, it may
+// not; otherwise, if the database was down, this caller becomes the one
+// probe. recovering: shared pacing resumed less than a period ago.
+func (l *latch) admit() (shared, probe, recovering bool) {
+	if !l.down.Load() {
+		return true, false, l.recovering()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.down.Load() { // resumed meanwhile
+		return true, false, l.recovering()
+	}
+	if l.probing || l.clock.Now().Before(l.until) {
+		return false, false, false
+	}
+	l.probing = true
+	return true, true, false
+}
+
+// recovering: shared pacing resumed less than a period ago.
+func (l *latch) recovering() bool {
+	r := l.recoverNanos.Load()
+	return r != 0 && l.clock.Now().UnixNano() < r
+}
+
+// latched: no connection may be attempted now.
+func (l *latch) latched() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.clock.Now().Before(l.until)
+}
+
+// isDown: shared pacing is unavailable.
+func (l *latch) isDown() bool { return l.down.Load() }
+
+// fail latches an outage for one period; wasDown tells whether one was
+// already latched.
+func (l *latch) fail(probe bool) (wasDown bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wasDown = l.down.Swap(true)
+	l.until = l.clock.Now().Add(l.period)
+	if probe {
+		l.probing = false
+	}
+	return wasDown
+}
+
+// succeed ends a probe that reached the database: shared pacing resumes
+// (resumed is true if it was down), and local pacing is honoured for one
+// more period.
+func (l *latch) succeed(probe bool) (resumed bool) {
+	if !probe {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.probing = false
+	resumed = l.down.Swap(false)
+	l.recoverNanos.Store(l.clock.Now().Add(l.period).UnixNano())
+	return resumed
+}
+
+// endProbe ends a probe that was interrupted by the caller's context.
+func (l *latch) endProbe(probe bool) {
+	if !probe {
+		return
+	}
+	l.mu.Lock()
+	l.probing = false
+	l.mu.Unlock()
+}
+
+// unreachable reports whether err means the database could not be reached,
+// as opposed to a server-side error from a reachable database (a missing
+// schema, a platform without a rate): only the former latches an outage.
+func unreachable(err error) bool {
+	return errors.Is(err, errLatched) || errors.Is(err, errNoCancel) || dbconn.IsUnavailable(err)
+}

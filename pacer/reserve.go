@@ -1,0 +1,200 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Reserve asks for a slot on platform, waiting at most maxWait for it. A
+// granted reservation tells the caller how long to sleep before its request;
+// a denied one reserved nothing and tells it when to come back. When the
+// database is unreachable Reserve still answers (degraded, paced locally) and
+// returns no error; errors are ErrUnknownPlatform, the caller's context, or a
+// database error that is not an outage (e.g. a missing schema).
+func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
+	p.reservations.Add(1)
+	if maxWait < 0 {
+		maxWait = 0
+	}
+	if res, ok := p.takeFromBlock(platform, maxWait); ok {
+		p.granted.Add(1)
+		p.fromBlock.Add(1)
+		return res, nil
+	}
+	shared, probe, recovering := p.latch.admit()
+	if !shared {
+		return p.reserveLocal(platform, maxWait), nil
+	}
+
+	var minWait time.Duration
+	n := 1
+	if probe || recovering {
+		// After an outage other processes may still pace locally for up to
+		// one latch period; honour this process's local share too, so the
+		// sum stays under the ceiling. The shared row books the later slot.
+		if w, ok := p.localWait(platform); ok {
+			if w > maxWait {
+				p.latch.endProbe(probe)
+				p.denied.Add(1)
+				return Reservation{Platform: platform, Wait: w}, nil
+			}
+			minWait = w
+		}
+	} else {
+		n = p.blockSize(platform)
+	}
+
+	res, err := p.reserveShared(ctx, platform, maxWait, minWait, n)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			p.latch.endProbe(probe)
+			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, ctx.Err())
+		case unreachable(err):
+			p.fail(probe, err)
+			return p.reserveLocal(platform, maxWait), nil
+		default:
+			p.succeed(probe)
+			if errors.Is(err, ErrUnknownPlatform) {
+				return Reservation{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
+			}
+			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, err)
+		}
+	}
+	p.succeed(probe)
+	if res.Granted {
+		p.granted.Add(1)
+	} else {
+		p.denied.Add(1)
+	}
+	return res, nil
+}
+
+// Wait reserves a slot on platform and sleeps until it. Reservations denied
+// in degraded mode (no rate known yet) are retried after their wait.
+func (p *Pacer) Wait(ctx context.Context, platform string) (Reservation, error) {
+	for {
+		r, err := p.Reserve(ctx, platform, 24*time.Hour)
+		if err != nil {
+			return r, err
+		}
+		if err := clock.Sleep(ctx, p.clock, r.Wait); err != nil {
+			return r, fmt.Errorf("pacer: wait %s: %w", platform, err)
+		}
+		if r.Granted {
+			return r, nil
+		}
+	}
+}
+
+// reserveShared runs reserveSQL for up to n slots, keeps the slots after the
+// first for later calls, and updates the degraded-mode cache.
+func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
+	var (
+		at, first, mult, cursor, rate, maxMult float64
+		count, burst                           int32
+	)
+	for attempt := 0; ; attempt++ {
+		// A round trip is measured on the monotonic system clock, whatever
+		// Config.Clock is: it sizes blocks by real network time.
+		t0 := time.Now()
+		err := p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
+			&at, &count, &first, &mult, &cursor, &rate, &burst, &maxMult)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+			return Reservation{}, ErrUnknownPlatform
+		}
+		if err != nil {
+			return Reservation{}, err
+		}
+		p.observeRTT(time.Since(t0))
+		if rate > 0 {
+			break
+		}
+		// The pace row was missing and has just been created without the
+		// platform's configuration: copy it and reserve again.
+		if attempt > 0 {
+			return Reservation{}, fmt.Errorf("pacer: pace row of %q has no rate", platform)
+		}
+		qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
+		_, err = p.pool.Exec(qctx, syncRowSQL, platform)
+		cancel()
+		if err != nil {
+			return Reservation{}, err
+		}
+	}
+	localNow := p.clock.Now()
+	// Slot 0 is first (when nothing was granted, the earliest one there is);
+	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
+	mult = math.Max(mult, 1)
+	interval := mult / rate
+	base := cursor - float64(burst-1)/rate - float64(count)*interval
+	res := Reservation{
+		Platform:   platform,
+		Granted:    count > 0,
+		Wait:       max(secondsToDuration(first-at), 0),
+		ReservedAt: epochToTime(at),
+		Slot:       epochToTime(first),
+		Multiplier: mult,
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.local[platform]
+	if st == nil {
+		st = &localState{}
+		p.local[platform] = st
+	}
+	st.rate, st.maxMult, st.mult = rate, maxMult, mult
+	if !res.Granted {
+		// The earliest slot is as late as any hold (or later): a degraded
+		// period starting now must not go earlier.
+		st.hold = maxTime(st.hold, localNow.Add(res.Wait))
+	}
+	last := res.Wait
+	for k := 1; k < int(count); k++ {
+		slot := math.Max(first, base+float64(k)*interval)
+		wait := secondsToDuration(slot - at)
+		st.block = append(st.block, blockSlot{at: localNow.Add(wait), slot: epochToTime(slot),
+			reservedAt: res.ReservedAt, mult: mult})
+		p.blockSlots.Add(1)
+		last = wait
+	}
+	if count > 1 {
+		// Blocks taken concurrently by two calls may interleave.
+		slices.SortFunc(st.block, func(a, b blockSlot) int { return a.at.Compare(b.at) })
+	}
+	if res.Granted {
+		// A degraded period starting now continues from this block.
+		st.tat = maxTime(st.tat, localNow.Add(last).Add(st.degradedInterval(p.divisor())))
+	}
+	return res, nil
+}
+
+// queryRow runs one statement of the hot path on a connection of the
+// pacer's pool, bounded by Config.StatementTimeout through the connection's
+// deadline: a timeout context costs a timer and a context watcher per call,
+// several per cent of a reservation. ctx bounds the acquisition only (a new
+// connection is bounded by Config.ConnectTimeout); once sent, the statement
+// runs to its end or to the deadline, which closes the connection.
+func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	nc := c.Conn().PgConn().Conn()
+	if err := nc.SetDeadline(time.Now().Add(p.cfg.StatementTimeout)); err != nil {
+		return err
+	}
+	err = c.QueryRow(context.Background(), sql, args...).Scan(dest...)
+	_ = nc.SetDeadline(time.Time{}) // a closed connection's error does not matter
+	return err
+}
