@@ -28,6 +28,21 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
     updated_at     timestamptz      NOT NULL DEFAULT now()
 );
 
+-- Added with adaptive pacing: how the shared multiplier moves. Pressure
+-- multiplies it by backoff_factor (once per episode); every decay_after clean
+-- responses, fleet-wide, divide it by recovery_factor; with probe, recovery
+-- stops just short of the multiplier where the last pressure began and then
+-- climbs in small steps. use_headers: pace by the destination's announced
+-- rate-limit headers (RateLimit, X-RateLimit-*). Bounds are the pacer
+-- package's (pacer.MinFactor … pacer.MaxFactor).
+ALTER TABLE fleetpace_platform
+    ADD COLUMN IF NOT EXISTS backoff_factor  double precision NOT NULL DEFAULT 1.5
+        CONSTRAINT fleetpace_platform_backoff_factor_check CHECK (backoff_factor >= 1.01 AND backoff_factor <= 16),
+    ADD COLUMN IF NOT EXISTS recovery_factor double precision NOT NULL DEFAULT 1.1
+        CONSTRAINT fleetpace_platform_recovery_factor_check CHECK (recovery_factor >= 1.01 AND recovery_factor <= 16),
+    ADD COLUMN IF NOT EXISTS probe           boolean          NOT NULL DEFAULT true,
+    ADD COLUMN IF NOT EXISTS use_headers     boolean          NOT NULL DEFAULT true;
+
 -- pace: the shared pacer state, one narrow row per platform, updated on every
 -- reservation by a single INSERT ... ON CONFLICT DO UPDATE. No index beyond the
 -- primary key and a low fillfactor keep those updates HOT. Times are epoch
@@ -55,6 +70,40 @@ CREATE TABLE IF NOT EXISTS fleetpace_pace (
 ) WITH (fillfactor = 50);
 -- Added after the first release: reservations in blocks.
 ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL DEFAULT 0;
+-- Added with adaptive pacing (see docs/design.md, "Adaptive pacing"):
+--   backoff_factor, recovery_factor, probe, use_headers
+--                   copies of the platform's adaptation settings (trigger below)
+--   pressure_mult   the multiplier in force when the last pressure episode
+--                   began (0: none remembered); probing recovery stops short
+--                   of it and then climbs in small steps
+--   announced_interval, announced_until
+--                   the spacing a destination announced through its rate-limit
+--                   headers (seconds between requests) and until when it
+--                   holds (epoch seconds); the effective spacing is the larger
+--                   of it and multiplier / rate
+--   paused_until, pause_reason
+--                   an operator's pause ('Infinity': until resumed)
+--   hold_reason     why hold_until was last extended (Retry-After, quota)
+--   event_seq, event_at, last_respaced
+--                   every slow-down (a larger spacing, a longer hold, a pause)
+--                   is an event: its sequence number and database time, and
+--                   whether the last report made one. Processes re-space the
+--                   slots they were granted but have not used yet.
+ALTER TABLE fleetpace_pace
+    ADD COLUMN IF NOT EXISTS backoff_factor     double precision NOT NULL DEFAULT 2,
+    ADD COLUMN IF NOT EXISTS recovery_factor    double precision NOT NULL DEFAULT 2,
+    ADD COLUMN IF NOT EXISTS probe              boolean          NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS use_headers        boolean          NOT NULL DEFAULT true,
+    ADD COLUMN IF NOT EXISTS pressure_mult      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS announced_interval double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS announced_until    double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS paused_until       double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS pause_reason       text             NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS hold_reason        text             NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS event_seq          bigint           NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS event_at           double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS last_respaced      boolean          NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS last_interval      double precision NOT NULL DEFAULT 0;
 
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.
@@ -62,13 +111,21 @@ ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL 
 CREATE OR REPLACE FUNCTION fleetpace_platform_sync_pace() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after)
-    VALUES (NEW.name, NEW.rate_per_sec, NEW.burst, NEW.max_multiplier, NEW.decay_after)
+    INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
+                                backoff_factor, recovery_factor, probe, use_headers)
+    VALUES (NEW.name, NEW.rate_per_sec, NEW.burst, NEW.max_multiplier, NEW.decay_after,
+            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers)
     ON CONFLICT (platform) DO UPDATE SET
-        rate           = EXCLUDED.rate,
-        burst          = EXCLUDED.burst,
-        max_multiplier = EXCLUDED.max_multiplier,
-        decay_after    = EXCLUDED.decay_after,
+        rate            = EXCLUDED.rate,
+        burst           = EXCLUDED.burst,
+        max_multiplier  = EXCLUDED.max_multiplier,
+        decay_after     = EXCLUDED.decay_after,
+        backoff_factor  = EXCLUDED.backoff_factor,
+        recovery_factor = EXCLUDED.recovery_factor,
+        probe           = EXCLUDED.probe,
+        use_headers     = EXCLUDED.use_headers,
+        -- turning headers off drops what they announced
+        announced_until = CASE WHEN EXCLUDED.use_headers THEN fleetpace_pace.announced_until ELSE 0 END,
         -- a lower maximum caps the multiplier now (reservations trust it)
         multiplier     = LEAST(fleetpace_pace.multiplier, EXCLUDED.max_multiplier);
     RETURN NULL;
@@ -78,6 +135,16 @@ $$;
 CREATE OR REPLACE TRIGGER fleetpace_platform_sync_pace
     AFTER INSERT OR UPDATE ON fleetpace_platform
     FOR EACH ROW EXECUTE FUNCTION fleetpace_platform_sync_pace();
+
+-- Pace rows made before a configuration column existed take its value now
+-- (a no-op once they agree).
+UPDATE fleetpace_pace AS s SET
+    backoff_factor = p.backoff_factor, recovery_factor = p.recovery_factor,
+    probe = p.probe, use_headers = p.use_headers
+FROM fleetpace_platform AS p
+WHERE p.name = s.platform
+  AND (s.backoff_factor, s.recovery_factor, s.probe, s.use_headers)
+      IS DISTINCT FROM (p.backoff_factor, p.recovery_factor, p.probe, p.use_headers);
 
 -- cooldown: one row per platform that was told to stop (rate limited).
 -- Rows whose until has passed no longer filter anything; count drives

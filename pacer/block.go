@@ -33,12 +33,13 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 	}
 	st.block = st.block[1:]
 	p.blockSlots.Add(-1)
-	return Reservation{Platform: platform, Granted: true, Wait: wait, ReservedAt: b.reservedAt,
-		Slot: b.slot, Multiplier: b.mult, FromBlock: true}, true
+	return Reservation{Platform: platform, Granted: true, Wait: wait, ReservedAt: epochToTime(b.reservedAt),
+		Slot: epochToTime(b.slot), Multiplier: b.mult, Interval: secondsToDuration(b.interval), FromBlock: true,
+		due: b.at, maxWait: maxWait, seq: b.seq}, true
 }
 
 // dropBlock discards the slots kept for platform: they were spaced for a
-// multiplier that rate pressure has just made too small. Call with p.mu held.
+// spacing a slow-down has just made too small. Call with p.mu held.
 func (p *Pacer) dropBlock(st *localState) {
 	if st == nil {
 		return
@@ -69,8 +70,8 @@ func (p *Pacer) blockSize(platform string) int {
 	p.mu.Lock()
 	st := p.local[platform]
 	var interval float64
-	if st != nil && st.rate > 0 {
-		interval = math.Max(st.mult, 1) / st.rate
+	if st != nil {
+		interval = st.interval
 	}
 	p.mu.Unlock()
 	if interval <= 0 || rtt <= interval {

@@ -153,7 +153,7 @@ func TestCleanReportsBatched(t *testing.T) {
 	// not count after it.
 	reportClean(t, p, "batch", 3)
 	rep, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Pressure})
-	if err != nil || rep.Deferred || !rep.Doubled {
+	if err != nil || rep.Deferred || !rep.Increased {
 		t.Fatalf("pressure: %+v %v, want sent at once and doubled", rep, err)
 	}
 	p.Flush(ctx)

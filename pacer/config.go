@@ -54,9 +54,10 @@ type Config struct {
 	// blocks off.
 	MaxBlock int
 
-	// MaxLate is how long after its time a slot kept from a block may still
-	// be handed out; older ones are discarded unused (sending late would crowd
-	// the slots that follow into one second). Default 25 ms.
+	// MaxLate is how late after its time a slot may still be used: a slot
+	// kept from a block is discarded once older, and Sleep gives up a slot it
+	// woke up later than this for (ErrLate), because sending late would crowd
+	// the slots that follow into one second. Default DefaultMaxLate.
 	MaxLate time.Duration
 
 	// CleanBatch is how long clean reports of a platform are gathered before
@@ -64,6 +65,13 @@ type Config struct {
 	// always sent at once. Default 100 ms; negative sends every clean report
 	// at once. Close and Flush send what is pending.
 	CleanBatch time.Duration
+
+	// PollOnly turns the slow-down listener off: without LISTEN (for
+	// PgBouncer in transaction mode, which cannot hold one), a process
+	// learns that the fleet slowed down at its next reservation instead of
+	// within milliseconds. Default false: one extra connection per process
+	// LISTENs on NotifyChannel.
+	PollOnly bool
 
 	// Clock is the local clock, used where local time matters: sleeping
 	// until a slot, degraded pacing, slots kept from blocks, the failure
@@ -115,7 +123,7 @@ func (c *Config) withDefaults() Config {
 		out.MaxBlock = DefaultMaxBlock
 	}
 	if out.MaxLate == 0 {
-		out.MaxLate = 25 * time.Millisecond
+		out.MaxLate = DefaultMaxLate
 	}
 	if out.CleanBatch == 0 {
 		out.CleanBatch = 100 * time.Millisecond
@@ -129,3 +137,6 @@ func (c *Config) withDefaults() Config {
 
 // DefaultMaxBlock is Config.MaxBlock's default.
 const DefaultMaxBlock = 32
+
+// DefaultMaxLate is Config.MaxLate's default.
+const DefaultMaxLate = 25 * time.Millisecond

@@ -5,9 +5,11 @@ import (
 	"time"
 )
 
-// degradedInterval is the local spacing while the database is unreachable.
+// degradedInterval is the local spacing while the database is unreachable:
+// the last spacing seen (multiplier / rate, or the announced one), times
+// the divisor.
 func (st *localState) degradedInterval(div float64) time.Duration {
-	return secondsToDuration(math.Max(st.mult, 1) * div / st.rate)
+	return secondsToDuration(math.Max(st.interval, math.Max(st.mult, 1)/st.rate) * div)
 }
 
 // reserveLocal paces one reservation locally at rate / (fleet size + 1). A
@@ -19,7 +21,7 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 	defer p.mu.Unlock()
 	res := Reservation{Platform: platform, Degraded: true}
 	st := p.local[platform]
-	if st == nil {
+	if st == nil || st.rate <= 0 {
 		p.denied.Add(1)
 		res.Wait = p.cfg.Latch
 		return res
@@ -30,10 +32,12 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 	res.Wait = slot.Sub(now)
 	if res.Wait > maxWait {
 		p.denied.Add(1)
+		res.Wait = clampDuration(res.Wait)
 		return res
 	}
 	st.tat = slot.Add(st.degradedInterval(p.divisor()))
 	res.Granted = true
+	res.due, res.maxWait = slot, maxWait
 	p.granted.Add(1)
 	return res
 }
@@ -44,7 +48,7 @@ func (p *Pacer) localWait(platform string) (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.local[platform]
-	if st == nil {
+	if st == nil || st.rate <= 0 {
 		return 0, false
 	}
 	now := p.clock.Now()

@@ -47,12 +47,20 @@ func setup(t *testing.T) (string, *pgxpool.Pool) {
 	return url, pool
 }
 
+// platformSpec is a platform for a test. Its adaptation defaults to the
+// seed's schedule (×2 on pressure, ÷2 after decay_after clean, no probing),
+// which the older tests assert exactly; probe sets the probing controller
+// with backoff and recovery factors.
 type platformSpec struct {
 	name       string
 	rate       float64
 	burst      int
 	maxMult    float64
 	decayAfter int
+	backoff    float64 // default 2
+	recovery   float64 // default 2
+	probe      bool
+	noHeaders  bool
 }
 
 func addPlatform(t *testing.T, pool *pgxpool.Pool, s platformSpec) {
@@ -66,9 +74,17 @@ func addPlatform(t *testing.T, pool *pgxpool.Pool, s platformSpec) {
 	if s.decayAfter == 0 {
 		s.decayAfter = 100
 	}
+	if s.backoff == 0 {
+		s.backoff = 2
+	}
+	if s.recovery == 0 {
+		s.recovery = 2
+	}
 	_, err := pool.Exec(context.Background(),
-		`INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after) VALUES ($1, $2, $3, $4, $5)`,
-		s.name, s.rate, s.burst, s.maxMult, s.decayAfter)
+		`INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after,
+		     backoff_factor, recovery_factor, probe, use_headers)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		s.name, s.rate, s.burst, s.maxMult, s.decayAfter, s.backoff, s.recovery, s.probe, !s.noHeaders)
 	if err != nil {
 		t.Fatal(err)
 	}

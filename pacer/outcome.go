@@ -1,6 +1,9 @@
 package pacer
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Kind classifies a response for the pacer.
 type Kind int
@@ -8,12 +11,13 @@ type Kind int
 const (
 	// Neutral responses (errors that say nothing about rate, e.g. a 404 or a
 	// network failure) neither extend nor break the clean streak. Reporting
-	// one costs no round trip.
+	// one costs no round trip (unless it announces a quota).
 	Neutral Kind = iota
 	// Clean responses (2xx, 304) count toward the fleet-wide clean streak.
 	Clean
-	// Pressure responses (429, 503) double the shared multiplier, reset the
-	// streak, and with a Retry-After hold every process.
+	// Pressure responses (429, 503) multiply the shared multiplier by the
+	// platform's backoff factor, reset the streak, and with a Retry-After
+	// hold every process.
 	Pressure
 )
 
@@ -28,57 +32,133 @@ func (k Kind) String() string {
 	}
 }
 
-// Outcome is what a fetch told the pacer. Parsing Retry-After headers is the
-// fetcher's job; the pacer takes either form already parsed.
+// Outcome is what a response told the pacer. Parsing headers is the
+// caller's job (package ratelimit does it); the pacer takes them parsed.
 type Outcome struct {
 	Kind Kind
-	// RetryAfter (Pressure only) holds the fleet for this long from now.
+	// RetryAfter (Pressure only) holds the fleet for this long from now,
+	// at most MaxHold.
 	RetryAfter time.Duration
-	// RetryAt (Pressure only) holds the fleet until this instant (the
-	// HTTP-date form), converted to a duration with the local clock. The later
-	// of RetryAfter and RetryAt wins.
-	RetryAt time.Time
+	// Quota is what the response's rate-limit headers announced (any Kind).
+	// A platform with use_headers paces the whole fleet by it: see
+	// Quota.spacing for the rule.
+	Quota Quota
+}
+
+// Quota is a destination's own account of its rate limit, from a
+// response's RateLimit / RateLimit-Policy or X-RateLimit-* headers. The zero
+// value announces nothing.
+type Quota struct {
+	// Limit is the quota per window (0: not announced).
+	Limit float64
+	// Remaining is what is left of it now; valid when HasRemaining.
+	Remaining    float64
+	HasRemaining bool
+	// Reset is how long until the quota resets or refills; valid when
+	// HasReset.
+	Reset    time.Duration
+	HasReset bool
+	// Window is the policy's window (0: not announced).
+	Window time.Duration
+}
+
+// Announced reports whether q says anything the pacer can use.
+func (q Quota) Announced() bool {
+	return (q.HasRemaining && q.HasReset) || (q.Limit > 0 && q.Window > 0)
+}
+
+// MaxHold caps every hold a destination can ask for (Retry-After, an
+// exhausted quota's reset): 24 hours, as a cooldown.
+const MaxHold = 24 * time.Hour
+
+// spacing turns an announced quota into the pacer's terms: the spacing
+// between requests it allows now (0: none implied), how long that
+// announcement holds, and a hold when the quota is exhausted.
+//
+// The rate allowed now is (Remaining + 1) / Reset when both are announced:
+// the rest of the quota spread evenly until it resets, the +1 counting the
+// request that reported it. For a token bucket (Reset: until full) this
+// settles with the bucket half full; for a fixed window it is the window's
+// rate, whatever is left; for a strict limiter (Remaining 0, Reset the next
+// token) it is one request per Reset. Without Remaining and Reset, the
+// policy's Limit / Window. Remaining below 1 also holds the fleet until
+// Reset. The announcement holds for max(Reset + Window, 1 minute), so a
+// destination that stops announcing eventually stops constraining.
+func (q Quota) spacing() (interval, ttl, hold time.Duration) {
+	var rate float64
+	switch {
+	case q.HasRemaining && q.HasReset && q.Reset > 0:
+		rate = (max(q.Remaining, 0) + 1) / q.Reset.Seconds()
+	case q.Limit > 0 && q.Window > 0:
+		rate = q.Limit / q.Window.Seconds()
+	}
+	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
+		interval = clampDuration(secondsToDuration(1 / rate))
+		ttl = clampDuration(max(q.Reset+q.Window, time.Minute))
+	}
+	if q.HasRemaining && q.Remaining < 1 && q.HasReset && q.Reset > 0 {
+		hold = clampDuration(q.Reset)
+	}
+	return interval, ttl, hold
 }
 
 // Reservation is the answer to Reserve.
 type Reservation struct {
 	Platform string
-	// Granted: the caller owns a slot and must sleep Wait before using it.
+	// Granted: the caller owns a slot and must sleep Wait before using it
+	// (Sleep does, and re-spaces the slot if the fleet slows down meanwhile).
 	// Not granted: nothing was reserved; come back after Wait.
 	Granted bool
 	Wait    time.Duration
 	// Degraded: paced locally because the database could not be reached.
 	Degraded bool
-	// ReservedAt is the database time of the reservation (zero when
-	// degraded); Report uses it to apply a doubling once per window.
+	// Paused: denied because an operator paused the platform (Wait is until
+	// the pause ends; MaxHold when it has no end).
+	Paused bool
+	// Late is how late after its slot Sleep woke (set by Sleep).
+	Late time.Duration
+	// ReservedAt is the database time of the reservation, or of the last
+	// slow-down that re-spaced its slot (zero when degraded); Report uses it
+	// to apply one increase per pressure episode.
 	ReservedAt time.Time
 	// Slot is the database time of the reserved slot (or of the earliest slot
 	// when denied); zero when degraded.
 	Slot time.Time
 	// Multiplier is the shared backoff multiplier in force.
 	Multiplier float64
+	// Interval is the spacing in force for the slot: multiplier / rate, or
+	// the destination's announced spacing when larger.
+	Interval time.Duration
 	// FromBlock: the slot was reserved earlier, in a block taken by another
 	// call of this process, and cost no round trip.
 	FromBlock bool
+
+	due     time.Time     // local-clock time of the slot (clockOffset.local)
+	maxWait time.Duration // what the caller accepted
+	seq     int64         // the platform's event sequence when granted
 }
 
 // ReportResult is the pacer state after a Report.
 type ReportResult struct {
 	Multiplier    float64
 	MaxMultiplier float64
-	// Doubled: this report doubled the multiplier.
-	Doubled bool
+	// Increased: this report multiplied the multiplier by the backoff factor.
+	Increased bool
 	// AtMax: rate pressure while the multiplier already stood at its maximum
 	// (the worker promotes this to rate_limited).
 	AtMax bool
-	// Stale: rate pressure for a request reserved before the latest doubling,
-	// which therefore did not double it again.
+	// Stale: rate pressure for a request reserved before the latest increase,
+	// which therefore did not increase it again.
 	Stale bool
-	// Halved: this report completed a clean streak and halved the multiplier.
-	Halved      bool
+	// Relaxed: this report completed a clean streak and lowered the
+	// multiplier.
+	Relaxed     bool
 	CleanStreak int
-	// Hold is how long the fleet-wide Retry-After hold still lasts.
+	// Hold is how long the fleet-wide hold still lasts.
 	Hold time.Duration
+	// Slowed: this report slowed the fleet down (a larger spacing or a
+	// longer hold); every process re-spaces the slots it holds.
+	Slowed bool
 	// Dropped: the database was unreachable and the report was not stored
 	// (pressure is still applied to this process's degraded pacing).
 	Dropped bool
@@ -91,15 +171,21 @@ type ReportResult struct {
 type Stats struct {
 	Reservations    uint64 // Reserve calls
 	Granted         uint64 // granted reservations (shared and degraded)
-	Denied          uint64 // reservations not granted (wait > max wait, or no rate known)
+	Denied          uint64 // reservations not granted (wait > max wait, paused, or no rate known)
 	Degraded        uint64 // reservations decided locally because the database was unreachable
 	FromBlock       uint64 // granted reservations served from a block, without a round trip
-	BlockDiscarded  uint64 // slots of blocks that went unused (too late, or dropped on pressure)
+	BlockDiscarded  uint64 // slots of blocks that went unused (too late, or dropped on a slow-down)
 	Reports         uint64 // Report calls
 	ReportsDropped  uint64 // reports not stored because the database was unreachable
 	ReportsDeferred uint64 // clean reports sent later, in a batch
 	ConnectAttempts uint64 // connection attempts made by the pacer's pool
 	Failures        uint64 // round trips that found the database unreachable
+	Events          uint64 // slow-downs this process learnt of (its own reports, notifications, reservations)
+	Notifications   uint64 // slow-down notifications received
+	Respaced        uint64 // granted slots moved later by a slow-down before they were used
+	GivenBack       uint64 // granted slots given back: re-spaced beyond the caller's max wait
+	Late            uint64 // granted slots given up because the caller woke too late for them
 	Down            bool   // shared pacing currently unavailable
+	Listening       bool   // the slow-down listener is connected
 	FleetSize       int    // fleet size last set
 }

@@ -64,40 +64,61 @@ type Pacer struct {
 	closed  bool                     // Close has flushed: nothing more is sent
 	timers  sync.WaitGroup           // clean-report timer callbacks scheduled or running
 
-	rtt atomic.Int64 // moving average of a reservation's round trip, ns
+	rtt    atomic.Int64 // moving average of a reservation's round trip, ns
+	offset clockOffset  // database clock minus local clock (mu)
 
 	// Read without the lock on the common path (no blocks kept).
 	blockSlots atomic.Int64 // slots kept in all blocks
+
+	// The slow-down listener (listen.go).
+	listenConfig  *pgx.ConnConfig
+	listenCtx     context.Context
+	stopListen    context.CancelFunc
+	listenDone    sync.WaitGroup
+	listening     atomic.Bool // connected and LISTENing
+	listenRunning bool        // a listener goroutine exists (mu)
+	listenRetry   time.Time   // no new listener before this (mu)
 
 	reservations, granted, denied, degraded atomic.Uint64
 	fromBlock, blockDiscarded               atomic.Uint64
 	reports, dropped, deferred              atomic.Uint64
 	attempts, failures                      atomic.Uint64
+	events, notifications                   atomic.Uint64
+	respaced, givenBack, late               atomic.Uint64
 }
 
 // pendingClean is a platform's batch of clean reports waiting to be sent.
 type pendingClean struct {
-	n     int
-	timer clock.Timer
+	n        int
+	announce *announcement // the latest announcement gathered
+	timer    clock.Timer
 }
 
 // blockSlot is a slot of a block kept for a later call.
 type blockSlot struct {
 	at         time.Time // local-clock time of the slot
-	slot       time.Time // database time of the slot
-	reservedAt time.Time // database time of the block's reservation
+	slot       float64   // database time of the slot
+	reservedAt float64   // database time of the block's reservation
 	mult       float64
+	interval   float64 // spacing of the block, seconds
+	seq        int64   // event sequence when the block was taken
+	maxWait    time.Duration
 }
 
-// localState is the cached platform configuration and the local cursor used
-// for degraded pacing.
+// localState is what this process knows of one platform: the cached
+// configuration and spacing, the last slow-down applied, the local cursor
+// used for degraded pacing, slots kept from blocks and the callers sleeping
+// until their slots.
 type localState struct {
-	rate    float64
-	maxMult float64
-	mult    float64
-	hold    time.Time   // local-clock estimate of the shared hold
-	tat     time.Time   // local GCRA cursor (burst 1) for degraded pacing
-	block   []blockSlot // slots reserved in a block, not handed out yet, in time order
+	rate     float64
+	maxMult  float64
+	mult     float64
+	interval float64     // effective spacing last seen, seconds
+	last     event       // the last slow-down applied (seq 0: none)
+	hold     time.Time   // local-clock estimate of the shared hold and pause
+	tat      time.Time   // local GCRA cursor (burst 1) for degraded pacing
+	block    []blockSlot // slots reserved in a block, not handed out yet, in time order
+	waiters  map[*waiter]struct{}
 }
 
 // New creates a Pacer with its own small pool. It does not connect: the
@@ -169,8 +190,11 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 		}
 		return nil
 	}
+	p.listenConfig = pc.ConnConfig.Copy()
+	p.listenCtx, p.stopListen = context.WithCancel(context.Background())
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
+		p.stopListen()
 		return nil, fmt.Errorf("pacer: pool: %w", err)
 	}
 	p.pool = pool
@@ -192,10 +216,22 @@ func (p *Pacer) Close() {
 	defer cancel()
 	p.Flush(ctx)
 	p.timers.Wait() // a batch already being sent by its timer
+	p.stopListen()
+	p.listenDone.Wait()
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.pool.Close()
+}
+
+// state returns platform's local state, creating it. Call with p.mu held.
+func (p *Pacer) state(platform string) *localState {
+	st := p.local[platform]
+	if st == nil {
+		st = &localState{}
+		p.local[platform] = st
+	}
+	return st
 }
 
 // SetFleetSize records the live worker count (the heartbeat calls it); in
@@ -241,7 +277,13 @@ func (p *Pacer) Stats() Stats {
 		ReportsDeferred: p.deferred.Load(),
 		ConnectAttempts: p.attempts.Load(),
 		Failures:        p.failures.Load(),
+		Events:          p.events.Load(),
+		Notifications:   p.notifications.Load(),
+		Respaced:        p.respaced.Load(),
+		GivenBack:       p.givenBack.Load(),
+		Late:            p.late.Load(),
 		Down:            p.latch.isDown(),
+		Listening:       p.listening.Load(),
 		FleetSize:       int(p.fleet.Load()),
 	}
 }

@@ -119,7 +119,7 @@ func TestSharedBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Doubled || rep.Multiplier != 2 {
+	if !rep.Increased || rep.Multiplier != 2 {
 		t.Fatalf("429 on A: %+v, want doubled to 2", rep)
 	}
 	// B has seen nothing locally; its next slots are spaced at 2 × 100 ms.
@@ -163,7 +163,7 @@ func TestSharedBackoff(t *testing.T) {
 			rep, err := p.Report(ctx, "ten", r, Outcome{Kind: Pressure})
 			mu.Lock()
 			defer mu.Unlock()
-			if rep.Doubled {
+			if rep.Increased {
 				doubled++
 			}
 			if rep.Stale {
@@ -183,7 +183,7 @@ func TestSharedBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := a.Report(ctx, "ten", r, Outcome{Kind: Pressure}); err != nil || !rep.Doubled || rep.Multiplier != 4 {
+	if rep, err := a.Report(ctx, "ten", r, Outcome{Kind: Pressure}); err != nil || !rep.Increased || rep.Multiplier != 4 {
 		t.Fatalf("fresh 429: %+v %v, want doubled to 4", rep, err)
 	}
 }
@@ -212,7 +212,7 @@ func TestFleetWideDecay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Halved || rep.Multiplier != 4 || rep.CleanStreak != 0 {
+	if !rep.Relaxed || rep.Multiplier != 4 || rep.CleanStreak != 0 {
 		t.Fatalf("100th clean report: %+v, want halved to 4 with the streak reset", rep)
 	}
 	// Pressure resets the streak; the multiplier never halves below 1.
@@ -290,6 +290,9 @@ func TestRetryAfterHoldsTheFleet(t *testing.T) {
 		}
 	}
 	if before < 10 || after < 5 {
+		for _, r := range res {
+			t.Logf("child: %d fires, stats %+v, err %q", len(r.Fires), r.Stats, r.Err)
+		}
 		t.Fatalf("vacuous: %d grants before the report, %d after the hold", before, after)
 	}
 }
@@ -332,26 +335,35 @@ func TestConditionalReservation(t *testing.T) {
 }
 
 // burst slots go through back to back; idle time does not make it larger.
+// Judged on the slots' database times, so a slow machine cannot blur it:
+// after an idle second, the first burst slots are immediate and every later
+// one is a full interval after the one burst places before it.
 func TestBurstDoesNotAccumulate(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "burst", rate: 20, burst: 3})
 	p := newPacer(t, url, nil)
+	const interval = 50 * time.Millisecond
 	for round := range 2 {
-		immediate := 0
+		var rs []Reservation
 		for range 6 {
-			r, err := p.Reserve(ctx, "burst", 0)
-			if err != nil {
-				t.Fatal(err)
+			r, err := p.Reserve(ctx, "burst", time.Second)
+			if err != nil || !r.Granted {
+				t.Fatalf("round %d: %+v %v", round, r, err)
 			}
-			if r.Granted {
-				immediate++
+			rs = append(rs, r)
+		}
+		for k, r := range rs {
+			if k < 3 && r.Slot.After(r.ReservedAt) {
+				t.Fatalf("round %d: slot %d is %s after its reservation, want immediate (burst 3)", round, k, r.Slot.Sub(r.ReservedAt))
+			}
+			if k >= 3 {
+				if gap := r.Slot.Sub(rs[k-3].Slot); gap < interval-time.Millisecond {
+					t.Fatalf("round %d: slot %d only %s after slot %d: idle time accumulated into a larger burst", round, k, gap, k-3)
+				}
 			}
 		}
-		if immediate != 3 {
-			t.Fatalf("round %d: %d immediate grants, want burst = 3", round, immediate)
-		}
-		time.Sleep(time.Second) // idle for 20 intervals
+		time.Sleep(time.Second) // the idle time under test (the assertions are on database times)
 	}
 	states, err := p.States(ctx)
 	if err != nil || len(states) != 1 || states[0].Platform != "burst" || states[0].Rate != 20 || states[0].Burst != 3 {
@@ -562,7 +574,9 @@ func TestDegradedLocalPacing(t *testing.T) {
 	px := newProxy(t, u.Host)
 	u.Host = px.addr()
 	clk := clocktest.New()
-	p := newPacer(t, u.String(), func(c *Config) { c.Clock = clk })
+	// PollOnly: the test counts the pool's connections exactly (the
+	// listener's reconnection is TestListenerReconnectsAfterAnOutage's).
+	p := newPacer(t, u.String(), func(c *Config) { c.Clock = clk; c.PollOnly = true })
 	p.SetFleetSize(3) // degraded interval: (3+1) / 20 = 200ms
 
 	r, err := p.Reserve(ctx, "deg", time.Minute)

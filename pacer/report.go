@@ -9,33 +9,57 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Report tells the pacer how a request reserved by res ended. Rate pressure
-// doubles the shared multiplier once per window and resets the fleet-wide
-// clean streak; clean responses extend it and halve the multiplier every
-// decay_after of them. Pressure is sent at once; clean reports are gathered
-// for Config.CleanBatch and sent together (the result is then Deferred).
-// When the database is unreachable the report is dropped (counted) without
-// blocking; pressure still slows this process's degraded pacing.
+// report is one statement's worth of reports of a platform.
+type report struct {
+	pressure   bool
+	n          int      // outcomes carried (clean ones, or the one pressure)
+	reservedAt *float64 // database time of the reservation (pressure)
+	retry      *float64 // Retry-After, seconds (pressure)
+	announce   *announcement
+}
+
+// announcement is what a destination's quota headers imply, in the pacer's
+// terms (see Quota.spacing).
+type announcement struct {
+	interval float64  // seconds between requests (0: no spacing implied)
+	ttl      float64  // how long it holds, seconds
+	hold     *float64 // quota exhausted: hold this long, seconds
+}
+
+// Report tells the pacer how a request reserved by res ended, and what the
+// destination announced. Rate pressure multiplies the shared multiplier by
+// the platform's backoff factor once per episode and resets the fleet-wide
+// clean streak; clean responses extend it and relax the multiplier every
+// decay_after of them; an announced quota paces the fleet by it. Pressure,
+// an exhausted quota and an announcement that slows the platform down are
+// sent at once (and every process re-spaces the slots it holds); clean
+// reports and other announcements are gathered for Config.CleanBatch and
+// sent together (the result is then Deferred). When the database is
+// unreachable the report is dropped (counted) without blocking; pressure and
+// holds still slow this process's degraded pacing.
 func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Outcome) (ReportResult, error) {
 	p.reports.Add(1)
-	if out.Kind != Clean && out.Kind != Pressure {
+	rep := report{pressure: out.Kind == Pressure, announce: out.Quota.announcement()}
+	if out.Kind == Clean || out.Kind == Pressure {
+		rep.n = 1
+	}
+	if rep.n == 0 && rep.announce == nil {
 		return p.cachedResult(platform), nil
 	}
-	if out.Kind == Clean && p.cfg.CleanBatch > 0 {
-		p.deferClean(platform)
+	if !rep.pressure && p.cfg.CleanBatch > 0 && !p.slowsDown(platform, rep.announce) {
+		p.deferReport(platform, rep)
 		r := p.cachedResult(platform)
 		r.Deferred = true
 		return r, nil
 	}
-	var retry *float64
-	if out.Kind == Pressure {
-		d := out.RetryAfter
-		if !out.RetryAt.IsZero() {
-			d = max(d, out.RetryAt.Sub(p.clock.Now()))
-		}
-		if d > 0 {
+	if rep.pressure {
+		if d := clampDuration(out.RetryAfter); d > 0 {
 			s := d.Seconds()
-			retry = &s
+			rep.retry = &s
+		}
+		if !res.ReservedAt.IsZero() {
+			s := timeToEpoch(res.ReservedAt)
+			rep.reservedAt = &s
 		}
 		p.mu.Lock()
 		// Slots kept from a block were spaced for the old multiplier, and
@@ -47,26 +71,51 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 		}
 		p.mu.Unlock()
 	}
-	var reservedAt *float64
-	if !res.ReservedAt.IsZero() {
-		s := timeToEpoch(res.ReservedAt)
-		reservedAt = &s
-	}
-	r, err := p.send(ctx, platform, out, reservedAt, retry, 1)
+	r, err := p.send(ctx, platform, rep)
 	if err != nil {
 		return ReportResult{}, fmt.Errorf("pacer: report %s: %w", platform, err)
 	}
 	return r, nil
 }
 
-// send stores n reports of one kind, or drops them when the database is
+// announcement is q in the pacer's terms, or nil if q says nothing usable.
+func (q Quota) announcement() *announcement {
+	interval, ttl, hold := q.spacing()
+	if interval <= 0 && hold <= 0 {
+		return nil
+	}
+	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds()}
+	if hold > 0 {
+		s := hold.Seconds()
+		a.hold = &s
+	}
+	return a
+}
+
+// slowsDown reports whether an announcement must be sent at once: it holds
+// the fleet, or asks for a spacing more than 10 % larger than this process
+// last saw in force.
+func (p *Pacer) slowsDown(platform string, a *announcement) bool {
+	if a == nil {
+		return false
+	}
+	if a.hold != nil {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.local[platform]
+	return st == nil || a.interval > st.interval*1.1
+}
+
+// send stores one statement's reports, or drops them when the database is
 // unreachable.
-func (p *Pacer) send(ctx context.Context, platform string, out Outcome, reservedAt, retry *float64, n int) (ReportResult, error) {
+func (p *Pacer) send(ctx context.Context, platform string, rep report) (ReportResult, error) {
 	shared, probe, _ := p.latch.admit()
 	if !shared {
-		return p.dropReport(platform, out, retry, n), nil
+		return p.dropReport(platform, rep), nil
 	}
-	r, err := p.reportShared(ctx, platform, out.Kind == Pressure, reservedAt, retry, n)
+	r, err := p.reportShared(ctx, platform, rep)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -74,7 +123,7 @@ func (p *Pacer) send(ctx context.Context, platform string, out Outcome, reserved
 			return ReportResult{}, ctx.Err()
 		case unreachable(err):
 			p.fail(probe, err)
-			return p.dropReport(platform, out, retry, n), nil
+			return p.dropReport(platform, rep), nil
 		default:
 			p.succeed(probe)
 			if errors.Is(err, ErrUnknownPlatform) {
@@ -87,9 +136,9 @@ func (p *Pacer) send(ctx context.Context, platform string, out Outcome, reserved
 	return r, nil
 }
 
-// deferClean adds a clean report to platform's batch, and starts the batch's
-// timer if it is the first.
-func (p *Pacer) deferClean(platform string) {
+// deferReport adds a clean report and its announcement (the latest wins) to
+// platform's batch, and starts the batch's timer if it is the first.
+func (p *Pacer) deferReport(platform string, rep report) {
 	p.deferred.Add(1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -98,7 +147,10 @@ func (p *Pacer) deferClean(platform string) {
 		pc = &pendingClean{}
 		p.pending[platform] = pc
 	}
-	pc.n++
+	pc.n += rep.n
+	if rep.announce != nil {
+		pc.announce = rep.announce
+	}
 	if pc.timer == nil && !p.closing {
 		p.timers.Add(1)
 		pc.timer = p.clock.AfterFunc(p.cfg.CleanBatch, func() {
@@ -131,8 +183,8 @@ func (p *Pacer) flushPlatform(ctx context.Context, platform string) {
 		p.mu.Unlock()
 		return
 	}
-	n := pc.n
-	pc.n = 0
+	rep := report{n: pc.n, announce: pc.announce}
+	pc.n, pc.announce = 0, nil
 	if pc.timer != nil {
 		if pc.timer.Stop() { // it will not run: its Done is ours to call
 			p.timers.Done()
@@ -140,33 +192,53 @@ func (p *Pacer) flushPlatform(ctx context.Context, platform string) {
 		pc.timer = nil
 	}
 	p.mu.Unlock()
-	if n == 0 {
+	if rep.n == 0 && rep.announce == nil {
 		return
 	}
-	r, err := p.send(ctx, platform, Outcome{Kind: Clean}, nil, nil, n)
+	r, err := p.send(ctx, platform, rep)
 	switch {
 	case err != nil:
-		p.log.Warn("pacer: clean reports not sent", "platform", platform, "reports", n, "error", err)
-	case r.Halved:
-		p.log.Info("pacer: clean streak halved the backoff multiplier", "platform", platform, "multiplier", r.Multiplier)
+		p.log.Warn("pacer: clean reports not sent", "platform", platform, "reports", rep.n, "error", err)
+	case r.Relaxed:
+		p.log.Info("pacer: clean streak relaxed the backoff multiplier", "platform", platform, "multiplier", r.Multiplier)
 	}
 }
 
-func (p *Pacer) reportShared(ctx context.Context, platform string, pressure bool, reservedAt, retry *float64, n int) (ReportResult, error) {
+func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (ReportResult, error) {
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		r      ReportResult
-		effect int16
-		streak int32
-		hold   float64
+		r                                   ReportResult
+		effect                              int16
+		streak                              int32
+		holdLeft, eventAt, interval, holdAt float64
+		seq                                 int64
+		quiet                               bool
+		announced, quotaHold                *float64
+		ttl                                 float64
 	)
+	if a := rep.announce; a != nil {
+		if a.interval > 0 {
+			announced, ttl = &a.interval, a.ttl
+		}
+		quotaHold = a.hold
+	}
+	reason := "Retry-After"
+	if quotaHold != nil && rep.retry == nil {
+		reason = "quota exhausted"
+	}
 	for attempt := 0; ; attempt++ {
-		err := p.pool.QueryRow(qctx, reportSQL, platform, pressure, reservedAt, retry, n).
-			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &hold)
+		err := p.pool.QueryRow(qctx, reportSQL, platform, rep.pressure, rep.reservedAt, rep.retry, rep.n,
+			announced, ttl, quotaHold, reason).
+			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
+				&seq, &eventAt, &interval, &holdAt, &r.Slowed, &quiet)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
-			// No pace row yet: create it, then apply the report to it.
+			// No pace row, or one without configuration: make it whole, then
+			// apply the report to it.
 			if _, err := p.pool.Exec(qctx, ensureRowSQL, platform); err != nil {
+				return r, err
+			}
+			if _, err := p.pool.Exec(qctx, syncRowSQL, platform); err != nil {
 				return r, err
 			}
 			continue
@@ -180,26 +252,33 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, pressure bool
 		break
 	}
 	r.CleanStreak = int(streak)
-	r.Hold = secondsToDuration(hold)
-	r.Doubled = effect == effectDoubled
+	r.Hold = secondsToDuration(holdLeft)
+	r.Increased = effect == effectIncreased
 	r.AtMax = effect == effectAtMax
 	r.Stale = effect == effectStale
-	r.Halved = effect == effectHalved
+	r.Relaxed = effect == effectRelaxed
+	if r.Slowed {
+		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, hold: holdAt})
+	}
 
 	localNow := p.clock.Now()
 	p.mu.Lock()
-	if st := p.local[platform]; st != nil {
-		st.mult, st.maxMult = r.Multiplier, r.MaxMultiplier
-		st.hold = maxTime(st.hold, localNow.Add(r.Hold))
+	st := p.state(platform)
+	st.mult, st.maxMult = r.Multiplier, r.MaxMultiplier
+	if interval > 0 {
+		st.interval = interval
 	}
+	st.hold = maxTime(st.hold, localNow.Add(r.Hold))
 	p.mu.Unlock()
 	return r, nil
 }
 
 // dropReport counts reports the database did not get and applies pressure
-// to the local (degraded) pacing only.
-func (p *Pacer) dropReport(platform string, out Outcome, retry *float64, n int) ReportResult {
-	p.dropped.Add(uint64(n))
+// and holds to the local (degraded) pacing only: the multiplier doubles
+// locally, whatever the platform's backoff factor.
+func (p *Pacer) dropReport(platform string, rep report) ReportResult {
+	p.dropped.Add(uint64(max(rep.n, 1)))
+	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := ReportResult{Dropped: true}
@@ -207,14 +286,21 @@ func (p *Pacer) dropReport(platform string, out Outcome, retry *float64, n int) 
 	if st == nil {
 		return r
 	}
-	if out.Kind == Pressure {
+	if rep.pressure {
 		r.AtMax = st.mult >= st.maxMult
 		st.mult = math.Min(st.mult*2, st.maxMult)
-		if retry != nil {
-			st.hold = maxTime(st.hold, p.clock.Now().Add(secondsToDuration(*retry)))
+		if rep.retry != nil {
+			st.hold = maxTime(st.hold, now.Add(secondsToDuration(*rep.retry)))
+		}
+	}
+	if a := rep.announce; a != nil {
+		st.interval = math.Max(st.interval, a.interval)
+		if a.hold != nil {
+			st.hold = maxTime(st.hold, now.Add(secondsToDuration(*a.hold)))
 		}
 	}
 	r.Multiplier, r.MaxMultiplier = st.mult, st.maxMult
+	r.Hold = max(st.hold.Sub(now), 0)
 	return r
 }
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/fleetpace/fleetpace/clock"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -77,36 +76,23 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	return res, nil
 }
 
-// Wait reserves a slot on platform and sleeps until it. Reservations denied
-// in degraded mode (no rate known yet) are retried after their wait.
-func (p *Pacer) Wait(ctx context.Context, platform string) (Reservation, error) {
-	for {
-		r, err := p.Reserve(ctx, platform, 24*time.Hour)
-		if err != nil {
-			return r, err
-		}
-		if err := clock.Sleep(ctx, p.clock, r.Wait); err != nil {
-			return r, fmt.Errorf("pacer: wait %s: %w", platform, err)
-		}
-		if r.Granted {
-			return r, nil
-		}
-	}
-}
-
 // reserveShared runs reserveSQL for up to n slots, keeps the slots after the
-// first for later calls, and updates the degraded-mode cache.
+// first for later calls, catches up with slow-downs it missed, and updates
+// the degraded-mode cache.
 func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
 	var (
-		at, first, mult, cursor, rate, maxMult float64
-		count, burst                           int32
+		at, first, interval, cursor, rate, maxMult, mult, hold, paused float64
+		count, burst                                                   int32
+		seq                                                            int64
+		rtt                                                            time.Duration
+		received                                                       time.Time
 	)
 	for attempt := 0; ; attempt++ {
 		// A round trip is measured on the monotonic system clock, whatever
 		// Config.Clock is: it sizes blocks by real network time.
 		t0 := time.Now()
 		err := p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
-			&at, &count, &first, &mult, &cursor, &rate, &burst, &maxMult)
+			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -114,7 +100,9 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		if err != nil {
 			return Reservation{}, err
 		}
-		p.observeRTT(time.Since(t0))
+		rtt = time.Since(t0)
+		received = p.clock.Now()
+		p.observeRTT(rtt)
 		if rate > 0 {
 			break
 		}
@@ -130,42 +118,61 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 			return Reservation{}, err
 		}
 	}
-	localNow := p.clock.Now()
-	// Slot 0 is first (when nothing was granted, the earliest one there is);
-	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
+	p.maybeListen()
+	localNow := received
 	mult = math.Max(mult, 1)
-	interval := mult / rate
-	base := cursor - float64(burst-1)/rate - float64(count)*interval
 	res := Reservation{
 		Platform:   platform,
 		Granted:    count > 0,
 		Wait:       max(secondsToDuration(first-at), 0),
+		Paused:     count == 0 && paused > at,
 		ReservedAt: epochToTime(at),
 		Slot:       epochToTime(first),
 		Multiplier: mult,
+		Interval:   secondsToDuration(interval),
+		maxWait:    maxWait,
+		seq:        seq,
+	}
+	if !res.Granted {
+		res.Wait = clampDuration(res.Wait)
 	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.local[platform]
-	if st == nil {
-		st = &localState{}
-		p.local[platform] = st
+	p.offset.observe(at, received)
+	res.due = p.offset.local(first)
+	st := p.state(platform)
+	if st.last.seq < seq {
+		// Slow-downs this process has not heard of (no listener, or a
+		// notification still on its way): catch up with the row as it is.
+		if st.rate > 0 {
+			p.events.Add(1)
+			p.dropBlock(st)
+			ev := event{seq: seq, at: at, interval: interval, hold: hold}
+			for w := range st.waiters {
+				if w.shared {
+					p.respace(w, ev, localNow)
+				}
+			}
+		}
+		st.last = event{seq: seq, at: at, interval: interval, hold: hold}
 	}
-	st.rate, st.maxMult, st.mult = rate, maxMult, mult
+	st.rate, st.maxMult, st.mult, st.interval = rate, maxMult, mult, interval
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
 		// period starting now must not go earlier.
 		st.hold = maxTime(st.hold, localNow.Add(res.Wait))
 	}
+	// Slot 0 is first (when nothing was granted, the earliest one there is);
+	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
+	base := cursor - float64(burst-1)/rate - float64(count)*interval
 	last := res.Wait
 	for k := 1; k < int(count); k++ {
 		slot := math.Max(first, base+float64(k)*interval)
-		wait := secondsToDuration(slot - at)
-		st.block = append(st.block, blockSlot{at: localNow.Add(wait), slot: epochToTime(slot),
-			reservedAt: res.ReservedAt, mult: mult})
+		st.block = append(st.block, blockSlot{at: p.offset.local(slot), slot: slot, reservedAt: at,
+			mult: mult, interval: interval, seq: seq, maxWait: maxWait})
 		p.blockSlots.Add(1)
-		last = wait
+		last = secondsToDuration(slot - at)
 	}
 	if count > 1 {
 		// Blocks taken concurrently by two calls may interleave.

@@ -1,18 +1,34 @@
 package pacer
 
+import "fmt"
+
 // All of the pacer's SQL. Times are epoch seconds of the database clock
 // (clock_timestamp(), read after the row lock is taken, inside the SET), so
 // every process measures against one clock.
 
 // Codes written to fleetpace_pace.last_effect by the report that wrote the
 // row last; RETURNING hands them back so one round trip tells the caller what
-// was decided.
+// was decided. The statements are built from these constants.
 const (
-	effectNone    = 0 // clean report without halving
-	effectDoubled = 3 // pressure doubled the multiplier
-	effectAtMax   = 4 // pressure while the multiplier was already at its maximum
-	effectStale   = 5 // pressure for a request reserved before the latest doubling
-	effectHalved  = 6 // decay_after clean reports halved the multiplier
+	effectIncreased = 3 // pressure multiplied the multiplier by the backoff factor
+	effectAtMax     = 4 // pressure while the multiplier was already at its maximum
+	effectStale     = 5 // pressure for a request reserved before the latest increase
+	effectRelaxed   = 6 // clean streaks divided the multiplier
+)
+
+// NotifyChannel is the PostgreSQL channel every slow-down is announced on
+// (pg_notify, delivered at commit). The payload is
+// "platform|event_seq|event_at|interval|hold" (see parseEvent).
+const NotifyChannel = "fleetpace_pace"
+
+// probeMargin and probeSteps shape probing recovery: after pressure began at
+// multiplier m_p, recovery by whole steps stops at m_p × (1 + probeMargin);
+// from there each decay_after clean responses relax by recovery_factor^(1 /
+// probeSteps). A multiplier below m_p / (1 + probeMargin) forgets m_p (the
+// destination allows more than it did). Measured: see docs/design.md.
+const (
+	probeMargin = 0.15
+	probeSteps  = 8
 )
 
 // reserveSQL takes up to $4 consecutive reservations (a block) in one
@@ -20,22 +36,26 @@ const (
 // $3 the shortest (0 but while the process also honours its local share just
 // after an outage; the row then books the slot the request will really use).
 //
-// GCRA: interval i = multiplier / rate, tau = (burst - 1) / rate. With
-// t = now + min wait and b = max(cursor, t, hold_until), the k-th of n
-// reservations taken at once gets slot max(t, hold_until, b - tau + k·i) —
-// exactly what n single reservations in a row would get. k slots are granted,
-// as many as start within the max wait (at most $4); the cursor moves to
-// b + k·i, or stays where it is when none does. Idle time never accumulates
-// into a larger burst because b restarts from now.
+// GCRA: interval i is the effective spacing — multiplier / rate, or the
+// destination's announced spacing while it holds, whichever is larger — and
+// tau = (burst - 1) / rate. With t = now + min wait, h the later of the hold
+// and the pause, and b = max(cursor, t, h), the k-th of n reservations taken
+// at once gets slot max(t, h, b - tau + k·i) — exactly what n single
+// reservations in a row would get. k slots are granted, as many as start
+// within the max wait (at most $4); the cursor moves to b + k·i, or stays
+// where it is when none does. Idle time never accumulates into a larger
+// burst because b restarts from now.
 //
-// last_slot is written as the first slot and last_count as k; with the new
-// cursor and burst the caller rebuilds every other slot: slot k is
-// max(first, cursor - tau - (count - k)·i). The multiplier is read, not
-// written: reports keep it within [1, max_multiplier], and the platform
-// trigger caps it when the maximum is lowered.
-// The platform's rate, burst and maximum multiplier are read from the pace
-// row itself (a trigger copies them from fleetpace_platform on every change);
-// the rate and maximum multiplier are returned for the degraded-mode cache.
+// last_slot is written as the first slot, last_count as k and last_interval
+// as i; with the new cursor and burst the caller rebuilds every other slot:
+// slot k is max(first, cursor - tau - (count - k)·i). The multiplier and the
+// announced spacing are read, not written (reports keep them). The
+// platform's rate, burst and maximum multiplier are read from the pace row
+// itself (a trigger copies them from fleetpace_platform on every change);
+// the rate and maximum multiplier are returned for the degraded-mode cache,
+// the event sequence so the caller notices slow-downs it missed, and the
+// hold and pause so it can tell a hold from a pause.
+//
 // Every platform has a pace row. Should one be missing, the INSERT branch
 // creates it without configuration (rate 0, or a foreign-key error if the
 // platform does not exist); a row with rate 0 grants nothing, and the caller
@@ -45,94 +65,193 @@ const (
 // expressions, so: date_part, not extract (extract(epoch …) computes in
 // numeric since PostgreSQL 14); and OFFSET 0 keeps the planner from pulling
 // the sub-selects up, which would copy b and k into every expression that
-// uses them (nine copies of b; measured: 10–15 % fewer statements per second).
+// uses them (measured: 10–15 % fewer statements per second without).
 const reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
 ON CONFLICT (platform) DO UPDATE SET
-    (cursor_at, last_slot, last_count) = (
-        SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k
+    (cursor_at, last_slot, last_count, last_interval) = (
+        SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0)
         FROM (SELECT f.b, f.i, f.first,
                      CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 THEN 0
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
-              FROM (SELECT e.now, e.i, e.b, e.base, GREATEST(e.now + $3::float8, s.hold_until, e.base) AS first
-                    FROM (SELECT c.now, GREATEST(s.multiplier, 1.0) / NULLIF(s.rate, 0) AS i,
-                                 GREATEST(s.cursor_at, c.now + $3::float8, s.hold_until) AS b,
-                                 GREATEST(s.cursor_at, c.now + $3::float8, s.hold_until) - COALESCE((s.burst - 1) / NULLIF(s.rate, 0), 0) AS base
-                          FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS c
+              FROM (SELECT e.now, e.i, e.b, e.base, GREATEST(e.now + $3::float8, e.hold, e.base) AS first
+                    FROM (SELECT c.now, c.i, c.hold,
+                                 GREATEST(s.cursor_at, c.now + $3::float8, c.hold) AS b,
+                                 GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - COALESCE((s.burst - 1) / NULLIF(s.rate, 0), 0) AS base
+                          FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
+                                       CASE WHEN n.now < s.announced_until
+                                            THEN GREATEST(GREATEST(s.multiplier, 1.0) / NULLIF(s.rate, 0), s.announced_interval)
+                                            ELSE GREATEST(s.multiplier, 1.0) / NULLIF(s.rate, 0) END AS i
+                                FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
+                          ) AS c
                     ) AS e OFFSET 0
               ) AS f OFFSET 0
         ) AS g
     )
-RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot,
-          s.multiplier, s.cursor_at, s.rate, s.burst, s.max_multiplier`
+RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.last_interval,
+          s.cursor_at, s.rate, s.burst, s.max_multiplier, s.multiplier, s.event_seq,
+          GREATEST(s.hold_until, s.paused_until), s.paused_until`
 
 // reportSQL applies $5 outcomes of one kind at once (a batch of clean
-// reports; pressure is always reported alone). $1 platform, $2 true for rate
-// pressure (false: clean), $3 the reservation's database time (NULL: unknown,
-// treated as now), $4 Retry-After in seconds (NULL: none), $5 how many.
+// reports; pressure is always reported alone) and what the destination
+// announced. $1 platform, $2 true for rate pressure (false: clean), $3 the
+// reservation's database time (NULL: unknown, treated as now), $4
+// Retry-After in seconds (NULL: none), $5 how many, $6 the spacing the
+// destination announced in seconds (NULL: nothing announced), $7 how long
+// the announcement holds, in seconds, $8 a hold the destination asked for
+// through its quota headers, in seconds (NULL: none), $9 the reason of a
+// new hold.
 //
-// Pressure doubles the multiplier (capped at max_multiplier) unless the
-// request was reserved before the latest doubling, and always resets the
-// clean streak; with Retry-After it extends hold_until. Clean responses add
-// to the fleet-wide streak; every decay_after of them halve the multiplier
-// (never below 1), and the streak keeps the remainder. UPDATE under READ
+// The multiplier (the controller; see docs/design.md "Adaptive pacing"):
+//   - Pressure for a request reserved at or after the latest increase
+//     multiplies it by backoff_factor (at most max_multiplier) and remembers
+//     the multiplier it came from (pressure_mult); older pressure is stale
+//     and does not increase it again (one increase per episode). Any
+//     pressure resets the fleet-wide clean streak.
+//   - Every decay_after clean responses, fleet-wide, divide it by
+//     recovery_factor, never below 1. With probe, the division stops at
+//     pressure_mult × (1 + probeMargin); from there each step divides by
+//     recovery_factor^(1/probeSteps), and below pressure_mult / (1 +
+//     probeMargin) the memory is forgotten.
+//
+// Announced spacing (use_headers only) replaces the previous one and holds
+// for $7 seconds; a quota hold ($8) extends hold_until like Retry-After.
+//
+// A report that slows the platform down — a larger effective spacing, or a
+// hold extended past now — is an event: event_seq grows, the cursor's
+// granted-but-unused slots are re-spaced (stretched by the ratio of the
+// spacings after the later of now and the hold), and pg_notify tells every
+// process, which re-spaces the slots it holds the same way. UPDATE under READ
 // COMMITTED re-evaluates SET against the latest row version, so concurrent
 // reports compose.
-const reportSQL = `
+var reportSQL = fmt.Sprintf(`
+WITH u AS (
 UPDATE fleetpace_pace AS s SET
-    (multiplier, clean_streak, doubled_at, hold_until, last_effect) = (
-        SELECT CASE WHEN d.dbl THEN LEAST(d.m * 2, s.max_multiplier)
-                    WHEN d.halvings > 0 THEN GREATEST(d.m / power(2::float8, LEAST(d.halvings, 60)::float8), 1.0)
-                    ELSE d.m END,
-               CASE WHEN $2::bool THEN 0 ELSE d.streak % GREATEST(s.decay_after, 1) END,
-               CASE WHEN d.dbl THEN d.now ELSE s.doubled_at END,
-               CASE WHEN $2::bool AND $4::float8 IS NOT NULL
-                    THEN GREATEST(s.hold_until, d.now + $4::float8)
-                    ELSE s.hold_until END,
-               CASE WHEN d.dbl THEN 3
-                    WHEN $2::bool AND d.stale THEN 5
-                    WHEN $2::bool THEN 4
-                    WHEN d.halvings > 0 AND d.m > 1 THEN 6
-                    ELSE 0 END
-        FROM (
-            SELECT n.now, n.m, n.stale, n.streak,
-                   $2::bool AND NOT n.stale AND n.m < s.max_multiplier AS dbl,
-                   CASE WHEN $2::bool THEN 0 ELSE n.streak / GREATEST(s.decay_after, 1) END AS halvings
-            FROM (SELECT date_part('epoch', clock_timestamp()) AS now,
-                         GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m,
-                         s.clean_streak + $5::int AS streak,
-                         COALESCE($3::float8, date_part('epoch', clock_timestamp())) < s.doubled_at AS stale
-                 ) AS n
-        OFFSET 0
-        ) AS d
+    (multiplier, clean_streak, doubled_at, pressure_mult, hold_until, hold_reason,
+     announced_interval, announced_until, cursor_at, last_interval,
+     event_seq, event_at, last_respaced, last_effect) = (
+        SELECT q.m, q.streak, q.doubled_at, q.mp, q.hold, q.hold_reason,
+               q.ann_i, q.ann_until,
+               CASE WHEN q.event AND s.cursor_at > q.now
+                    THEN GREATEST(q.now, q.hold, s.paused_until) + (s.cursor_at - q.now) * GREATEST(q.i_new / q.i_old, 1)
+                    ELSE s.cursor_at END,
+               q.i_new,
+               s.event_seq + q.event::int,
+               CASE WHEN q.event THEN q.now ELSE s.event_at END,
+               q.event,
+               q.effect
+        FROM (SELECT r.*, r.i_new > r.i_old * 1.000001 OR r.hold > GREATEST(s.hold_until, r.now) AS event
+              FROM (SELECT p.*,
+                           CASE WHEN p.now < s.announced_until
+                                THEN GREATEST(p.m0 / s.rate, s.announced_interval) ELSE p.m0 / s.rate END AS i_old,
+                           CASE WHEN p.now < p.ann_until
+                                THEN GREATEST(p.m / s.rate, p.ann_i) ELSE p.m / s.rate END AS i_new
+                    FROM (SELECT d.now, d.m0, d.m, d.streak, d.doubled_at, d.hold, d.ann_i, d.ann_until, d.effect,
+                                 CASE WHEN d.fresh THEN d.m0
+                                      WHEN d.m < s.pressure_mult / (1 + %[5]g) THEN 0
+                                      ELSE s.pressure_mult END AS mp,
+                                 CASE WHEN d.hold > s.hold_until THEN $9::text ELSE s.hold_reason END AS hold_reason
+                          FROM (SELECT n.now, n.m0, n.fresh,
+                                       CASE WHEN n.fresh THEN LEAST(n.m0 * s.backoff_factor, s.max_multiplier)
+                                            WHEN n.steps = 0 THEN n.m0
+                                            WHEN NOT s.probe OR s.pressure_mult <= 0
+                                                 THEN GREATEST(n.m0 / power(s.recovery_factor, n.steps), 1.0)
+                                            WHEN n.m0 > s.pressure_mult * (1 + %[5]g)
+                                                 THEN GREATEST(n.m0 / power(s.recovery_factor, n.steps), s.pressure_mult * (1 + %[5]g))
+                                            ELSE GREATEST(n.m0 / power(s.recovery_factor, n.steps / %[6]d.0), 1.0) END AS m,
+                                       CASE WHEN $2::bool THEN 0 ELSE n.streak %% GREATEST(s.decay_after, 1) END AS streak,
+                                       CASE WHEN n.fresh THEN n.now ELSE s.doubled_at END AS doubled_at,
+                                       GREATEST(s.hold_until,
+                                                CASE WHEN $2::bool THEN n.now + $4::float8 END,
+                                                CASE WHEN s.use_headers THEN n.now + $8::float8 END) AS hold,
+                                       CASE WHEN s.use_headers AND $6::float8 IS NOT NULL THEN $6::float8 ELSE s.announced_interval END AS ann_i,
+                                       CASE WHEN s.use_headers AND $6::float8 IS NOT NULL THEN n.now + $7::float8 ELSE s.announced_until END AS ann_until,
+                                       CASE WHEN n.fresh THEN %[1]d
+                                            WHEN $2::bool AND n.stale THEN %[3]d
+                                            WHEN $2::bool THEN %[2]d
+                                            WHEN n.steps > 0 AND n.m0 > 1 THEN %[4]d
+                                            ELSE 0 END AS effect
+                                FROM (SELECT c.*, $2::bool AND NOT c.stale AND c.m0 < s.max_multiplier AS fresh,
+                                             CASE WHEN $2::bool THEN 0 ELSE LEAST(c.streak / GREATEST(s.decay_after, 1), 64) END AS steps
+                                      FROM (SELECT date_part('epoch', clock_timestamp()) AS now,
+                                                   GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m0,
+                                                   s.clean_streak + $5::int AS streak,
+                                                   COALESCE($3::float8, date_part('epoch', clock_timestamp())) < s.doubled_at AS stale
+                                           ) AS c
+                                ) AS n
+                          ) AS d
+                    ) AS p OFFSET 0
+              ) AS r
+        ) AS q
     )
+WHERE s.platform = $1 AND s.rate > 0
+RETURNING s.platform, s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
+          GREATEST(s.hold_until - date_part('epoch', clock_timestamp()), 0) AS hold_left,
+          s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
+)
+SELECT u.multiplier, u.max_multiplier, u.clean_streak, u.last_effect, u.hold_left,
+       u.event_seq, u.event_at, u.last_interval, u.hold_at, u.last_respaced,
+       CASE WHEN u.last_respaced
+            THEN pg_notify('%[7]s', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|' || u.hold_at)
+       END IS NULL
+FROM u`,
+	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel)
+
+// pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
+// database clock; 'Infinity': until resumed) for the reason $3. It is an
+// event: every process gives back the slots it holds (they were granted
+// before the pause), and the cursor restarts from now, since no granted
+// slot is left to honour.
+var pauseSQL = `
+WITH u AS (
+UPDATE fleetpace_pace AS s SET paused_until = $2::float8, pause_reason = $3,
+    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now, last_respaced = true
+FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1
-RETURNING s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
-          GREATEST(s.hold_until - date_part('epoch', clock_timestamp()), 0)`
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval
+)
+SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|Infinity') IS NULL
+FROM u`
+
+// resumeSQL ends a platform's pause. Nothing to re-space: resuming only
+// speeds the platform up.
+const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1`
+
+// clearHoldSQL ends a platform's fleet-wide hold (Retry-After, quota or
+// cooldown) at once.
+const clearHoldSQL = `UPDATE fleetpace_pace SET hold_until = 0, hold_reason = '' WHERE platform = $1`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
 // platform trigger has made it). No row affected and no row present means
 // the platform does not exist.
 const ensureRowSQL = `
-INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after)
-SELECT name, rate_per_sec, burst, max_multiplier, decay_after FROM fleetpace_platform WHERE name = $1
+INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
+                            backoff_factor, recovery_factor, probe, use_headers)
+SELECT name, rate_per_sec, burst, max_multiplier, decay_after,
+       backoff_factor, recovery_factor, probe, use_headers
+FROM fleetpace_platform WHERE name = $1
 ON CONFLICT (platform) DO NOTHING`
 
 // syncRowSQL copies a platform's configuration into its pace row (after the
 // row was created without it).
 const syncRowSQL = `
 UPDATE fleetpace_pace AS s SET rate = p.rate_per_sec, burst = p.burst,
-    max_multiplier = p.max_multiplier, decay_after = p.decay_after
+    max_multiplier = p.max_multiplier, decay_after = p.decay_after,
+    backoff_factor = p.backoff_factor, recovery_factor = p.recovery_factor,
+    probe = p.probe, use_headers = p.use_headers
 FROM fleetpace_platform AS p
 WHERE s.platform = $1 AND p.name = s.platform`
 
 // statesSQL reads every platform's pacer state for humans.
 const statesSQL = `
-SELECT p.name, p.rate_per_sec, p.burst, p.max_multiplier, p.decay_after,
-       COALESCE(s.multiplier, 1), COALESCE(s.clean_streak, 0),
-       GREATEST(COALESCE(s.hold_until, 0) - n.now, 0),
-       GREATEST(COALESCE(s.cursor_at, 0) - n.now, 0)
-FROM fleetpace_platform AS p
-LEFT JOIN fleetpace_pace AS s ON s.platform = p.name
+SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
+       s.backoff_factor, s.recovery_factor, s.probe, s.use_headers,
+       s.multiplier, s.clean_streak, s.pressure_mult,
+       GREATEST(s.hold_until - n.now, 0), s.hold_reason,
+       GREATEST(s.paused_until - n.now, 0), s.pause_reason,
+       CASE WHEN n.now < s.announced_until THEN s.announced_interval ELSE 0 END,
+       GREATEST(s.announced_until - n.now, 0),
+       GREATEST(s.cursor_at - n.now, 0), s.event_seq
+FROM fleetpace_pace AS s
 CROSS JOIN (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
-ORDER BY p.name`
+ORDER BY s.platform`

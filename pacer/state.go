@@ -2,7 +2,9 @@ package pacer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,22 +15,88 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// State is one platform's shared pacer state, for humans (fleetpace status).
+// Where a platform's pace comes from now (State.Source), most constraining
+// first.
+const (
+	SourcePaused     = "paused"     // an operator paused it
+	SourceHold       = "hold"       // a fleet-wide hold: Retry-After, an exhausted quota, a cooldown
+	SourceAnnounced  = "announced"  // the destination's announced rate-limit headers
+	SourceMultiplier = "multiplier" // the shared backoff multiplier, after rate pressure
+	SourceCeiling    = "ceiling"    // the configured rate, unconstrained
+)
+
+// State is one platform's shared pacer state, for humans (fleetpace status,
+// /status, the dashboard). JSON keys carry their unit (_s: seconds,
+// _per_sec: requests per second).
 type State struct {
-	Platform      string  `json:"platform"`
-	Rate          float64 `json:"rate_per_sec"`
-	Burst         int     `json:"burst"`
-	Multiplier    float64 `json:"multiplier"`
-	MaxMultiplier float64 `json:"max_multiplier"`
-	DecayAfter    int     `json:"decay_after"`
-	CleanStreak   int     `json:"clean_streak"`
-	// EffectiveRate is Rate / Multiplier.
-	EffectiveRate float64 `json:"effective_rate_per_sec"`
-	// Hold is how long the Retry-After hold still lasts (0: none).
-	Hold time.Duration `json:"hold_ns"`
+	Platform       string
+	Rate           float64 // configured ceiling, requests/s
+	Burst          int
+	MaxMultiplier  float64
+	DecayAfter     int
+	BackoffFactor  float64
+	RecoveryFactor float64
+	Probe          bool
+	UseHeaders     bool
+	Multiplier     float64
+	CleanStreak    int
+	// PressureMultiplier is the multiplier where the last pressure episode
+	// began (0: none remembered).
+	PressureMultiplier float64
+	// Hold is how long the fleet-wide hold still lasts (0: none), and why.
+	Hold       time.Duration
+	HoldReason string
+	// Paused is how long the operator's pause still lasts (0: not paused;
+	// PausedIndefinitely: until resumed), and why.
+	Paused             time.Duration
+	PausedIndefinitely bool
+	PauseReason        string
+	// AnnouncedRate is the rate the destination's headers allow now
+	// (requests/s; 0: none in force), for AnnouncedFor more.
+	AnnouncedRate float64
+	AnnouncedFor  time.Duration
+	// EffectiveRate is the rate the fleet paces at (the ceiling, slowed by
+	// the multiplier or the announced rate, whichever is slower); Source
+	// says what decides it now (SourcePaused … SourceCeiling).
+	EffectiveRate float64
+	Source        string
 	// CursorAhead is how far the cursor is ahead of now: the wait a
 	// reservation made now would get, before burst.
-	CursorAhead time.Duration `json:"cursor_ahead_ns"`
+	CursorAhead time.Duration
+	// Slowdowns counts the platform's slow-downs (events) so far.
+	Slowdowns int64
+}
+
+// MarshalJSON writes durations as seconds under keys that say so.
+func (s State) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Platform           string  `json:"platform"`
+		Rate               float64 `json:"rate_per_sec"`
+		Burst              int     `json:"burst"`
+		MaxMultiplier      float64 `json:"max_multiplier"`
+		DecayAfter         int     `json:"decay_after"`
+		BackoffFactor      float64 `json:"backoff_factor"`
+		RecoveryFactor     float64 `json:"recovery_factor"`
+		Probe              bool    `json:"probe"`
+		UseHeaders         bool    `json:"use_headers"`
+		Multiplier         float64 `json:"multiplier"`
+		CleanStreak        int     `json:"clean_streak"`
+		PressureMultiplier float64 `json:"pressure_multiplier"`
+		Hold               float64 `json:"hold_s"`
+		HoldReason         string  `json:"hold_reason,omitempty"`
+		Paused             float64 `json:"paused_s"`
+		PausedIndefinitely bool    `json:"paused_indefinitely"`
+		PauseReason        string  `json:"pause_reason,omitempty"`
+		AnnouncedRate      float64 `json:"announced_rate_per_sec"`
+		AnnouncedFor       float64 `json:"announced_for_s"`
+		EffectiveRate      float64 `json:"effective_rate_per_sec"`
+		Source             string  `json:"source"`
+		CursorAhead        float64 `json:"cursor_ahead_s"`
+		Slowdowns          int64   `json:"slowdowns"`
+	}{s.Platform, s.Rate, s.Burst, s.MaxMultiplier, s.DecayAfter, s.BackoffFactor, s.RecoveryFactor, s.Probe,
+		s.UseHeaders, s.Multiplier, s.CleanStreak, s.PressureMultiplier, s.Hold.Seconds(), s.HoldReason,
+		s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason, s.AnnouncedRate, s.AnnouncedFor.Seconds(),
+		s.EffectiveRate, s.Source, s.CursorAhead.Seconds(), s.Slowdowns})
 }
 
 // States reads every platform's pacer state, ordered by platform name.
@@ -41,17 +109,45 @@ func States(ctx context.Context, q Querier) ([]State, error) {
 	var out []State
 	for rows.Next() {
 		var (
-			s           State
-			burst, dec  int32
-			hold, ahead float64
+			s                                 State
+			burst, dec                        int32
+			hold, paused, annI, annFor, ahead float64
 		)
 		if err := rows.Scan(&s.Platform, &s.Rate, &burst, &s.MaxMultiplier, &dec,
-			&s.Multiplier, &s.CleanStreak, &hold, &ahead); err != nil {
+			&s.BackoffFactor, &s.RecoveryFactor, &s.Probe, &s.UseHeaders,
+			&s.Multiplier, &s.CleanStreak, &s.PressureMultiplier,
+			&hold, &s.HoldReason, &paused, &s.PauseReason, &annI, &annFor, &ahead, &s.Slowdowns); err != nil {
 			return nil, fmt.Errorf("pacer: states: %w", err)
 		}
 		s.Burst, s.DecayAfter = int(burst), int(dec)
 		s.Hold, s.CursorAhead = secondsToDuration(hold), secondsToDuration(ahead)
-		s.EffectiveRate = s.Rate / max(s.Multiplier, 1)
+		s.PausedIndefinitely = math.IsInf(paused, 1)
+		s.Paused = clampDuration(secondsToDuration(paused))
+		if s.Hold == 0 {
+			s.HoldReason = ""
+		}
+		base := math.Inf(1) // no configuration copied yet: nothing is granted
+		if s.Rate > 0 {
+			base = max(s.Multiplier, 1) / s.Rate
+		}
+		interval := base
+		if annI > 0 {
+			s.AnnouncedRate, s.AnnouncedFor = 1/annI, secondsToDuration(annFor)
+			interval = math.Max(base, annI)
+		}
+		s.EffectiveRate = 1 / interval
+		switch {
+		case s.Paused > 0:
+			s.Source = SourcePaused
+		case s.Hold > 0:
+			s.Source = SourceHold
+		case annI > base:
+			s.Source = SourceAnnounced
+		case s.Multiplier > 1:
+			s.Source = SourceMultiplier
+		default:
+			s.Source = SourceCeiling
+		}
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {

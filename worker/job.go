@@ -12,7 +12,6 @@ import (
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
-	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -20,6 +19,7 @@ import (
 // Pacer is what a fetch job needs from the shared pacer (*pacer.Pacer).
 type Pacer interface {
 	Reserve(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error)
+	Sleep(ctx context.Context, res *pacer.Reservation) error
 	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Outcome) (pacer.ReportResult, error)
 }
 
@@ -218,18 +218,14 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	return nil
 }
 
-// LateSend is how late after its slot a job may send. A job later than that
-// (a slow reservation round trip, CPU starvation, a GC pause, a suspended
-// VM) gives the slot up and reserves again: sending late would crowd the
-// slots that follow it into one second.
-const LateSend = 25 * time.Millisecond
-
 // reserve takes a pacer slot and sleeps until it. It returns a snooze error
 // (for River) when the wait is longer than the job should hold its worker
-// slot, and gives up slots it woke up too late for (at most three times).
+// slot — as it is during a hold, a pause, or after a slow-down re-spaced the
+// slot beyond the max wait (the slot is then given back and the reservation
+// made again, denied) — and gives up slots it woke up too late for (at most
+// twice: the third is used, so a loaded machine still makes progress).
 func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
 	for attempt := 0; ; attempt++ {
-		asked := time.Now()
 		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
 		if errors.Is(err, pacer.ErrUnknownPlatform) {
 			return res, river.JobCancel(err) // the platform was deleted, and its sources with it
@@ -238,28 +234,34 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 			return res, err
 		}
 		if !res.Granted {
-			// Snooze past the wait (a long one is a cooldown or a
-			// Retry-After hold), spread by up to 10 % so the fleet does not
-			// come back at one instant. Snoozing uses up no attempt.
+			// Snooze past the wait (a long one is a cooldown, a hold or a
+			// pause), spread by up to 10 % so the fleet does not come back at
+			// one instant. Snoozing uses up no attempt.
 			reason := "pacer"
-			if res.Wait > time.Minute {
+			switch {
+			case res.Paused:
+				reason = "paused"
+			case res.Wait > time.Minute:
 				reason = "hold"
 			}
 			w.metrics.snoozed(platform, reason)
 			return res, river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
 		}
 		w.metrics.waited(platform, res.Wait)
-		if err := poller.Sleep(ctx, res.Wait); err != nil {
+		err = w.pacer.Sleep(ctx, &res)
+		switch {
+		case err == nil:
+			return res, nil
+		case errors.Is(err, pacer.ErrLate) && attempt >= 2:
+			return res, nil
+		case errors.Is(err, pacer.ErrLate):
+			w.metrics.snoozed(platform, "late")
+			w.logger.Debug("late for a pacer slot; reserving again", "platform", platform, "late", res.Late)
+		case errors.Is(err, pacer.ErrGivenBack):
+			w.metrics.snoozed(platform, "respaced")
+		default:
 			return res, interrupted(ctx, err)
 		}
-		// The slot is Wait after the database's clock read, which came
-		// after we asked: measured from the asking, lateness includes the
-		// round trip (a slow reply delays the send as much as a slow wake).
-		if late := time.Since(asked.Add(res.Wait)); late <= LateSend || attempt == 2 {
-			return res, nil
-		}
-		w.metrics.snoozed(platform, "late")
-		w.logger.Debug("late for a pacer slot; reserving again", "platform", platform)
 	}
 }
 

@@ -29,6 +29,8 @@ func (grantAll) Reserve(_ context.Context, platform string, _ time.Duration) (pa
 	return pacer.Reservation{Platform: platform, Granted: true}, nil
 }
 
+func (grantAll) Sleep(context.Context, *pacer.Reservation) error { return nil }
+
 func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Outcome) (pacer.ReportResult, error) {
 	return pacer.ReportResult{}, nil
 }

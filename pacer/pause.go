@@ -1,0 +1,61 @@
+package pacer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Execer is what the operations on a platform's pace row need: a pool, a
+// connection or a transaction (then the change, and its notification, take
+// effect at commit).
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Pause stops every request to platform from any process until until (the
+// zero time: until Resume), for reason. Slots already granted are given
+// back (their callers reserve again and are denied while the pause lasts:
+// a River job snoozes), and reservations are denied with Paused set. The
+// pause is stored in the platform's pace row, so it survives restarts.
+// Returns ErrUnknownPlatform if the platform has no pace row.
+func Pause(ctx context.Context, db Execer, platform string, until time.Time, reason string) error {
+	at := math.Inf(1)
+	if !until.IsZero() {
+		at = timeToEpoch(until)
+	}
+	tag, err := db.Exec(ctx, pauseSQL, platform, at, reason)
+	if err != nil {
+		return fmt.Errorf("pacer: pause %s: %w", platform, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
+	}
+	return nil
+}
+
+// Resume ends platform's pause at once. Jobs snoozed by the pause run at
+// their snooze's end unless the caller reschedules them (the CLI does).
+func Resume(ctx context.Context, db Execer, platform string) error {
+	return execOne(ctx, db, "resume", resumeSQL, platform)
+}
+
+// ClearHold ends platform's fleet-wide hold (a Retry-After, an exhausted
+// quota, a cooldown) at once.
+func ClearHold(ctx context.Context, db Execer, platform string) error {
+	return execOne(ctx, db, "clear hold of", clearHoldSQL, platform)
+}
+
+func execOne(ctx context.Context, db Execer, what, sql, platform string) error {
+	tag, err := db.Exec(ctx, sql, platform)
+	if err != nil {
+		return fmt.Errorf("pacer: %s %s: %w", what, platform, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
+	}
+	return nil
+}

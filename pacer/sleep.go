@@ -1,0 +1,228 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+)
+
+// ErrGivenBack is returned by Sleep when the fleet slowed down while the
+// caller waited for its slot and the re-spaced slot lies further away than
+// the max wait it reserved with: the slot is given back. Reserve again
+// later (a River job snoozes).
+var ErrGivenBack = errors.New("pacer: slot given back after a slow-down")
+
+// ErrLate is returned by Sleep when the caller woke up more than
+// Config.MaxLate after its slot (a slow reply, a loaded machine, a GC pause,
+// a suspended VM). Sending late would crowd the slots that follow it into
+// one second: give the slot up and reserve again. The slot is still the
+// caller's, and res says how late it is (Late), so a caller that has given
+// up slots several times in a row may use it anyway (Wait does, on the
+// third).
+var ErrLate = errors.New("pacer: woke too late for the slot")
+
+// waiter is a granted slot a caller is sleeping until.
+type waiter struct {
+	platform   string
+	shared     bool      // from the shared row (degraded slots are not re-spaced)
+	slot       float64   // database time of the slot
+	interval   float64   // spacing it was granted at (seconds)
+	reservedAt float64   // database time of the reservation or of the last re-spacing
+	seq        int64     // the platform's event sequence it has seen
+	due        time.Time // local-clock time of the slot
+	maxWait    time.Duration
+	givenBack  bool
+	wake       chan struct{} // capacity 1: a re-spacing moved due
+}
+
+// Sleep waits until res's slot. While it waits, a slow-down of the platform
+// seen anywhere in the fleet — rate pressure, a destination's announced
+// limit, a hold, a pause — moves the slot later with the new spacing, as the
+// shared cursor moved (see docs/design.md, "Immediate reaction"), and Sleep
+// waits for the new time; res is updated (Slot, ReservedAt, Interval, Wait).
+// It returns ErrGivenBack if the slot moved beyond the max wait res was
+// reserved with, ErrLate if the caller woke too late for it, or ctx's error.
+func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
+	if !res.Granted {
+		return fmt.Errorf("pacer: sleep %s: the reservation was not granted", res.Platform)
+	}
+	w := &waiter{
+		platform: res.Platform, shared: !res.Degraded,
+		slot: timeToEpoch(res.Slot), interval: res.Interval.Seconds(), reservedAt: timeToEpoch(res.ReservedAt),
+		seq: res.seq, due: res.due, maxWait: res.maxWait,
+		wake: make(chan struct{}, 1),
+	}
+	if w.due.IsZero() { // built by hand, not by Reserve
+		w.due = p.clock.Now().Add(res.Wait)
+	}
+	p.register(w)
+	defer p.unregister(w)
+	for {
+		p.mu.Lock()
+		due, gone := w.due, w.givenBack
+		p.mu.Unlock()
+		if gone {
+			return fmt.Errorf("pacer: sleep %s: %w", res.Platform, ErrGivenBack)
+		}
+		d := due.Sub(p.clock.Now())
+		if d <= 0 {
+			break
+		}
+		t := p.clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pacer: sleep %s: %w", res.Platform, ctx.Err())
+		case <-w.wake:
+			t.Stop()
+		case <-t.Chan():
+		}
+	}
+	p.mu.Lock()
+	res.Slot, res.ReservedAt = epochToTime(w.slot), epochToTime(w.reservedAt)
+	res.Interval = secondsToDuration(w.interval)
+	due := w.due
+	p.mu.Unlock()
+	// Lateness counts from the slot's time in the database, mapped to the
+	// local clock (clockOffset): a slow reply delays the send as much as a
+	// slow wake-up.
+	res.Late = max(p.clock.Now().Sub(due), 0)
+	if res.Late > p.cfg.MaxLate {
+		p.late.Add(1)
+		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (p *Pacer) register(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(w.platform)
+	if st.waiters == nil {
+		st.waiters = map[*waiter]struct{}{}
+	}
+	st.waiters[w] = struct{}{}
+	if w.shared && st.last.seq > w.seq {
+		// A slow-down came between the reservation and now.
+		p.respace(w, st.last, p.clock.Now())
+	}
+}
+
+func (p *Pacer) unregister(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.local[w.platform]; st != nil {
+		delete(st.waiters, w)
+	}
+}
+
+// event is a slow-down of a platform: the shared row's state right after it.
+type event struct {
+	seq      int64
+	at       float64 // database time of the slow-down
+	interval float64 // effective spacing after it, seconds
+	hold     float64 // the later of the hold and the pause after it (+Inf: paused until resumed)
+}
+
+// applyEvent brings this process in line with a slow-down it learnt of (its
+// own report, a notification, or a reservation that found a newer
+// sequence): slots kept from blocks are given back, and every waiter of the
+// platform is re-spaced. Events are applied once each, in any order (an
+// older one than the last applied is ignored).
+func (p *Pacer) applyEvent(platform string, ev event) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(platform)
+	if ev.seq <= st.last.seq {
+		return
+	}
+	p.events.Add(1)
+	st.last = ev
+	if ev.interval > 0 {
+		st.interval = ev.interval
+	}
+	// The hold in local time: the notification arrives moments after the
+	// event, so measure from now.
+	if ev.hold > ev.at {
+		st.hold = maxTime(st.hold, now.Add(secondsToDuration(ev.hold-ev.at)))
+	}
+	p.dropBlock(st)
+	for w := range st.waiters {
+		if w.shared {
+			p.respace(w, ev, now)
+		}
+	}
+}
+
+// respace moves one waiter's slot after a slow-down, as reportSQL moved the
+// shared cursor: a slot later than the event keeps its distance from the
+// event stretched by the ratio of the new spacing to the one it was granted
+// at, counted from the later of the event and the hold. A slot due at or
+// before the event goes as it is. Call with p.mu held.
+func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
+	if ev.seq <= w.seq {
+		return
+	}
+	w.seq = ev.seq
+	if w.slot <= ev.at {
+		return
+	}
+	ratio := 1.0
+	if w.interval > 0 && ev.interval > w.interval {
+		ratio = ev.interval / w.interval
+	}
+	slot := math.Max(ev.at, ev.hold) + (w.slot-ev.at)*ratio
+	if !(slot > w.slot) {
+		return
+	}
+	w.due = w.due.Add(secondsToDuration(slot - w.slot))
+	w.slot, w.reservedAt = slot, ev.at
+	w.interval = math.Max(w.interval, ev.interval)
+	p.respaced.Add(1)
+	if w.due.Sub(now) > w.maxWait {
+		w.givenBack = true
+		p.givenBack.Add(1)
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Wait reserves a slot on platform and sleeps until it, reserving again
+// when a slot is given back, or missed (the third late slot in a row is
+// used: a machine that is late every time must still make progress).
+// Reservations denied in degraded mode (no rate known yet) are retried after
+// their wait.
+func (p *Pacer) Wait(ctx context.Context, platform string) (Reservation, error) {
+	late := 0
+	for {
+		r, err := p.Reserve(ctx, platform, MaxHold)
+		if err != nil {
+			return r, err
+		}
+		if !r.Granted {
+			if err := clock.Sleep(ctx, p.clock, r.Wait); err != nil {
+				return r, fmt.Errorf("pacer: wait %s: %w", platform, err)
+			}
+			continue
+		}
+		err = p.Sleep(ctx, &r)
+		switch {
+		case err == nil:
+			return r, nil
+		case errors.Is(err, ErrLate):
+			if late++; late >= 3 {
+				return r, nil
+			}
+		case errors.Is(err, ErrGivenBack):
+		default:
+			return r, err
+		}
+	}
+}
