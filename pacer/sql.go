@@ -72,7 +72,7 @@ ON CONFLICT (platform) DO UPDATE SET
     (cursor_at, last_slot, last_count, last_interval) = (
         SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0)
         FROM (SELECT f.b, f.i, f.first,
-                     CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 THEN 0
+                     CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now THEN 0
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
               FROM (SELECT e.now, e.i, e.b, e.base, GREATEST(e.now + $3::float8, e.hold, e.base) AS first
                     FROM (SELECT c.now, c.i, c.hold,
@@ -111,8 +111,8 @@ RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.la
 //   - Every decay_after clean responses, fleet-wide, divide it by
 //     recovery_factor, never below 1. With probe, the division stops at
 //     pressure_mult × (1 + probeMargin); from there each step divides by
-//     recovery_factor^(1/probeSteps), and below pressure_mult / (1 +
-//     probeMargin) the memory is forgotten.
+//     recovery_factor^(1/probeSteps); a step that takes it below
+//     pressure_mult / (1 + probeMargin) forgets the memory.
 //
 // Announced spacing (use_headers only) replaces the previous one and holds
 // for $7 seconds; a quota hold ($8) extends hold_until like Retry-After.
@@ -148,10 +148,10 @@ UPDATE fleetpace_pace AS s SET
                                 THEN GREATEST(p.m / s.rate, p.ann_i) ELSE p.m / s.rate END AS i_new
                     FROM (SELECT d.now, d.m0, d.m, d.streak, d.doubled_at, d.hold, d.ann_i, d.ann_until, d.effect,
                                  CASE WHEN d.fresh THEN d.m0
-                                      WHEN d.m < s.pressure_mult / (1 + %[5]g) THEN 0
+                                      WHEN d.steps > 0 AND d.m < s.pressure_mult / (1 + %[5]g) THEN 0
                                       ELSE s.pressure_mult END AS mp,
                                  CASE WHEN d.hold > s.hold_until THEN $9::text ELSE s.hold_reason END AS hold_reason
-                          FROM (SELECT n.now, n.m0, n.fresh,
+                          FROM (SELECT n.now, n.m0, n.fresh, n.steps,
                                        CASE WHEN n.fresh THEN LEAST(n.m0 * s.backoff_factor, s.max_multiplier)
                                             WHEN n.steps = 0 THEN n.m0
                                             WHEN NOT s.probe OR s.pressure_mult <= 0

@@ -1,0 +1,415 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// reportCleanN sends n clean reports (each at once with CleanBatch < 0)
+// and returns the last result.
+func reportCleanN(t *testing.T, p *Pacer, platform string, n int) ReportResult {
+	t.Helper()
+	var rep ReportResult
+	for range n {
+		var err error
+		if rep, err = p.Report(context.Background(), platform, Reservation{}, Outcome{Kind: Clean}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rep
+}
+
+// pressure reports rate pressure for a request reserved now.
+func pressure(t *testing.T, p *Pacer, platform string, out Outcome) ReportResult {
+	t.Helper()
+	r, err := p.Reserve(context.Background(), platform, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Kind = Pressure
+	rep, err := p.Report(context.Background(), platform, r, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*math.Max(1, math.Abs(b)) }
+
+// Probing recovery, step by step: pressure multiplies by the backoff factor
+// and remembers where it began; recovery divides by the recovery factor but
+// stops 15 % short of that level, then probes in eighth-steps; a multiplier
+// well below the remembered level forgets it. The seed's schedule (×2, ÷2,
+// no probing) is the other tests' default.
+func TestProbingRecovery(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "probe", rate: 1000, decayAfter: 2, backoff: 1.5, recovery: 1.1, probe: true})
+	p := newPacer(t, url, func(c *Config) { c.CleanBatch = -1 })
+
+	if rep := pressure(t, p, "probe", Outcome{}); !rep.Increased || !near(rep.Multiplier, 1.5) {
+		t.Fatalf("first pressure: %+v, want ×1.5", rep)
+	}
+	if rep := pressure(t, p, "probe", Outcome{}); !rep.Increased || !near(rep.Multiplier, 2.25) {
+		t.Fatalf("second episode: %+v, want ×2.25", rep)
+	}
+	if row := readAdapt(t, pool, "probe"); !near(row.pressureMult, 1.5) {
+		t.Fatalf("remembered %v, want 1.5 (where the second episode began)", row.pressureMult)
+	}
+	safe := 1.5 * (1 + probeMargin)
+	want := []float64{2.25 / 1.1, 2.25 / 1.1 / 1.1, safe} // approach, clamped at the safe level
+	step := math.Pow(1.1, 1.0/probeSteps)
+	for i := 0; i < 3; i++ {
+		want = append(want, safe/math.Pow(step, float64(i+1))) // then probing
+	}
+	for i, w := range want {
+		rep := reportCleanN(t, p, "probe", 2)
+		if !rep.Relaxed || !near(rep.Multiplier, w) {
+			t.Fatalf("streak %d: %+v, want multiplier %.6f", i+1, rep, w)
+		}
+	}
+	// Far below the remembered level: forgotten, whole steps again.
+	if _, err := pool.Exec(context.Background(), `UPDATE fleetpace_pace SET multiplier = 1.5, pressure_mult = 2 WHERE platform = 'probe'`); err != nil {
+		t.Fatal(err)
+	}
+	if rep := reportCleanN(t, p, "probe", 2); !near(rep.Multiplier, 1.5/math.Pow(1.1, 1.0/probeSteps)) {
+		t.Fatalf("probing below the memory: %+v", rep)
+	}
+	if row := readAdapt(t, pool, "probe"); row.pressureMult != 0 {
+		t.Fatalf("memory %v kept at a multiplier far below it, want forgotten", row.pressureMult)
+	}
+	if rep := reportCleanN(t, p, "probe", 2); !near(rep.Multiplier, 1.5/math.Pow(1.1, 1.0/probeSteps)/1.1) {
+		t.Fatalf("after forgetting: %+v, want a whole recovery step", rep)
+	}
+}
+
+type adaptRow struct {
+	pressureMult, announcedInterval, announcedUntil, hold, paused float64
+	holdReason                                                    string
+	seq                                                           int64
+}
+
+func readAdapt(t *testing.T, pool *pgxpool.Pool, platform string) adaptRow {
+	t.Helper()
+	var r adaptRow
+	err := pool.QueryRow(context.Background(), `SELECT pressure_mult, announced_interval, announced_until, hold_until, paused_until, hold_reason, event_seq FROM fleetpace_pace WHERE platform = $1`, platform).
+		Scan(&r.pressureMult, &r.announcedInterval, &r.announcedUntil, &r.hold, &r.paused, &r.holdReason, &r.seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// What a quota implies, for every form a destination sends, and for hostile
+// values: never negative, never NaN, never beyond MaxHold.
+func TestQuotaSpacing(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name                string
+		q                   Quota
+		interval, ttl, hold time.Duration
+	}{
+		{"nothing", Quota{}, 0, 0, 0},
+		{"strict limiter, next token in 125 ms", Quota{Limit: 1, Remaining: 0, HasRemaining: true, Reset: 125 * time.Millisecond, HasReset: true},
+			125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
+		{"fixed window, start", Quota{Limit: 600, Remaining: 599, HasRemaining: true, Reset: time.Minute, HasReset: true, Window: time.Minute},
+			100 * time.Millisecond, 2 * time.Minute, 0},
+		{"token bucket half full", Quota{Limit: 10, Remaining: 4, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
+			100 * time.Millisecond, time.Minute, 0},
+		{"policy only", Quota{Limit: 30, Window: time.Minute}, 2 * time.Second, time.Minute, 0},
+		{"remaining without reset", Quota{Remaining: 0, HasRemaining: true}, 0, 0, 0},
+		{"negative remaining", Quota{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, time.Second, time.Minute, time.Second},
+		{"NaN remaining", Quota{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
+		{"huge reset", Quota{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, MaxHold, MaxHold, MaxHold},
+		{"infinite remaining", Quota{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
+		{"zero reset", Quota{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0},
+		{"negative window", Quota{Limit: 10, Window: -time.Second}, 0, 0, 0},
+	}
+	for _, c := range cases {
+		i, ttl, h := c.q.spacing()
+		if i != c.interval || ttl != c.ttl || h != c.hold {
+			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
+		}
+	}
+}
+
+// A destination announcing 5/s under a 20/s ceiling paces the fleet at
+// 5/s from the report on; the state says where the rate comes from; with
+// the platform's headers off, the same announcement changes nothing.
+func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "ann", rate: 20})
+	addPlatform(t, pool, platformSpec{name: "deaf", rate: 20, noHeaders: true})
+	p := newPacer(t, url, nil)
+	ctx := context.Background()
+	five := Quota{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true}
+	for _, name := range []string{"ann", "deaf"} {
+		r, err := p.Reserve(ctx, name, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := p.Report(ctx, name, r, Outcome{Kind: Clean, Quota: five})
+		if err != nil || rep.Deferred {
+			t.Fatalf("%s: an announcement that slows the platform down is sent at once: %+v %v", name, rep, err)
+		}
+		var slots []time.Time
+		for range 4 {
+			r, err := p.Reserve(ctx, name, time.Minute)
+			if err != nil || !r.Granted {
+				t.Fatalf("%s: %+v %v", name, r, err)
+			}
+			slots = append(slots, r.Slot)
+		}
+		want := 200 * time.Millisecond
+		if name == "deaf" {
+			want = 50 * time.Millisecond
+		}
+		for k := 1; k < len(slots); k++ {
+			if gap := slots[k].Sub(slots[k-1]); gap < want-time.Millisecond || gap > want+time.Millisecond {
+				t.Fatalf("%s: slots %v apart, want %v", name, gap, want)
+			}
+		}
+	}
+	states, err := States(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		switch s.Platform {
+		case "ann":
+			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5) || !near(s.EffectiveRate, 5) || s.AnnouncedFor < 50*time.Second {
+				t.Fatalf("announced platform's state: %+v", s)
+			}
+		case "deaf":
+			if s.Source != SourceCeiling || s.AnnouncedRate != 0 || !near(s.EffectiveRate, 20) {
+				t.Fatalf("headers-off platform's state: %+v", s)
+			}
+		}
+	}
+}
+
+// An exhausted quota holds the fleet until it resets, with its reason.
+func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "quota", rate: 20})
+	p := newPacer(t, url, nil)
+	ctx := context.Background()
+	r, _ := p.Reserve(ctx, "quota", time.Minute)
+	rep, err := p.Report(ctx, "quota", r, Outcome{Kind: Clean,
+		Quota: Quota{Limit: 100, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
+	if err != nil || !rep.Slowed || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
+		t.Fatalf("exhausted quota: %+v %v, want a 2 s hold", rep, err)
+	}
+	r, err = p.Reserve(ctx, "quota", 0)
+	if err != nil || r.Granted || r.Wait < 1800*time.Millisecond || r.Paused {
+		t.Fatalf("during the hold: %+v %v, want denied for about 2 s", r, err)
+	}
+	if row := readAdapt(t, pool, "quota"); row.holdReason != "quota exhausted" {
+		t.Fatalf("hold reason %q", row.holdReason)
+	}
+}
+
+// A destination's hostile values cannot hold the fleet beyond MaxHold, nor
+// overflow anything.
+func TestHostileHoldsAreCapped(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "hostile", rate: 20})
+	p := newPacer(t, url, nil)
+	rep := pressure(t, p, "hostile", Outcome{RetryAfter: math.MaxInt64,
+		Quota: Quota{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}})
+	if rep.Hold > MaxHold || rep.Hold < MaxHold-time.Minute {
+		t.Fatalf("hold %v, want capped at %v", rep.Hold, MaxHold)
+	}
+	r, err := p.Reserve(context.Background(), "hostile", time.Minute)
+	if err != nil || r.Granted || r.Wait > MaxHold || r.Wait < MaxHold-time.Minute {
+		t.Fatalf("reservation during a capped hold: %+v %v", r, err)
+	}
+	states, err := States(context.Background(), pool)
+	if err != nil || states[0].Hold > MaxHold {
+		t.Fatalf("state: %+v %v", states, err)
+	}
+}
+
+// The heart of immediate reaction: a slow-down reported by one process
+// re-spaces the slots another process was granted and is sleeping until,
+// through the notification, before they are due — the same stretch the
+// shared cursor got, so the next reservation lands after them at the new
+// spacing. Without the listener the other process only learns of it at
+// its next reservation (the negative control).
+func TestSlowdownRespacesGrantedSlots(t *testing.T) {
+	t.Parallel()
+	for _, pollOnly := range []bool{false, true} {
+		name := map[bool]string{false: "listening", true: "poll-only"}[pollOnly]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url, pool := setup(t)
+			// Slots 500 ms apart, so every one is still ahead when the
+			// pressure comes, however slow the machine.
+			addPlatform(t, pool, platformSpec{name: "resp", rate: 2})
+			a := newPacer(t, url, nil)
+			clk := clocktest.New()
+			b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.PollOnly = pollOnly; c.MaxLate = time.Hour })
+			ctx := context.Background()
+			// b connects its listener with its first reservation.
+			var rs []Reservation
+			for range 4 {
+				r, err := b.Reserve(ctx, "resp", 10*time.Second)
+				if err != nil || !r.Granted {
+					t.Fatalf("%+v %v", r, err)
+				}
+				rs = append(rs, r)
+			}
+			if !pollOnly {
+				waitFor(t, "b's listener", func() bool { return b.Stats().Listening })
+			}
+			type slept struct {
+				k   int
+				r   Reservation
+				err error
+			}
+			done := make(chan slept, 3)
+			for k := 1; k < 4; k++ {
+				go func() {
+					r := rs[k]
+					err := b.Sleep(ctx, &r)
+					done <- slept{k, r, err}
+				}()
+			}
+			clocktest.WaitSleepers(t, clk, 3)
+			rep := pressure(t, a, "resp", Outcome{}) // ×2: 500 ms → 1 s
+			if !rep.Increased || !rep.Slowed {
+				t.Fatalf("pressure: %+v", rep)
+			}
+			if pollOnly {
+				// Nothing tells b until it reserves again; then it catches up.
+				if n := b.Stats().Respaced; n != 0 {
+					t.Fatalf("poll-only: %d slots re-spaced without a reservation", n)
+				}
+				if _, err := b.Reserve(ctx, "resp", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "re-spacing", func() bool { return b.Stats().Respaced == 3 })
+			clk.Advance(time.Hour)
+			got := make([]Reservation, 4)
+			got[0] = rs[0]
+			for range 3 {
+				s := <-done
+				if s.err != nil {
+					t.Fatalf("slot %d: %v", s.k, s.err)
+				}
+				got[s.k] = s.r
+			}
+			for k := 2; k < 4; k++ {
+				gap := got[k].Slot.Sub(got[k-1].Slot)
+				if gap < 999*time.Millisecond || gap > 1001*time.Millisecond {
+					t.Fatalf("re-spaced slots %d and %d are %v apart, want 1 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
+				}
+				if got[k].Interval != time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
+					t.Fatalf("re-spaced slot %d: %+v", k, got[k])
+				}
+			}
+			if pollOnly {
+				return // the cursor has moved on by b's catch-up reservation
+			}
+			next, err := a.Reserve(ctx, "resp", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gap := next.Slot.Sub(got[3].Slot); gap < 999*time.Millisecond {
+				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 1 s: the cursor was not stretched alike", gap)
+			}
+		})
+	}
+}
+
+// A slot re-spaced beyond the caller's max wait is given back, and a pause
+// gives every waiting slot back; reservations are then denied as paused
+// until Resume.
+func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "pause", rate: 20})
+	clk := clocktest.New()
+	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
+	ctx := context.Background()
+	var r Reservation
+	for range 3 {
+		var err error
+		if r, err = p.Reserve(ctx, "pause", time.Second); err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+	}
+	waitFor(t, "listener", func() bool { return p.Stats().Listening })
+	done := make(chan error, 1)
+	go func() { done <- p.Sleep(ctx, &r) }()
+	clocktest.WaitSleepers(t, clk, 1)
+	if err := Pause(ctx, pool, "pause", time.Time{}, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrGivenBack) {
+		t.Fatalf("a waiting slot when the platform is paused: %v, want ErrGivenBack", err)
+	}
+	r, err := p.Reserve(ctx, "pause", time.Minute)
+	if err != nil || r.Granted || !r.Paused || r.Wait != MaxHold {
+		t.Fatalf("while paused: %+v %v, want denied, paused, wait MaxHold", r, err)
+	}
+	states, err := States(ctx, pool)
+	if err != nil || !states[0].PausedIndefinitely || states[0].PauseReason != "maintenance" || states[0].Source != SourcePaused {
+		t.Fatalf("state while paused: %+v %v", states, err)
+	}
+	if err := Resume(ctx, pool, "pause"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Reserve(ctx, "pause", time.Minute); err != nil || !r.Granted || r.Paused {
+		t.Fatalf("after resume: %+v %v", r, err)
+	}
+	until := time.Now().Add(3 * time.Second)
+	if err := Pause(ctx, pool, "pause", until, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Reserve(ctx, "pause", time.Minute); err != nil || r.Granted || !r.Paused || r.Wait > 3*time.Second || r.Wait < 2*time.Second {
+		t.Fatalf("timed pause: %+v %v, want denied until it ends", r, err)
+	}
+	if err := Pause(ctx, pool, "nope", time.Time{}, ""); !errors.Is(err, ErrUnknownPlatform) {
+		t.Fatalf("pause of an unknown platform: %v", err)
+	}
+	if err := ClearHold(ctx, pool, "nope"); !errors.Is(err, ErrUnknownPlatform) {
+		t.Fatalf("clear hold of an unknown platform: %v", err)
+	}
+}
+
+// Notifications from another process's report are parsed strictly.
+func TestParseEvent(t *testing.T) {
+	t.Parallel()
+	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity")
+	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.hold, 1) {
+		t.Fatalf("parse: %q %+v %v", p, ev, ok)
+	}
+	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1", "feeds|1|NaN|1|1", "|1|1|1|1", "a|1|1|1|1|1", "feeds|1|1|1"} {
+		if _, _, ok := parseEvent(bad); ok {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+}
+
+// waitFor polls cond until it holds, failing after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
