@@ -33,15 +33,17 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
 -- responses, fleet-wide, divide it by recovery_factor; with probe, recovery
 -- stops just short of the multiplier where the last pressure began and then
 -- climbs in small steps. use_headers: pace by the destination's announced
--- rate-limit headers (RateLimit, X-RateLimit-*). Bounds are the pacer
--- package's (pacer.MinFactor … pacer.MaxFactor).
+-- rate-limit headers (RateLimit, X-RateLimit-*). respace: a slow-down
+-- re-spaces the slots already granted, fleet-wide, at once (false: they
+-- are used as granted, as before adaptive pacing; a benchmark baseline).
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS backoff_factor  double precision NOT NULL DEFAULT 1.5
         CONSTRAINT fleetpace_platform_backoff_factor_check CHECK (backoff_factor >= 1.01 AND backoff_factor <= 16),
     ADD COLUMN IF NOT EXISTS recovery_factor double precision NOT NULL DEFAULT 1.1
         CONSTRAINT fleetpace_platform_recovery_factor_check CHECK (recovery_factor >= 1.01 AND recovery_factor <= 16),
     ADD COLUMN IF NOT EXISTS probe           boolean          NOT NULL DEFAULT true,
-    ADD COLUMN IF NOT EXISTS use_headers     boolean          NOT NULL DEFAULT true;
+    ADD COLUMN IF NOT EXISTS use_headers     boolean          NOT NULL DEFAULT true,
+    ADD COLUMN IF NOT EXISTS respace         boolean          NOT NULL DEFAULT true;
 
 -- pace: the shared pacer state, one narrow row per platform, updated on every
 -- reservation by a single INSERT ... ON CONFLICT DO UPDATE. No index beyond the
@@ -71,7 +73,7 @@ CREATE TABLE IF NOT EXISTS fleetpace_pace (
 -- Added after the first release: reservations in blocks.
 ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL DEFAULT 0;
 -- Added with adaptive pacing (see docs/design.md, "Adaptive pacing"):
---   backoff_factor, recovery_factor, probe, use_headers
+--   backoff_factor, recovery_factor, probe, use_headers, respace
 --                   copies of the platform's adaptation settings (trigger below)
 --   pressure_mult   the multiplier in force when the last pressure episode
 --                   began (0: none remembered); probing recovery stops short
@@ -94,6 +96,7 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS recovery_factor    double precision NOT NULL DEFAULT 2,
     ADD COLUMN IF NOT EXISTS probe              boolean          NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS use_headers        boolean          NOT NULL DEFAULT true,
+    ADD COLUMN IF NOT EXISTS respace            boolean          NOT NULL DEFAULT true,
     ADD COLUMN IF NOT EXISTS pressure_mult      double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS announced_interval double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS announced_until    double precision NOT NULL DEFAULT 0,
@@ -112,9 +115,9 @@ CREATE OR REPLACE FUNCTION fleetpace_platform_sync_pace() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
-                                backoff_factor, recovery_factor, probe, use_headers)
+                                backoff_factor, recovery_factor, probe, use_headers, respace)
     VALUES (NEW.name, NEW.rate_per_sec, NEW.burst, NEW.max_multiplier, NEW.decay_after,
-            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers)
+            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers, NEW.respace)
     ON CONFLICT (platform) DO UPDATE SET
         rate            = EXCLUDED.rate,
         burst           = EXCLUDED.burst,
@@ -124,6 +127,7 @@ BEGIN
         recovery_factor = EXCLUDED.recovery_factor,
         probe           = EXCLUDED.probe,
         use_headers     = EXCLUDED.use_headers,
+        respace         = EXCLUDED.respace,
         -- turning headers off drops what they announced
         announced_until = CASE WHEN EXCLUDED.use_headers THEN fleetpace_pace.announced_until ELSE 0 END,
         -- a lower maximum caps the multiplier now (reservations trust it)
@@ -140,11 +144,11 @@ CREATE OR REPLACE TRIGGER fleetpace_platform_sync_pace
 -- (a no-op once they agree).
 UPDATE fleetpace_pace AS s SET
     backoff_factor = p.backoff_factor, recovery_factor = p.recovery_factor,
-    probe = p.probe, use_headers = p.use_headers
+    probe = p.probe, use_headers = p.use_headers, respace = p.respace
 FROM fleetpace_platform AS p
 WHERE p.name = s.platform
-  AND (s.backoff_factor, s.recovery_factor, s.probe, s.use_headers)
-      IS DISTINCT FROM (p.backoff_factor, p.recovery_factor, p.probe, p.use_headers);
+  AND (s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace)
+      IS DISTINCT FROM (p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace);
 
 -- cooldown: one row per platform that was told to stop (rate limited).
 -- Rows whose until has passed no longer filter anything; count drives

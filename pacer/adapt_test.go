@@ -413,3 +413,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// With respace off (the benchmark's baseline: fleetpace before adaptive
+// pacing), a slow-down is no event: granted slots stand, the cursor is not
+// stretched, nobody is notified; holds and the multiplier still apply.
+func TestRespaceOff(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "old", rate: 20, noRespace: true})
+	p := newPacer(t, url, nil)
+	if _, err := p.Reserve(context.Background(), "old", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := readRow(t, pool, "old")
+	rep := pressure(t, p, "old", Outcome{RetryAfter: time.Second}) // reserves one more slot
+	if after := readRow(t, pool, "old"); after.cursor-before.cursor > 0.051 {
+		t.Fatalf("cursor moved %.3fs for one reservation: stretched although respace is off", after.cursor-before.cursor)
+	}
+	if rep.Slowed || !rep.Increased || rep.Hold < 900*time.Millisecond {
+		t.Fatalf("pressure with respace off: %+v, want increased and held, not slowed", rep)
+	}
+	if row := readAdapt(t, pool, "old"); row.seq != 0 {
+		t.Fatalf("event_seq %d, want 0", row.seq)
+	}
+}

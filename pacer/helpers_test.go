@@ -61,6 +61,7 @@ type platformSpec struct {
 	recovery   float64 // default 2
 	probe      bool
 	noHeaders  bool
+	noRespace  bool
 }
 
 func addPlatform(t *testing.T, pool *pgxpool.Pool, s platformSpec) {
@@ -82,9 +83,9 @@ func addPlatform(t *testing.T, pool *pgxpool.Pool, s platformSpec) {
 	}
 	_, err := pool.Exec(context.Background(),
 		`INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after,
-		     backoff_factor, recovery_factor, probe, use_headers)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		s.name, s.rate, s.burst, s.maxMult, s.decayAfter, s.backoff, s.recovery, s.probe, !s.noHeaders)
+		     backoff_factor, recovery_factor, probe, use_headers, respace)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		s.name, s.rate, s.burst, s.maxMult, s.decayAfter, s.backoff, s.recovery, s.probe, !s.noHeaders, !s.noRespace)
 	if err != nil {
 		t.Fatal(err)
 	}

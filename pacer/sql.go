@@ -117,8 +117,8 @@ RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.la
 // Announced spacing (use_headers only) replaces the previous one and holds
 // for $7 seconds; a quota hold ($8) extends hold_until like Retry-After.
 //
-// A report that slows the platform down — a larger effective spacing, or a
-// hold extended past now — is an event: event_seq grows, the cursor's
+// With respace (the default), a report that slows the platform down — a
+// larger effective spacing, or a hold extended past now — is an event: event_seq grows, the cursor's
 // granted-but-unused slots are re-spaced (stretched by the ratio of the
 // spacings after the later of now and the hold), and pg_notify tells every
 // process, which re-spaces the slots it holds the same way. UPDATE under READ
@@ -140,7 +140,7 @@ UPDATE fleetpace_pace AS s SET
                CASE WHEN q.event THEN q.now ELSE s.event_at END,
                q.event,
                q.effect
-        FROM (SELECT r.*, r.i_new > r.i_old * 1.000001 OR r.hold > GREATEST(s.hold_until, r.now) AS event
+        FROM (SELECT r.*, s.respace AND (r.i_new > r.i_old * 1.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event
               FROM (SELECT p.*,
                            CASE WHEN p.now < s.announced_until
                                 THEN GREATEST(p.m0 / s.rate, s.announced_interval) ELSE p.m0 / s.rate END AS i_old,
@@ -226,9 +226,9 @@ const clearHoldSQL = `UPDATE fleetpace_pace SET hold_until = 0, hold_reason = ''
 // the platform does not exist.
 const ensureRowSQL = `
 INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
-                            backoff_factor, recovery_factor, probe, use_headers)
+                            backoff_factor, recovery_factor, probe, use_headers, respace)
 SELECT name, rate_per_sec, burst, max_multiplier, decay_after,
-       backoff_factor, recovery_factor, probe, use_headers
+       backoff_factor, recovery_factor, probe, use_headers, respace
 FROM fleetpace_platform WHERE name = $1
 ON CONFLICT (platform) DO NOTHING`
 
@@ -238,14 +238,14 @@ const syncRowSQL = `
 UPDATE fleetpace_pace AS s SET rate = p.rate_per_sec, burst = p.burst,
     max_multiplier = p.max_multiplier, decay_after = p.decay_after,
     backoff_factor = p.backoff_factor, recovery_factor = p.recovery_factor,
-    probe = p.probe, use_headers = p.use_headers
+    probe = p.probe, use_headers = p.use_headers, respace = p.respace
 FROM fleetpace_platform AS p
 WHERE s.platform = $1 AND p.name = s.platform`
 
 // statesSQL reads every platform's pacer state for humans.
 const statesSQL = `
 SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
-       s.backoff_factor, s.recovery_factor, s.probe, s.use_headers,
+       s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace,
        s.multiplier, s.clean_streak, s.pressure_mult,
        GREATEST(s.hold_until - n.now, 0), s.hold_reason,
        GREATEST(s.paused_until - n.now, 0), s.pause_reason,

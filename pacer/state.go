@@ -38,6 +38,7 @@ type State struct {
 	RecoveryFactor float64
 	Probe          bool
 	UseHeaders     bool
+	Respace        bool
 	Multiplier     float64
 	CleanStreak    int
 	// PressureMultiplier is the multiplier where the last pressure episode
@@ -79,6 +80,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		RecoveryFactor     float64 `json:"recovery_factor"`
 		Probe              bool    `json:"probe"`
 		UseHeaders         bool    `json:"use_headers"`
+		Respace            bool    `json:"respace"`
 		Multiplier         float64 `json:"multiplier"`
 		CleanStreak        int     `json:"clean_streak"`
 		PressureMultiplier float64 `json:"pressure_multiplier"`
@@ -94,7 +96,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		CursorAhead        float64 `json:"cursor_ahead_s"`
 		Slowdowns          int64   `json:"slowdowns"`
 	}{s.Platform, s.Rate, s.Burst, s.MaxMultiplier, s.DecayAfter, s.BackoffFactor, s.RecoveryFactor, s.Probe,
-		s.UseHeaders, s.Multiplier, s.CleanStreak, s.PressureMultiplier, s.Hold.Seconds(), s.HoldReason,
+		s.UseHeaders, s.Respace, s.Multiplier, s.CleanStreak, s.PressureMultiplier, s.Hold.Seconds(), s.HoldReason,
 		s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason, s.AnnouncedRate, s.AnnouncedFor.Seconds(),
 		s.EffectiveRate, s.Source, s.CursorAhead.Seconds(), s.Slowdowns})
 }
@@ -114,7 +116,7 @@ func States(ctx context.Context, q Querier) ([]State, error) {
 			hold, paused, annI, annFor, ahead float64
 		)
 		if err := rows.Scan(&s.Platform, &s.Rate, &burst, &s.MaxMultiplier, &dec,
-			&s.BackoffFactor, &s.RecoveryFactor, &s.Probe, &s.UseHeaders,
+			&s.BackoffFactor, &s.RecoveryFactor, &s.Probe, &s.UseHeaders, &s.Respace,
 			&s.Multiplier, &s.CleanStreak, &s.PressureMultiplier,
 			&hold, &s.HoldReason, &paused, &s.PauseReason, &annI, &annFor, &ahead, &s.Slowdowns); err != nil {
 			return nil, fmt.Errorf("pacer: states: %w", err)
