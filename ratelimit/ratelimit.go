@@ -440,11 +440,16 @@ const epochMin = 1e9
 // resetDuration reads a reset value: Unix epoch seconds (or milliseconds)
 // when it is large and lands within MaxWait of now, delta seconds otherwise.
 func resetDuration(v float64, now time.Time) time.Duration {
-	if v > epochMin {
-		nowSecs := float64(now.Unix()) + float64(now.Nanosecond())/1e9
-		for _, scale := range []float64{1, 1e3} {
-			if d := v/scale - nowSecs; math.Abs(d) <= MaxWait.Seconds() {
-				return clampSeconds(d)
+	if v > epochMin && v < 1e18 {
+		// Whole units and the fraction apart, so the difference from now
+		// is exact to the nanosecond (a float64 of epoch seconds is not).
+		whole, frac := math.Modf(v)
+		for _, at := range []time.Time{
+			time.Unix(int64(whole), int64(math.Round(frac*1e9))),
+			time.UnixMilli(int64(whole)).Add(time.Duration(math.Round(frac * 1e6))),
+		} {
+			if d := at.Sub(now); d >= -MaxWait && d <= MaxWait {
+				return clampDuration(d)
 			}
 		}
 	}

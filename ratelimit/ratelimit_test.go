@@ -367,3 +367,24 @@ func checkInvariants(t *testing.T, i Info) {
 		t.Fatalf("Rate = %v: %+v", r, i)
 	}
 }
+
+// An epoch reset is exact to the nanosecond against a clock between
+// seconds (a float64 of epoch seconds is not: about 240 ns off).
+func TestEpochResetExact(t *testing.T) {
+	t.Parallel()
+	at := now.Add(300 * time.Millisecond)
+	for _, tt := range []struct {
+		value string
+		want  time.Duration
+	}{
+		{epochIn(time.Second), 700 * time.Millisecond},
+		{epochIn(time.Minute) + ".5", 60200 * time.Millisecond},
+		{strconv.FormatInt(now.Add(2*time.Second).UnixMilli(), 10), 1700 * time.Millisecond},
+		{strconv.FormatInt(now.Add(2*time.Second).UnixMilli(), 10) + ".25", 1700250 * time.Microsecond},
+	} {
+		got := Parse(hdr("X-RateLimit-Reset", tt.value), at)
+		if !got.HasReset || got.Reset != tt.want {
+			t.Errorf("reset %s at +0.3 s: %v, want %v", tt.value, got.Reset, tt.want)
+		}
+	}
+}
