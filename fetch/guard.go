@@ -26,7 +26,7 @@ type Resolver interface {
 // SSRF guard refused; Result.Err carries it. Its text states the fact
 // ("refused: 127.0.0.1 is a loopback address"); a caller that can lift the
 // guard (the CLI's --allow-private-networks) adds that hint itself.
-var ErrRefusedAddress = errors.New("address refused by the SSRF guard")
+var ErrRefusedAddress = errors.New("fetch: address refused by the SSRF guard")
 
 // refusedError is a connection the guard refused.
 type refusedError struct {
