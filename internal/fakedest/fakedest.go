@@ -253,8 +253,9 @@ type Request struct {
 	// LimitStatus), as opposed to a forced Status. Set on arrival.
 	Limited bool
 
-	// RateLimit holds the rate-limit headers sent with the answer
-	// (Retry-After and the Rule.Headers family; RawHeaders not included),
+	// RateLimit holds the rate-limit headers sent with the answer —
+	// Retry-After and the X-RateLimit-* and RateLimit* fields, as sent
+	// (a RawHeaders value under one of those canonical names included) —
 	// nil when none. Set when the answer is written.
 	RateLimit http.Header
 
