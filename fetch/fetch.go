@@ -11,6 +11,8 @@ package fetch
 import (
 	"context"
 	"time"
+
+	"github.com/fleetpace/fleetpace/ratelimit"
 )
 
 // Request is one fetch of one source.
@@ -73,19 +75,32 @@ type Result struct {
 	// ETag and LastModified are the validators to keep for the next fetch:
 	// the response's for OK (empty when the response had none), the
 	// response's or else the request's for NotModified, and the request's,
-	// carried over, for every other outcome.
+	// carried over, for every other outcome. The HTTP fetcher passes on only
+	// values SanitizeValidator accepts (valid UTF-8, no control characters,
+	// at most MaxValidatorLen bytes); an invalid one is treated as absent.
 	ETag, LastModified string
 	// ContentHash is the hex SHA-256 of the body for OK, empty otherwise.
 	ContentHash string
 	// Bytes is the body size for OK, 0 otherwise.
 	Bytes int64
 	// RetryAfter is how long the destination asked to be left alone
-	// (Retry-After), 0 if it did not say.
+	// (Retry-After) with a 429 or 503, 0 if it did not say. The HTTP fetcher
+	// caps it at ratelimit.MaxWait (24 h); a custom fetcher should too.
 	RetryAfter time.Duration
+	// RateLimit is what the response's headers said about the destination's
+	// rate limit (Retry-After, quota, remaining, reset), for every response
+	// whatever its status; zero when there was no response. Every duration
+	// in it is capped at ratelimit.MaxWait.
+	RateLimit ratelimit.Info
 	// Reason says in words what happened. Always set for Failed and
 	// RateLimited, e.g. "HTTP 404 Not Found" or "refused: 127.0.0.1 is a
-	// loopback address (use --allow-private-networks)".
+	// loopback address".
 	Reason string
+	// Err is the error behind a Failed outcome when there is one (transport,
+	// SSRF guard, body, store, invalid URL), for errors.Is and errors.As —
+	// errors.Is(res.Err, ErrRefusedAddress) tells a refused address. Nil for
+	// a Failed status (HTTP 404) and for every other outcome.
+	Err error
 	// Duration is how long the fetch took (wall clock).
 	Duration time.Duration
 }

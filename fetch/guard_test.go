@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,45 +19,108 @@ func TestBlocked(t *testing.T) {
 		addr   string
 		reason string // "" = allowed
 	}{
-		// IPv4 public
+		// IPv4 public, including the neighbours of every blocked range.
 		{"8.8.8.8", ""},
 		{"93.184.216.34", ""},
 		{"1.1.1.1", ""},
-		{"172.15.255.255", ""},
-		{"172.32.0.0", ""},
-		{"192.169.0.1", ""},
+		{"1.0.0.0", ""},
+		{"9.255.255.255", ""},
+		{"11.0.0.1", ""},
 		{"100.63.255.255", ""},
 		{"100.128.0.0", ""},
+		{"126.255.255.255", ""},
+		{"128.0.0.0", ""},
 		{"169.253.255.255", ""},
-		{"11.0.0.1", ""},
+		{"169.255.0.0", ""},
+		{"172.15.255.255", ""},
+		{"172.32.0.0", ""},
+		{"191.255.255.255", ""},
+		{"192.0.1.0", ""},
+		{"192.0.3.0", ""},
+		{"192.31.196.1", ""},  // AS112, globally reachable
+		{"192.52.193.1", ""},  // AMT, globally reachable
+		{"192.175.48.1", ""},  // AS112, globally reachable
+		{"192.88.98.255", ""}, // below the 6to4 relay anycast /24
+		{"192.167.255.255", ""},
+		{"192.169.0.1", ""},
+		{"198.17.255.255", ""},
+		{"198.20.0.0", ""},
+		{"198.51.99.255", ""},
+		{"198.51.101.0", ""},
+		{"203.0.112.255", ""},
+		{"203.0.114.0", ""},
 		{"223.255.255.255", ""},
 		// IPv4 blocked
-		{"127.0.0.1", "a loopback address"},
-		{"127.255.255.254", "a loopback address"},
-		{"10.0.0.1", "a private address"},
-		{"10.255.255.255", "a private address"},
-		{"172.16.0.1", "a private address"},
-		{"172.31.255.255", "a private address"},
-		{"192.168.1.1", "a private address"},
-		{"169.254.169.254", "a link-local address"},
-		{"169.254.0.1", "a link-local address"},
 		{"0.0.0.0", "an unspecified address"},
 		{"0.1.2.3", `a "this network" address`},
-		{"224.0.0.1", "a multicast address"},
-		{"239.255.255.250", "a multicast address"},
+		{"0.255.255.255", `a "this network" address`},
+		{"10.0.0.1", "a private address"},
+		{"10.255.255.255", "a private address"},
 		{"100.64.0.1", "a carrier-grade NAT address"},
 		{"100.127.255.255", "a carrier-grade NAT address"},
-		{"255.255.255.255", "a reserved or broadcast address"},
-		{"240.0.0.1", "a reserved or broadcast address"},
+		{"127.0.0.1", "a loopback address"},
+		{"127.255.255.254", "a loopback address"},
+		{"169.254.169.254", "a link-local address"},
+		{"169.254.0.1", "a link-local address"},
+		{"172.16.0.1", "a private address"},
+		{"172.31.255.255", "a private address"},
+		{"192.0.0.1", "an IETF protocol assignment address"},
+		{"192.0.0.8", "an IETF protocol assignment address"},
+		{"192.0.0.9", "an IETF protocol assignment address"}, // PCP anycast: global, refused with its /24
+		{"192.0.0.170", "an IETF protocol assignment address"},
+		{"192.0.2.1", "a documentation address"},
+		{"192.88.99.1", "a 6to4 relay anycast address"},
+		{"192.88.99.2", "a 6to4 relay anycast address"},
+		{"192.168.1.1", "a private address"},
+		{"198.18.0.1", "a benchmarking address"},
+		{"198.19.255.255", "a benchmarking address"},
+		{"198.51.100.7", "a documentation address"},
+		{"203.0.113.200", "a documentation address"},
+		{"224.0.0.1", "a multicast address"},
+		{"239.255.255.250", "a multicast address"},
+		{"240.0.0.1", "a reserved address"},
+		{"255.255.255.254", "a reserved address"},
+		{"255.255.255.255", "a broadcast address"},
 		// IPv6 public
 		{"2001:4860:4860::8888", ""},
 		{"2606:4700:4700::1111", ""},
 		{"2a00:1450:4001:80b::200e", ""},
+		{"2001:200::1", ""},      // just above 2001::/23
+		{"2001:db7:ffff::1", ""}, // just below documentation
+		{"2001:db9::1", ""},
+		{"2620:4f:8000::1", ""}, // AS112, globally reachable
+		{"3ffe:ffff::1", ""},
+		{"3fff:1000::1", ""}, // just above 3fff::/20
 		{"fbff:ffff::1", ""},
 		{"fe00::1", ""},
+		{"64:ff9a::1", ""},
+		{"100:0:0:2::1", ""},
 		// IPv6 blocked
 		{"::1", "a loopback address"},
 		{"::", "an unspecified address"},
+		{"::2", "an IPv4-compatible address"},
+		{"::127.0.0.1", "an IPv4-compatible address"},
+		{"::10.0.0.1", "an IPv4-compatible address"},
+		{"::8.8.8.8", "an IPv4-compatible address"},
+		{"::ffff:0:8.8.8.8", "an IPv4-translated address"},
+		{"100::1", "a discard-only address"},
+		{"100::ffff:ffff:ffff:ffff", "a discard-only address"},
+		{"100:0:0:1::1", "a dummy address"},
+		{"2001::1", "a Teredo tunnel address"},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "a Teredo tunnel address"},
+		{"2001:1::1", "an IETF protocol assignment address"},
+		{"2001:2::1", "a benchmarking address"},
+		{"2001:3::1", "an IETF protocol assignment address"}, // AMT
+		{"2001:4:112::1", "an IETF protocol assignment address"},
+		{"2001:10::1", "an ORCHID address"},
+		{"2001:20::1", "an ORCHID address"},
+		{"2001:2f:ffff::1", "an ORCHID address"},
+		{"2001:30::1", "an IETF protocol assignment address"}, // DRIP
+		{"2001:1ff:ffff::1", "an IETF protocol assignment address"},
+		{"2001:db8::1", "a documentation address"},
+		{"3fff::1", "a documentation address"},
+		{"3fff:fff::1", "a documentation address"},
+		{"5f00::1", "a segment-routing address"},
 		{"fc00::1", "a private address"},
 		{"fd12:3456:789a::1", "a private address"},
 		{"fe80::1", "a link-local address"},
@@ -65,8 +129,7 @@ func TestBlocked(t *testing.T) {
 		{"fec0::1", "a site-local address"},
 		{"ff02::1", "a multicast address"},
 		{"ff05::1:3", "a multicast address"},
-		{"::127.0.0.1", "an IPv4-compatible address"},
-		{"::10.0.0.1", "an IPv4-compatible address"},
+		{"ff0e::1", "a multicast address"},
 		// IPv4-mapped IPv6
 		{"::ffff:127.0.0.1", "a loopback address"},
 		{"::ffff:10.1.2.3", "a private address"},
@@ -75,13 +138,35 @@ func TestBlocked(t *testing.T) {
 		{"::ffff:0.0.0.0", "an unspecified address"},
 		{"::ffff:100.64.0.1", "a carrier-grade NAT address"},
 		{"::ffff:224.0.0.1", "a multicast address"},
+		{"::ffff:198.18.0.1", "a benchmarking address"},
+		{"::ffff:255.255.255.255", "a broadcast address"},
 		{"::ffff:7f00:1", "a loopback address"}, // hex spelling of ::ffff:127.0.0.1
 		{"::ffff:8.8.8.8", ""},
-		// NAT64
+		// NAT64, well-known prefix: the embedded IPv4 decides.
 		{"64:ff9b::8.8.8.8", ""},
 		{"64:ff9b::127.0.0.1", "a NAT64 form of a loopback address"},
 		{"64:ff9b::a9fe:a9fe", "a NAT64 form of a link-local address"},
-		{"64:ff9b:1::10.0.0.1", "a NAT64 form of a private address"},
+		{"64:ff9b::10.0.0.1", "a NAT64 form of a private address"},
+		{"64:ff9b::100.64.0.1", "a NAT64 form of a carrier-grade NAT address"},
+		{"64:ff9b::192.0.0.170", "a NAT64 form of an IETF protocol assignment address"},
+		{"64:ff9b::255.255.255.255", "a NAT64 form of a broadcast address"},
+		{"64:ff9b::1:0:0:1", ""}, // outside the /96, inside 64:ff9b::/32 (not special)
+		// NAT64, local-use prefix: refused whole.
+		{"64:ff9b:1::10.0.0.1", "a local-use NAT64 address"},
+		{"64:ff9b:1::8.8.8.8", "a local-use NAT64 address"},
+		{"64:ff9b:1:ffff::1", "a local-use NAT64 address"},
+		// 6to4: the IPv4 in bits 16-47 decides.
+		{"2002:808:808::1", ""},
+		{"2002:7f00:1::1", "a 6to4 form of a loopback address"},
+		{"2002:a00:1::", "a 6to4 form of a private address"},
+		{"2002:c0a8:101:1::1", "a 6to4 form of a private address"},
+		{"2002:a9fe:a9fe::1", "a 6to4 form of a link-local address"},
+		{"2002::1", "a 6to4 form of an unspecified address"},
+		{"2002:6440:1::", "a 6to4 form of a carrier-grade NAT address"},
+		{"2002:e000:1::", "a 6to4 form of a multicast address"},
+		{"2002:ffff:ffff::", "a 6to4 form of a broadcast address"},
+		// 6to4 embedding an IPv4-mapped-looking value still checks the IPv4 only.
+		{"2002:808:808:ffff:ffff::7f00:1", ""},
 	}
 	for _, tt := range tests {
 		ip := netip.MustParseAddr(tt.addr)
@@ -93,6 +178,91 @@ func TestBlocked(t *testing.T) {
 	if _, ok := blocked(netip.Addr{}); !ok {
 		t.Error("the zero Addr must be blocked")
 	}
+}
+
+// Every row of the table, at its first and last address and in its
+// IPv4-mapped form, is refused with the row's reason (or, for an embedding
+// row, judged by the IPv4 address embedded; or by a more specific row
+// listed before it); the address just outside each end is not decided by
+// that row.
+func TestBlockedEveryRow(t *testing.T) {
+	t.Parallel()
+	for i, row := range specialPrefixes {
+		p := row.prefix
+		if p != p.Masked() {
+			t.Errorf("row %d: %s is not a masked prefix", i, p)
+		}
+		firstAddr, lastAddr := p.Addr(), lastIn(p)
+		for _, ip := range []netip.Addr{firstAddr, lastAddr} {
+			// A more specific row listed earlier decides its own addresses
+			// (0.0.0.0 within 0.0.0.0/8): judge by the deciding row.
+			decider := specialPrefixes[firstRow(ip)]
+			if decider.embeds == never && row.embeds == never {
+				if _, ok := blocked(ip); !ok {
+					t.Errorf("row %d %s: %s is not blocked", i, p, ip)
+				}
+			}
+			want := decider.reason
+			if decider.embeds != never {
+				a := ip.As16()
+				v4 := netip.AddrFrom4([4]byte(a[12:16]))
+				if decider.embeds == sixToFour {
+					v4 = netip.AddrFrom4([4]byte(a[2:6]))
+				}
+				r, ok := blocked(v4)
+				if !ok {
+					want = ""
+				} else {
+					want += r
+				}
+			}
+			got, ok := blocked(ip)
+			if got != want || ok != (want != "") {
+				t.Errorf("row %d %s: blocked(%s) = %q, %v; want %q", i, p, ip, got, ok, want)
+			}
+			if ip.Is4() {
+				mapped := netip.AddrFrom16(ip.As16())
+				if got2, ok2 := blocked(mapped); got2 != got || ok2 != ok {
+					t.Errorf("row %d: blocked(%s) = %q, %v; blocked(%s) = %q, %v", i, ip, got, ok, mapped, got2, ok2)
+				}
+			}
+		}
+		// Just outside: a different row or none decides, never this one
+		// (unless a neighbour row has the same reason).
+		for _, out := range []netip.Addr{firstAddr.Prev(), lastAddr.Next()} {
+			if !out.IsValid() {
+				continue
+			}
+			if r := firstRow(out); r == i {
+				t.Errorf("row %d %s also matches %s", i, p, out)
+			}
+		}
+	}
+}
+
+// firstRow is the index of the row that decides ip, or -1.
+func firstRow(ip netip.Addr) int {
+	for i, row := range specialPrefixes {
+		if row.prefix.Contains(ip.Unmap()) {
+			return i
+		}
+	}
+	return -1
+}
+
+// lastIn is the last address of p.
+func lastIn(p netip.Prefix) netip.Addr {
+	a := p.Addr().AsSlice()
+	bits := p.Bits()
+	for i := range a {
+		for b := 0; b < 8; b++ {
+			if i*8+b >= bits {
+				a[i] |= 0x80 >> b
+			}
+		}
+	}
+	ip, _ := netip.AddrFromSlice(a)
+	return ip
 }
 
 // fakeResolver maps host names to addresses without DNS.
@@ -127,13 +297,15 @@ func TestGuardRefusesLoopback(t *testing.T) {
 		fmt.Sprintf("http://localhost:%d/", port),
 	} {
 		res := h.Fetch(t.Context(), Request{URL: u})
-		if res.Outcome != Failed || !strings.HasPrefix(res.Reason, "refused: ") ||
-			!strings.Contains(res.Reason, "(use --allow-private-networks)") {
-			t.Errorf("%s: got %s %q, want refused", u, res.Outcome, res.Reason)
+		if res.Outcome != Failed || !strings.HasPrefix(res.Reason, "refused: ") || !errors.Is(res.Err, ErrRefusedAddress) {
+			t.Errorf("%s: got %s %q (err %v), want refused", u, res.Outcome, res.Reason, res.Err)
+		}
+		if strings.Contains(res.Reason, "--") {
+			t.Errorf("%s: Reason %q names a CLI flag; the library states the fact", u, res.Reason)
 		}
 	}
 	res := h.Fetch(t.Context(), Request{URL: srv.URL})
-	if want := "refused: 127.0.0.1 is a loopback address (use --allow-private-networks)"; res.Reason != want {
+	if want := "refused: 127.0.0.1 is a loopback address"; res.Reason != want {
 		t.Errorf("Reason = %q, want %q", res.Reason, want)
 	}
 	if n := hits.Load(); n != 0 {
@@ -167,8 +339,9 @@ func TestGuardChecksResolvedAddresses(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		res := h.Fetch(ctx, Request{URL: tt.url})
 		cancel()
-		if res.Outcome != Failed || !strings.HasPrefix(res.Reason, tt.reason) {
-			t.Errorf("%s: got %s %q, want %q", tt.url, res.Outcome, res.Reason, tt.reason)
+		if res.Outcome != Failed || !strings.HasPrefix(res.Reason, tt.reason) ||
+			errors.Is(res.Err, ErrRefusedAddress) != strings.HasPrefix(tt.reason, "refused") {
+			t.Errorf("%s: got %s %q (err %v), want %q", tt.url, res.Outcome, res.Reason, res.Err, tt.reason)
 		}
 	}
 }
@@ -216,8 +389,8 @@ func TestGuardRefusesRedirectToPrivate(t *testing.T) {
 	for _, path := range []string{"/to-ip", "/to-name"} {
 		before := publicHits.Load()
 		res := h.Fetch(t.Context(), Request{URL: publicURL + path})
-		want := "refused: 127.0.0.1 is a loopback address (use --allow-private-networks)"
-		if res.Outcome != Failed || res.Reason != want {
+		want := "refused: 127.0.0.1 is a loopback address"
+		if res.Outcome != Failed || res.Reason != want || !errors.Is(res.Err, ErrRefusedAddress) {
 			t.Errorf("%s: got %s %q, want %q", path, res.Outcome, res.Reason, want)
 		}
 		if publicHits.Load() != before+1 {
@@ -246,7 +419,7 @@ func TestGuardControlHook(t *testing.T) {
 	}
 	defer ln.Close()
 	_, err = d.net.DialContext(t.Context(), "tcp", ln.Addr().String())
-	if err == nil || !strings.Contains(err.Error(), "refused: 127.0.0.1 is a loopback address") {
+	if err == nil || !strings.Contains(err.Error(), "refused: 127.0.0.1 is a loopback address") || !errors.Is(err, ErrRefusedAddress) {
 		t.Fatalf("raw dial err = %v, want refused by Control", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +15,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"time"
+
+	"github.com/fleetpace/fleetpace/ratelimit"
 )
 
 // Defaults of HTTPConfig.
@@ -51,20 +54,27 @@ type HTTPConfig struct {
 	// bodies are hashed and discarded. Created if missing.
 	StoreDir string
 	// AllowPrivateNetworks turns the SSRF guard off. By default connections
-	// to loopback, private (RFC 1918, fc00::/7), link-local, unspecified,
-	// multicast, CGNAT (100.64/10) and reserved addresses, and their
-	// IPv4-mapped forms, are refused — checked at dial time after DNS
-	// resolution, so on every redirect hop too. Default false.
+	// to every address IANA's special-purpose registries mark as not
+	// globally reachable are refused — loopback, private (RFC 1918,
+	// fc00::/7), link-local, unspecified, CGNAT (100.64/10), documentation,
+	// benchmarking, reserved and broadcast, multicast, Teredo, local-use
+	// NAT64 — and so are IPv4-mapped, NAT64 (64:ff9b::/96) and 6to4
+	// (2002::/16) addresses embedding one of them; see guard.go. The check
+	// is made at dial time after DNS resolution, so on every redirect hop
+	// too. A refused fetch is Failed with Err matching ErrRefusedAddress.
+	// Default false.
 	AllowPrivateNetworks bool
 	// RateLimitedAfter: a 429 or 503 whose Retry-After is longer than this
 	// is RateLimited (the platform cools down) rather than RatePressure (the
-	// pacer backs off). Default 60 s.
+	// pacer backs off). Default 60 s. Retry-After and every other duration
+	// read from a response's headers is capped at ratelimit.MaxWait (24 h)
+	// before it is compared or returned.
 	RateLimitedAfter time.Duration
 	// Resolver looks up host names before the guard checks the addresses.
 	// Default net.DefaultResolver.
 	Resolver Resolver
-	// Now is the clock HTTP-date Retry-After values are measured against.
-	// Default time.Now.
+	// Now is the clock HTTP-date Retry-After values and epoch reset times
+	// are measured against. Default time.Now.
 	Now func() time.Time
 }
 
@@ -110,9 +120,10 @@ func (c HTTPConfig) withDefaults() HTTPConfig {
 	return c
 }
 
-// HTTP is the built-in fetcher: conditional GETs, Retry-After in both forms,
-// capped body size, time and redirects, content-addressed storage and an
-// SSRF guard. Safe for concurrent use.
+// HTTP is the built-in fetcher: conditional GETs, Retry-After in both forms
+// and the destination's rate-limit headers (package ratelimit), capped body
+// size, time and redirects, sanitised validators, content-addressed storage
+// and an SSRF guard. Safe for concurrent use.
 type HTTP struct {
 	cfg    HTTPConfig
 	guard  *guard
@@ -192,15 +203,22 @@ func (h *HTTP) Fetch(ctx context.Context, req Request) Result {
 }
 
 func (h *HTTP) fetch(ctx context.Context, req Request) Result {
-	// Validators carry over unless a response replaces them.
-	res := Result{ETag: req.ETag, LastModified: req.LastModified}
+	// Validators carry over unless a response replaces them; an invalid one
+	// (stored before validators were sanitised, or set by hand) is dropped.
+	etag, lastModified := SanitizeValidator(req.ETag), SanitizeValidator(req.LastModified)
+	res := Result{ETag: etag, LastModified: lastModified}
 	fail := func(reason string) Result {
 		res.Outcome, res.Reason = Failed, reason
 		return res
 	}
+	failErr := func(err error) Result {
+		res.Err = err
+		return fail(h.errorReason(ctx, err))
+	}
 
 	u, err := url.Parse(req.URL)
 	if err != nil {
+		res.Err = err
 		return fail(fmt.Sprintf("invalid URL: %v", err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
@@ -211,43 +229,45 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
+		res.Err = err
 		return fail(fmt.Sprintf("invalid URL: %v", err))
 	}
 	hreq.Header.Set("User-Agent", h.cfg.UserAgent)
-	if req.ETag != "" {
-		hreq.Header.Set("If-None-Match", req.ETag)
+	if etag != "" {
+		hreq.Header.Set("If-None-Match", etag)
 	}
-	if req.LastModified != "" {
-		hreq.Header.Set("If-Modified-Since", req.LastModified)
+	if lastModified != "" {
+		hreq.Header.Set("If-Modified-Since", lastModified)
 	}
 
 	resp, err := h.client.Do(hreq)
 	if err != nil {
-		return fail(h.errorReason(ctx, err))
+		return failErr(err)
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
+	res.RateLimit = ratelimit.Parse(resp.Header, h.cfg.Now())
 	code := resp.StatusCode
 
 	switch {
 	case code >= 200 && code < 300:
 		hash, n, err := h.readBody(resp.Body)
 		if err != nil {
-			return fail(h.errorReason(ctx, err))
+			return failErr(err)
 		}
 		res.Outcome = OK
-		res.ETag = resp.Header.Get("ETag")
-		res.LastModified = resp.Header.Get("Last-Modified")
+		res.ETag = SanitizeValidator(resp.Header.Get("ETag"))
+		res.LastModified = SanitizeValidator(resp.Header.Get("Last-Modified"))
 		res.ContentHash, res.Bytes = hash, n
 		return res
 
 	case code == http.StatusNotModified:
 		drain(resp.Body)
 		res.Outcome = NotModified
-		if v := resp.Header.Get("ETag"); v != "" {
+		if v := SanitizeValidator(resp.Header.Get("ETag")); v != "" {
 			res.ETag = v
 		}
-		if v := resp.Header.Get("Last-Modified"); v != "" {
+		if v := SanitizeValidator(resp.Header.Get("Last-Modified")); v != "" {
 			res.LastModified = v
 		}
 		return res
@@ -256,9 +276,7 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 		drain(resp.Body)
 		res.Outcome = RatePressure
 		res.Reason = statusText(code)
-		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), h.cfg.Now()); ok {
-			res.RetryAfter = d
-		}
+		res.RetryAfter = res.RateLimit.RetryAfter // 0 when absent, capped at ratelimit.MaxWait
 		if res.RetryAfter > h.cfg.RateLimitedAfter {
 			res.Outcome = RateLimited
 			res.Reason = fmt.Sprintf("%s with Retry-After %s (over %s)",
@@ -334,7 +352,9 @@ func (h *HTTP) readBody(body io.Reader) (hash string, n int64, err error) {
 		}()
 		w = io.MultiWriter(hasher, storeWriter{tmp})
 	}
-	n, err = io.Copy(w, io.LimitReader(body, h.cfg.MaxBodyBytes+1))
+	// One byte over the cap tells "too large" from "exactly the cap"; the
+	// addition saturates, for a cap of math.MaxInt64.
+	n, err = io.Copy(w, io.LimitReader(body, satAdd(h.cfg.MaxBodyBytes, 1)))
 	if err != nil {
 		return "", 0, err
 	}
@@ -349,6 +369,14 @@ func (h *HTTP) readBody(body io.Reader) (hash string, n int64, err error) {
 		tmp = nil
 	}
 	return hash, n, nil
+}
+
+// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 type storeWriter struct{ f *os.File }

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/ratelimit"
 )
 
 // setup returns an HTTP fetcher for cfg, closed when the test ends.
@@ -142,6 +146,11 @@ func TestStatusClassification(t *testing.T) {
 		{name: "429 promoted", path: "/429", retryAfer: "61", want: RateLimited, wantRA: 61 * time.Second, reason: "HTTP 429 Too Many Requests with Retry-After 1m1s (over 1m0s)"},
 		{name: "429 date promoted", path: "/429", retryAfer: date(10 * time.Minute), want: RateLimited, wantRA: 10 * time.Minute, reason: "Retry-After 10m0s"},
 		{name: "429 custom threshold", path: "/429", retryAfer: "30", limitAt: 10 * time.Second, want: RateLimited, wantRA: 30 * time.Second, reason: "over 10s"},
+		{name: "429 overflowing", path: "/429", retryAfer: "99999999999999999999", want: RateLimited, wantRA: ratelimit.MaxWait, reason: "Retry-After 24h0m0s"},
+		{name: "429 over a day", path: "/429", retryAfer: "86401", want: RateLimited, wantRA: ratelimit.MaxWait},
+		{name: "429 year 9999", path: "/429", retryAfer: "Fri, 31 Dec 9999 23:59:59 GMT", want: RateLimited, wantRA: ratelimit.MaxWait},
+		{name: "429 fractional", path: "/429", retryAfer: "1.5", want: RatePressure},
+		{name: "429 64 KiB of digits", path: "/429", retryAfer: strings.Repeat("9", 64<<10), want: RateLimited, wantRA: ratelimit.MaxWait},
 		{name: "503", path: "/503", want: RatePressure},
 		{name: "503 seconds", path: "/503", retryAfer: "5", want: RatePressure, wantRA: 5 * time.Second},
 		{name: "503 promoted", path: "/503", retryAfer: "3600", want: RateLimited, wantRA: time.Hour, reason: "HTTP 503"},
@@ -168,6 +177,9 @@ func TestStatusClassification(t *testing.T) {
 			if res.Outcome != tt.want || res.RetryAfter != tt.wantRA {
 				t.Fatalf("got %s RetryAfter %v (%q), want %s %v", res.Outcome, res.RetryAfter, res.Reason, tt.want, tt.wantRA)
 			}
+			if res.RetryAfter != 0 && res.RateLimit.RetryAfter != res.RetryAfter {
+				t.Errorf("RateLimit.RetryAfter = %v, RetryAfter %v", res.RateLimit.RetryAfter, res.RetryAfter)
+			}
 			if !strings.Contains(res.Reason, tt.reason) {
 				t.Errorf("Reason = %q, want it to contain %q", res.Reason, tt.reason)
 			}
@@ -185,6 +197,87 @@ func TestStatusClassification(t *testing.T) {
 				t.Errorf("204 hash = %q, want hash of empty body", res.ContentHash)
 			}
 		})
+	}
+}
+
+// Every response's rate-limit headers reach Result.RateLimit, whatever the
+// status, parsed against HTTPConfig.Now.
+func TestRateLimitInfo(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 30, 12, 0, 0, 0, time.UTC)
+	srv, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		w.Header().Set("X-RateLimit-Limit", "60")
+		w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(code%7))
+		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(now.Add(30*time.Second).Unix(), 10))
+		if code == 429 {
+			w.Header().Set("Retry-After", "99999999999999999999")
+		}
+		w.WriteHeader(code)
+	})
+	h := setup(t, HTTPConfig{AllowPrivateNetworks: true, Now: func() time.Time { return now }})
+	for _, code := range []int{200, 304, 404, 429, 503} {
+		res := h.Fetch(t.Context(), Request{URL: fmt.Sprintf("%s/%d", srv.URL, code), ETag: `"e"`})
+		want := ratelimit.Info{Limit: 60, Remaining: float64(code % 7), HasRemaining: true,
+			Reset: 30 * time.Second, HasReset: true, Form: ratelimit.XRateLimit}
+		if code == 429 {
+			want.RetryAfter, want.HasRetryAfter = ratelimit.MaxWait, true
+		}
+		if res.RateLimit != want {
+			t.Errorf("%d: RateLimit = %+v, want %+v", code, res.RateLimit, want)
+		}
+	}
+	res := h.Fetch(t.Context(), Request{URL: "http://127.0.0.1:1/"})
+	if res.RateLimit != (ratelimit.Info{}) {
+		t.Errorf("no response: RateLimit = %+v, want zero", res.RateLimit)
+	}
+}
+
+// Invalid validators never leave the fetcher: a response's are dropped (the
+// request's carried over for a 304), and an invalid stored one is neither
+// sent nor carried over.
+func TestValidatorsSanitised(t *testing.T) {
+	t.Parallel()
+	var gotINM atomic.Value
+	srv, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
+		gotINM.Store(r.Header.Get("If-None-Match"))
+		// Raw bytes, as a hostile server sends them.
+		w.Header()["Etag"] = []string{r.URL.Query().Get("etag")}
+		w.Header()["Last-Modified"] = []string{r.URL.Query().Get("lm")}
+		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		w.WriteHeader(code)
+	})
+	h := setup(t, HTTPConfig{AllowPrivateNetworks: true})
+	q := func(code int, etag, lm string) string {
+		return fmt.Sprintf("%s/%d?etag=%s&lm=%s", srv.URL, code, url.QueryEscape(etag), url.QueryEscape(lm))
+	}
+	long := `"` + strings.Repeat("a", MaxValidatorLen) + `"`
+	const date = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+	tests := []struct {
+		name             string
+		url              string
+		req              Request
+		wantETag, wantLM string
+		wantSent         string // If-None-Match received
+	}{
+		{"200 invalid UTF-8 etag dropped", q(200, "\"\xff\xfe\"", date), Request{}, "", date, ""},
+		{"200 over-long etag dropped", q(200, long, "\xc3"), Request{}, "", "", ""},
+		{"200 C1 control dropped", q(200, "\"a\u0085\"", date), Request{}, "", date, ""},
+		{"200 fine kept", q(200, `"ok"`, date), Request{}, `"ok"`, date, ""},
+		{"304 invalid: the request's kept", q(304, "\"\xff\"", "\xff"), Request{ETag: `"v1"`, LastModified: date}, `"v1"`, date, `"v1"`},
+		{"stored invalid etag neither sent nor kept", q(500, "", ""), Request{ETag: "\"\xff\"", LastModified: "a\x00b"}, "", "", ""},
+		{"stored fine etag sent and kept", q(500, "", ""), Request{ETag: `"v2"`}, `"v2"`, "", `"v2"`},
+	}
+	for _, tt := range tests {
+		tt.req.URL = tt.url
+		res := h.Fetch(t.Context(), tt.req)
+		if res.Status == 0 {
+			t.Fatalf("%s: %+v", tt.name, res)
+		}
+		if res.ETag != tt.wantETag || res.LastModified != tt.wantLM || gotINM.Load() != tt.wantSent {
+			t.Errorf("%s: ETag %q Last-Modified %q sent %q; want %q %q %q", tt.name, res.ETag, res.LastModified, gotINM.Load(), tt.wantETag, tt.wantLM, tt.wantSent)
+		}
 	}
 }
 
@@ -208,6 +301,11 @@ func TestBodyCap(t *testing.T) {
 	res = h.Fetch(t.Context(), Request{URL: srv.URL + "?n=5000000"})
 	if res.Outcome != Failed || res.Reason != "body exceeds 1000 bytes" {
 		t.Fatalf("big body: %+v", res)
+	}
+	// The largest cap: cap + 1 must not overflow into "no body at all".
+	huge := setup(t, HTTPConfig{AllowPrivateNetworks: true, MaxBodyBytes: math.MaxInt64})
+	if res := huge.Fetch(t.Context(), Request{URL: srv.URL + "?n=10"}); res.Outcome != OK || res.Bytes != 10 {
+		t.Fatalf("MaxBodyBytes = MaxInt64: %+v, want ok 10 bytes", res)
 	}
 	// Only the body within the cap was stored; no temp file is left behind.
 	files := storeFiles(t, dir)

@@ -40,3 +40,40 @@ func Example() {
 	// /b/1 429 Retry-After="600"
 	// accepted in any 1-s window: 2
 }
+
+// A fixed window of 2 requests per second announcing itself in IETF
+// rate-limit fields, on a frozen clock so the output is exact.
+func Example_rateLimitHeaders() {
+	at := time.Date(2026, 6, 2, 6, 0, 0, 250e6, time.UTC)
+	dest, err := fakedest.New(fakedest.Config{
+		Now: func() time.Time { return at },
+		Rules: map[string]fakedest.Rule{
+			"/api/": {Window: time.Second, WindowLimit: 2, Headers: fakedest.IETF},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := dest.Start(); err != nil {
+		panic(err)
+	}
+	defer dest.Close()
+
+	for range 3 {
+		resp, err := http.Get(dest.URL() + "/api/items")
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Printf("%d RateLimit=%s Retry-After=%q\n", resp.StatusCode, resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After"))
+	}
+	fmt.Println("policy:", dest.Requests()[0].RateLimit.Get("RateLimit-Policy"))
+	t := dest.Tally("/api/", time.Time{}, time.Time{})
+	fmt.Printf("accepted %d, limited %d (%.0f%%)\n", t.Accepted, t.Limited, 100*t.LimitedShare())
+	// Output:
+	// 200 RateLimit="default";r=1;t=1 Retry-After=""
+	// 200 RateLimit="default";r=0;t=1 Retry-After=""
+	// 429 RateLimit="default";r=0;t=1 Retry-After="1"
+	// policy: "default";q=2;w=1
+	// accepted 2, limited 1 (33%)
+}

@@ -3,19 +3,26 @@
 // request, and records every request it receives.
 //
 // Behaviour is set per path prefix by a Rule (the longest matching prefix
-// wins; the prefix "" matches every path): a token bucket at a configurable
-// rate that answers 429 (or 503) with a Retry-After once exceeded, a forced
+// wins; the prefix "" matches every path): a limiter — a token bucket at a
+// configurable rate, or a fixed window of N requests per aligned second or
+// minute — that answers 429 (or 503) with a Retry-After once exceeded,
+// optionally announcing its state in rate-limit headers (X-RateLimit-*,
+// GitHub's epoch form, the IETF draft's fields, old and new); a forced
 // status for everything (503, or 429 with a long Retry-After for cooldown
-// tests), a delay before answering, big bodies, and ETag / Last-Modified
-// validators with 304 answers to matching conditional requests. Rules can be
-// changed while the server runs, so a test can switch a destination's
-// behaviour mid-run.
+// tests); a redirect; hostile raw headers; a delay before answering, big
+// bodies, and ETag / Last-Modified validators with 304 answers to matching
+// conditional requests. Rules can be changed while the server runs, so a
+// test can switch a destination's behaviour mid-run. Limiters follow
+// Config.Now, so a test with a fake clock is exact.
 //
 // Every request is recorded (arrival time, method, path, status returned,
-// conditional headers, User-Agent). MaxInWindow and RateSeries turn arrival
-// times into the figures tests assert on: the largest number of requests in
-// any sliding window (a ceiling) and a per-bucket rate (a chart). Recording
-// costs about 200 bytes per request; long benchmarks should call Reset.
+// whether the limiter refused it, the rate-limit headers sent, conditional
+// headers, User-Agent). MaxInWindow, RateSeries and Tally turn the records
+// into the figures tests and benchmarks assert on: the largest number of
+// requests in any sliding window (a ceiling), a per-bucket rate (a chart),
+// and accepted versus limited counts (goodput, 429 share). Recording costs
+// about 200 bytes per request (more with rate-limit headers); long
+// benchmarks should call Reset.
 //
 // It is the one test double fleetpace ships; it runs outside tests too (the
 // demo, ListenAndServe), which is why it owns a real listener rather than
@@ -32,13 +39,12 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // DefaultAddr is the address Start listens on when Config.Addr is empty: a
@@ -78,9 +84,12 @@ type Config struct {
 // 200 with a short body, at any rate.
 //
 // A request is handled in this order: recorded; if Status is set, answered
-// with it; else if the token bucket is empty, answered with LimitStatus;
+// with it; else if RedirectTo is set, answered 302; else if the limiter
+// (token bucket or fixed window) refuses it, answered with LimitStatus;
 // else answered 304 if Validators is set and a conditional header matches;
-// else 200 with the body. Delay is waited before any answer.
+// else 200 with the body. Delay is waited before any answer. Headers go
+// with every answer the limiter decided (accepted or refused); RawHeaders
+// with every answer.
 type Rule struct {
 	// Rate is the token bucket's refill rate, in requests per second.
 	// Default (0): unlimited.
@@ -90,8 +99,26 @@ type Rule struct {
 	// Default: 1 when Rate is set.
 	Burst int
 
-	// LimitStatus is answered when the bucket is empty: 429 or 503.
-	// Default: 429.
+	// Window, with WindowLimit, is a fixed-window limiter instead of the
+	// token bucket: at most WindowLimit requests in each window of this
+	// length, windows aligned as time.Time.Truncate aligns them (on the
+	// second for 1 s, on the minute for 60 s) on Config.Now's clock. A
+	// refused request gets Retry-After = the time to the window's end,
+	// rounded up to whole seconds, unless RetryAfter is set. Default (0):
+	// no window. Not with Rate.
+	Window time.Duration
+
+	// WindowLimit is the fixed window's quota; at least 1 with Window.
+	WindowLimit int
+
+	// Headers is the family of rate-limit headers sent with every answer
+	// the limiter decides, describing the limiter's state after the request
+	// (see HeaderStyle for exactly what is sent). Default None. Needs Rate
+	// or Window.
+	Headers HeaderStyle
+
+	// LimitStatus is answered when the limiter refuses a request: 429 or
+	// 503. Default: 429.
 	LimitStatus int
 
 	// Status, when set, is answered to every request under the prefix
@@ -128,6 +155,22 @@ type Rule struct {
 	// LastModified is the Last-Modified sent when Validators is set.
 	// Default: the server's creation time (whole seconds).
 	LastModified time.Time
+
+	// RedirectTo, when set, answers every request under the prefix with a
+	// 302 to this URL (absolute or relative), without consulting the
+	// limiter: for redirect chains, e.g. one ending at a private address
+	// the SSRF guard must refuse. Not with Status.
+	RedirectTo string
+
+	// RawHeaders are added to every answer under the prefix as they are,
+	// replacing a header the rule would send under the same name (compared
+	// case-insensitively): names are written as given, not canonicalised,
+	// and values are not checked, so they can carry
+	// invalid UTF-8, NUL, megabyte values, an overflowing, negative or
+	// fractional Retry-After, an HTTP-date in year 9999. net/http writes
+	// each value's bytes unchanged, except CR and LF, which it sends as
+	// spaces (no header injection). Names must be HTTP tokens.
+	RawHeaders map[string][]string
 }
 
 // Blocked returns a Rule that answers 429 with the given Retry-After to every
@@ -150,8 +193,45 @@ func (r Rule) validate(prefix string) error {
 		return fmt.Errorf("%w %q: Delay %s must be ≥ 0", ErrInvalidRule, prefix, r.Delay)
 	case r.BodySize < 0:
 		return fmt.Errorf("%w %q: BodySize %d must be ≥ 0", ErrInvalidRule, prefix, r.BodySize)
+	case r.Window < 0:
+		return fmt.Errorf("%w %q: Window %s must be ≥ 0", ErrInvalidRule, prefix, r.Window)
+	case r.Window > 0 && r.WindowLimit < 1:
+		return fmt.Errorf("%w %q: WindowLimit %d must be ≥ 1 with Window", ErrInvalidRule, prefix, r.WindowLimit)
+	case r.Window == 0 && r.WindowLimit != 0:
+		return fmt.Errorf("%w %q: WindowLimit %d needs a Window", ErrInvalidRule, prefix, r.WindowLimit)
+	case r.Window > 0 && r.Rate > 0:
+		return fmt.Errorf("%w %q: Window and Rate are two limiters; set one", ErrInvalidRule, prefix)
+	case r.Headers < None || r.Headers > IETFDraft:
+		return fmt.Errorf("%w %q: Headers %d is not a HeaderStyle", ErrInvalidRule, prefix, int(r.Headers))
+	case r.Headers != None && r.Rate == 0 && r.Window == 0:
+		return fmt.Errorf("%w %q: Headers %s needs a limiter (Rate or Window)", ErrInvalidRule, prefix, r.Headers)
+	case r.RedirectTo != "" && r.Status != 0:
+		return fmt.Errorf("%w %q: RedirectTo and Status both answer every request; set one", ErrInvalidRule, prefix)
+	}
+	if r.RedirectTo != "" {
+		if _, err := url.Parse(r.RedirectTo); err != nil {
+			return fmt.Errorf("%w %q: RedirectTo: %v", ErrInvalidRule, prefix, err)
+		}
+	}
+	for name := range r.RawHeaders {
+		if !validHeaderName(name) {
+			return fmt.Errorf("%w %q: RawHeaders name %q is not an HTTP token", ErrInvalidRule, prefix, name)
+		}
 	}
 	return nil
+}
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // Request is one recorded request.
@@ -169,22 +249,36 @@ type Request struct {
 	// Status is the status answered; 0 while in flight or if abandoned.
 	Status int
 
+	// Limited: the rule's limiter refused the request (answered with
+	// LimitStatus), as opposed to a forced Status. Set on arrival.
+	Limited bool
+
+	// RateLimit holds the rate-limit headers sent with the answer —
+	// Retry-After and the X-RateLimit-* and RateLimit* fields, as sent
+	// (a RawHeaders value under one of those canonical names included) —
+	// nil when none. Set when the answer is written.
+	RateLimit http.Header
+
 	IfNoneMatch     string
 	IfModifiedSince string
 	UserAgent       string
 	RemoteAddr      string
 }
 
-// ruleState is an installed rule with its bucket.
+// ruleState is an installed rule with its limiter.
 type ruleState struct {
 	rule    Rule
-	limiter *rate.Limiter // nil when unlimited
+	limiter limiter // nil when unlimited
+	// retryToWindowEnd: a refused request's Retry-After is the time to the
+	// window's end (a fixed window without an explicit RetryAfter).
+	retryToWindowEnd bool
 }
 
 func newRuleState(r Rule, created time.Time) *ruleState {
 	if r.LimitStatus == 0 {
 		r.LimitStatus = http.StatusTooManyRequests
 	}
+	retryToWindowEnd := r.Window > 0 && r.RetryAfter == 0
 	if r.RetryAfter == 0 {
 		r.RetryAfter = DefaultRetryAfter
 	}
@@ -192,13 +286,12 @@ func newRuleState(r Rule, created time.Time) *ruleState {
 		r.LastModified = created
 	}
 	r.LastModified = r.LastModified.UTC().Truncate(time.Second)
-	st := &ruleState{rule: r}
-	if r.Rate > 0 {
-		burst := r.Burst
-		if burst == 0 {
-			burst = 1
-		}
-		st.limiter = rate.NewLimiter(rate.Limit(r.Rate), burst)
+	st := &ruleState{rule: r, retryToWindowEnd: retryToWindowEnd}
+	switch {
+	case r.Rate > 0:
+		st.limiter = newBucket(r.Rate, r.Burst)
+	case r.Window > 0:
+		st.limiter = &window{size: r.Window, limit: r.WindowLimit}
 	}
 	return st
 }
@@ -385,6 +478,46 @@ func (s *Server) Origin() time.Time {
 	return s.origin
 }
 
+// Tally counts requests by how they were answered.
+type Tally struct {
+	// Requests is every request counted, answered or not.
+	Requests int
+	// Accepted were answered 2xx or 304: the goodput.
+	Accepted int
+	// Limited were refused by the rule's limiter (Request.Limited).
+	Limited int
+}
+
+// LimitedShare is Limited / Requests (0 for no requests): the 429 share.
+func (t Tally) LimitedShare() float64 {
+	if t.Requests == 0 {
+		return 0
+	}
+	return float64(t.Limited) / float64(t.Requests)
+}
+
+// Tally counts the recorded requests under prefix that arrived in
+// [from, to); a zero from or to leaves that side open.
+func (s *Server) Tally(prefix string, from, to time.Time) Tally {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t Tally
+	for _, r := range s.requests {
+		if !strings.HasPrefix(r.Path, prefix) ||
+			!from.IsZero() && r.Time.Before(from) || !to.IsZero() && !r.Time.Before(to) {
+			continue
+		}
+		t.Requests++
+		if r.Status >= 200 && r.Status < 300 || r.Status == http.StatusNotModified {
+			t.Accepted++
+		}
+		if r.Limited {
+			t.Limited++
+		}
+	}
+	return t
+}
+
 // Requests returns a copy of every recorded request, in arrival order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
@@ -531,20 +664,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	})
 	st := s.match(req.URL.Path)
 	var rule Rule
-	limited := false
+	limited, decided, retryToWindowEnd := false, false, false
+	var q quota
 	if st != nil {
-		rule = st.rule
-		limited = rule.Status == 0 && st.limiter != nil && !st.limiter.AllowN(now, 1)
+		rule, retryToWindowEnd = st.rule, st.retryToWindowEnd
+		if rule.Status == 0 && rule.RedirectTo == "" && st.limiter != nil {
+			var ok bool
+			ok, q = st.limiter.admit(now)
+			limited, decided = !ok, true
+		}
 	}
+	s.requests[idx].Limited = limited
 	gen := s.gen
 	s.mu.Unlock()
 
+	h := w.Header()
 	finish := func(status int) {
+		sent := sentRateLimitHeaders(h)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.gen == gen {
 			s.requests[idx].Status = status
 			s.requests[idx].Done = s.cfg.Now()
+			s.requests[idx].RateLimit = sent
 		}
 	}
 
@@ -560,21 +702,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 
-	h := w.Header()
 	h.Set("Cache-Control", "no-store")
+	if decided && rule.Headers != None {
+		q.setHeaders(h, rule.Headers, now)
+	}
+	// writeHeader adds RawHeaders last, so they replace what the rule sent.
+	writeHeader := func(status int) {
+		for name := range rule.RawHeaders {
+			delete(h, http.CanonicalHeaderKey(name))
+		}
+		for name, values := range rule.RawHeaders {
+			h[name] = append([]string(nil), values...)
+		}
+		w.WriteHeader(status)
+	}
 	switch {
 	case rule.Status != 0:
 		if rule.Status == http.StatusTooManyRequests || rule.Status == http.StatusServiceUnavailable {
-			s.setRetryAfter(h, rule)
+			s.setRetryAfter(h, rule, rule.RetryAfter)
 		}
-		w.WriteHeader(rule.Status)
+		writeHeader(rule.Status)
 		fmt.Fprintf(w, "fakedest: forced %d\n", rule.Status)
 		finish(rule.Status)
 		return
+	case rule.RedirectTo != "":
+		h.Set("Location", rule.RedirectTo)
+		writeHeader(http.StatusFound)
+		finish(http.StatusFound)
+		return
 	case limited:
-		s.setRetryAfter(h, rule)
-		w.WriteHeader(rule.LimitStatus)
-		fmt.Fprintf(w, "fakedest: over %v req/s (burst %d)\n", rule.Rate, max(rule.Burst, 1))
+		retryAfter := rule.RetryAfter
+		if retryToWindowEnd {
+			retryAfter = q.reset
+		}
+		s.setRetryAfter(h, rule, retryAfter)
+		writeHeader(rule.LimitStatus)
+		if rule.Window > 0 {
+			fmt.Fprintf(w, "fakedest: over %d requests per %s\n", rule.WindowLimit, rule.Window)
+		} else {
+			fmt.Fprintf(w, "fakedest: over %v req/s (burst %d)\n", rule.Rate, max(rule.Burst, 1))
+		}
 		finish(rule.LimitStatus)
 		return
 	}
@@ -590,27 +757,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		h.Set("ETag", etag)
 		h.Set("Last-Modified", rule.LastModified.Format(http.TimeFormat))
 		if notModified(req, etag, rule.LastModified) {
-			w.WriteHeader(http.StatusNotModified)
+			writeHeader(http.StatusNotModified)
 			finish(http.StatusNotModified)
 			return
 		}
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(size))
-	w.WriteHeader(http.StatusOK)
+	writeHeader(http.StatusOK)
 	writeBody(w, line, size)
 	finish(http.StatusOK)
 }
 
-func (s *Server) setRetryAfter(h http.Header, r Rule) {
-	if r.RetryAfter < 0 {
+// setRetryAfter sends d as Retry-After in r's form (none if d < 0 or
+// r.RetryAfter < 0).
+func (s *Server) setRetryAfter(h http.Header, r Rule, d time.Duration) {
+	if r.RetryAfter < 0 || d < 0 {
 		return
 	}
 	if r.RetryAfterDate {
-		h.Set("Retry-After", s.cfg.Now().Add(r.RetryAfter).UTC().Format(http.TimeFormat))
+		h.Set("Retry-After", s.cfg.Now().Add(d).UTC().Format(http.TimeFormat))
 		return
 	}
-	secs := int64((r.RetryAfter + time.Second - 1) / time.Second)
+	secs := int64((d + time.Second - 1) / time.Second)
 	h.Set("Retry-After", strconv.FormatInt(secs, 10))
 }
 

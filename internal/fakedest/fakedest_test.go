@@ -538,6 +538,16 @@ func TestInvalidRules(t *testing.T) {
 		{Rule{Status: 42}, "Status"},
 		{Rule{Delay: -time.Second}, "Delay"},
 		{Rule{BodySize: -1}, "BodySize"},
+		{Rule{Window: -time.Second, WindowLimit: 1}, "Window"},
+		{Rule{Window: time.Second}, "WindowLimit"},
+		{Rule{WindowLimit: 3}, "WindowLimit"},
+		{Rule{Window: time.Second, WindowLimit: 1, Rate: 1}, "Window and Rate"},
+		{Rule{Rate: 1, Headers: 9}, "Headers"},
+		{Rule{Headers: XRateLimit}, "Headers"},
+		{Rule{RedirectTo: "/x", Status: 500}, "RedirectTo"},
+		{Rule{RedirectTo: "http://[::1"}, "RedirectTo"},
+		{Rule{RawHeaders: map[string][]string{"Bad Name": {"v"}}}, "RawHeaders"},
+		{Rule{RawHeaders: map[string][]string{"": {"v"}}}, "RawHeaders"},
 	}
 	s, err := New(Config{})
 	if err != nil {
