@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -112,27 +113,27 @@ func TestQuotaSpacing(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name                string
-		q                   Quota
+		q                   ratelimit.Info
 		interval, ttl, hold time.Duration
 	}{
-		{"nothing", Quota{}, 0, 0, 0},
-		{"strict limiter, next token in 125 ms", Quota{Limit: 1, Remaining: 0, HasRemaining: true, Reset: 125 * time.Millisecond, HasReset: true},
+		{"nothing", ratelimit.Info{}, 0, 0, 0},
+		{"strict limiter, next token in 125 ms", ratelimit.Info{Limit: 1, Remaining: 0, HasRemaining: true, Reset: 125 * time.Millisecond, HasReset: true},
 			125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
-		{"fixed window, start", Quota{Limit: 600, Remaining: 599, HasRemaining: true, Reset: time.Minute, HasReset: true, Window: time.Minute},
+		{"fixed window, start", ratelimit.Info{Limit: 600, Remaining: 599, HasRemaining: true, Reset: time.Minute, HasReset: true, Window: time.Minute},
 			100 * time.Millisecond, 2 * time.Minute, 0},
-		{"token bucket half full", Quota{Limit: 10, Remaining: 4, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
+		{"token bucket half full", ratelimit.Info{Limit: 10, Remaining: 4, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
 			100 * time.Millisecond, time.Minute, 0},
-		{"policy only", Quota{Limit: 30, Window: time.Minute}, 2 * time.Second, time.Minute, 0},
-		{"remaining without reset", Quota{Remaining: 0, HasRemaining: true}, 0, 0, 0},
-		{"negative remaining", Quota{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, time.Second, time.Minute, time.Second},
-		{"NaN remaining", Quota{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
-		{"huge reset", Quota{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, MaxHold, MaxHold, MaxHold},
-		{"infinite remaining", Quota{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
-		{"zero reset", Quota{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0},
-		{"negative window", Quota{Limit: 10, Window: -time.Second}, 0, 0, 0},
+		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 2 * time.Second, time.Minute, 0},
+		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0},
+		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, time.Second, time.Minute, time.Second},
+		{"NaN remaining", ratelimit.Info{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
+		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, MaxHold, MaxHold, MaxHold},
+		{"infinite remaining", ratelimit.Info{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
+		{"zero reset", ratelimit.Info{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0},
+		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0},
 	}
 	for _, c := range cases {
-		i, ttl, h := c.q.spacing()
+		i, ttl, h := spacing(c.q)
 		if i != c.interval || ttl != c.ttl || h != c.hold {
 			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
 		}
@@ -149,7 +150,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	addPlatform(t, pool, platformSpec{name: "deaf", rate: 20, noHeaders: true})
 	p := newPacer(t, url, nil)
 	ctx := context.Background()
-	five := Quota{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true}
+	five := ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true}
 	for _, name := range []string{"ann", "deaf"} {
 		r, err := p.Reserve(ctx, name, time.Minute)
 		if err != nil {
@@ -204,7 +205,7 @@ func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 	ctx := context.Background()
 	r, _ := p.Reserve(ctx, "quota", time.Minute)
 	rep, err := p.Report(ctx, "quota", r, Outcome{Kind: Clean,
-		Quota: Quota{Limit: 100, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
+		Quota: ratelimit.Info{Limit: 100, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
 	if err != nil || !rep.Slowed || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
 		t.Fatalf("exhausted quota: %+v %v, want a 2 s hold", rep, err)
 	}
@@ -225,7 +226,7 @@ func TestHostileHoldsAreCapped(t *testing.T) {
 	addPlatform(t, pool, platformSpec{name: "hostile", rate: 20})
 	p := newPacer(t, url, nil)
 	rep := pressure(t, p, "hostile", Outcome{RetryAfter: math.MaxInt64,
-		Quota: Quota{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}})
+		Quota: ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}})
 	if rep.Hold > MaxHold || rep.Hold < MaxHold-time.Minute {
 		t.Fatalf("hold %v, want capped at %v", rep.Hold, MaxHold)
 	}

@@ -3,6 +3,8 @@ package pacer
 import (
 	"math"
 	"time"
+
+	"github.com/fleetpace/fleetpace/ratelimit"
 )
 
 // Kind classifies a response for the pacer.
@@ -39,37 +41,16 @@ type Outcome struct {
 	// RetryAfter (Pressure only) holds the fleet for this long from now,
 	// at most MaxHold.
 	RetryAfter time.Duration
-	// Quota is what the response's rate-limit headers announced (any Kind).
-	// A platform with use_headers paces the whole fleet by it: see
-	// Quota.spacing for the rule.
-	Quota Quota
-}
-
-// Quota is a destination's own account of its rate limit, from a
-// response's RateLimit / RateLimit-Policy or X-RateLimit-* headers. The zero
-// value announces nothing.
-type Quota struct {
-	// Limit is the quota per window (0: not announced).
-	Limit float64
-	// Remaining is what is left of it now; valid when HasRemaining.
-	Remaining    float64
-	HasRemaining bool
-	// Reset is how long until the quota resets or refills; valid when
-	// HasReset.
-	Reset    time.Duration
-	HasReset bool
-	// Window is the policy's window (0: not announced).
-	Window time.Duration
-}
-
-// Announced reports whether q says anything the pacer can use.
-func (q Quota) Announced() bool {
-	return (q.HasRemaining && q.HasReset) || (q.Limit > 0 && q.Window > 0)
+	// Quota is what the response's rate-limit headers announced (any Kind;
+	// ratelimit.Parse reads them). A platform with use_headers paces the
+	// whole fleet by it: see spacing for the rule.
+	Quota ratelimit.Info
 }
 
 // MaxHold caps every hold a destination can ask for (Retry-After, an
-// exhausted quota's reset): 24 hours, as a cooldown.
-const MaxHold = 24 * time.Hour
+// exhausted quota's reset) and every wait the pacer returns: 24 hours, the
+// cap of a cooldown and of every wait package ratelimit derives.
+const MaxHold = ratelimit.MaxWait
 
 // spacing turns an announced quota into the pacer's terms: the spacing
 // between requests it allows now (0: none implied), how long that
@@ -84,7 +65,7 @@ const MaxHold = 24 * time.Hour
 // policy's Limit / Window. Remaining below 1 also holds the fleet until
 // Reset. The announcement holds for max(Reset + Window, 1 minute), so a
 // destination that stops announcing eventually stops constraining.
-func (q Quota) spacing() (interval, ttl, hold time.Duration) {
+func spacing(q ratelimit.Info) (interval, ttl, hold time.Duration) {
 	var rate float64
 	switch {
 	case q.HasRemaining && q.HasReset && q.Reset > 0:
@@ -96,7 +77,7 @@ func (q Quota) spacing() (interval, ttl, hold time.Duration) {
 		interval = clampDuration(secondsToDuration(1 / rate))
 		ttl = clampDuration(max(q.Reset+q.Window, time.Minute))
 	}
-	if q.HasRemaining && q.Remaining < 1 && q.HasReset && q.Reset > 0 {
+	if q.Exhausted() && q.HasReset && q.Reset > 0 {
 		hold = clampDuration(q.Reset)
 	}
 	return interval, ttl, hold

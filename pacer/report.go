@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -19,7 +20,7 @@ type report struct {
 }
 
 // announcement is what a destination's quota headers imply, in the pacer's
-// terms (see Quota.spacing).
+// terms (see spacing).
 type announcement struct {
 	interval float64  // seconds between requests (0: no spacing implied)
 	ttl      float64  // how long it holds, seconds
@@ -39,7 +40,7 @@ type announcement struct {
 // holds still slow this process's degraded pacing.
 func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Outcome) (ReportResult, error) {
 	p.reports.Add(1)
-	rep := report{pressure: out.Kind == Pressure, announce: out.Quota.announcement()}
+	rep := report{pressure: out.Kind == Pressure, announce: announce(out.Quota)}
 	if out.Kind == Clean || out.Kind == Pressure {
 		rep.n = 1
 	}
@@ -78,9 +79,9 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 	return r, nil
 }
 
-// announcement is q in the pacer's terms, or nil if q says nothing usable.
-func (q Quota) announcement() *announcement {
-	interval, ttl, hold := q.spacing()
+// announce is q in the pacer's terms, or nil if q says nothing usable.
+func announce(q ratelimit.Info) *announcement {
+	interval, ttl, hold := spacing(q)
 	if interval <= 0 && hold <= 0 {
 		return nil
 	}

@@ -153,15 +153,17 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	// Report to the pacer first: the fleet learns of pressure as soon as
 	// possible. A report never fails the job (while the database is
 	// unreachable the pacer drops reports and counts them).
-	out := pacer.Outcome{Kind: pacer.Neutral}
+	// What the destination announced in its rate-limit headers goes with
+	// every outcome (a 404 can carry a quota too).
+	out := pacer.Outcome{Kind: pacer.Neutral, Quota: r.RateLimit}
 	switch r.Outcome {
 	case fetch.OK, fetch.NotModified:
 		out.Kind = pacer.Clean
 	case fetch.RatePressure, fetch.RateLimited:
-		out = pacer.Outcome{Kind: pacer.Pressure, RetryAfter: r.RetryAfter}
+		out.Kind, out.RetryAfter = pacer.Pressure, min(max(r.RetryAfter, 0), pacer.MaxHold)
 	}
 	outcome := r.Outcome
-	if out.Kind != pacer.Neutral {
+	if out.Kind != pacer.Neutral || out.Quota.Announced() {
 		rr, err := w.pacer.Report(ctx, args.Platform, res, out)
 		if err != nil {
 			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
