@@ -36,6 +36,8 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
 -- rate-limit headers (RateLimit, X-RateLimit-*). respace: a slow-down
 -- re-spaces the slots already granted, fleet-wide, at once (false: they
 -- are used as granted, as before adaptive pacing; a benchmark baseline).
+-- Bounds and defaults are sources' (sources.MinFactor, MaxFactor,
+-- DefaultBackoffFactor, DefaultRecoveryFactor).
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS backoff_factor  double precision NOT NULL DEFAULT 1.5
         CONSTRAINT fleetpace_platform_backoff_factor_check CHECK (backoff_factor >= 1.01 AND backoff_factor <= 16),

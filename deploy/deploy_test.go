@@ -14,7 +14,12 @@ import (
 
 const installedBinary = "/usr/local/bin/fleetpace"
 
-var binary string // fleetpace built for these tests
+var binary string // fleetpace built for these tests, version testVersion
+
+const (
+	buildinfoPkg = "github.com/fleetpace/fleetpace/internal/buildinfo"
+	testVersion  = "v0.0.0-deploytest"
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fleetpace-deploy-test-")
@@ -23,7 +28,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "fleetpace")
-	build := exec.Command("go", "build", "-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace")
+	// Built as deploy/build-image builds it (static, -trimpath, stripped), so
+	// the image test's run of that script finds every package compiled and
+	// only links.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X "+buildinfoPkg+".version="+testVersion,
+		"-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building fleetpace:", err)
@@ -172,13 +182,13 @@ func TestWorkerService(t *testing.T) {
 		t.Errorf("RestartSec = %s, want a delay of at least 1 s", d)
 	}
 	flags := execFlags(u.get("Service", "ExecStart"))
-	soft := 10 * time.Second // the worker's default --soft-stop
+	soft := mustDuration(t, flagDefault(help(t, []string{"worker"}), "soft-stop"))
 	if v, ok := flags["soft-stop"]; ok {
 		soft = mustDuration(t, v)
 	}
 	stop := mustDuration(t, u.get("Service", "TimeoutStopSec"))
-	if stop <= soft+10*time.Second {
-		t.Errorf("TimeoutStopSec = %s must exceed --soft-stop %s plus the 10 s hard stop", stop, soft)
+	if stop <= soft+hardStop {
+		t.Errorf("TimeoutStopSec = %s must exceed --soft-stop %s plus the %s hard stop", stop, soft, hardStop)
 	}
 	if store, ok := flags["store-dir"]; ok {
 		writable := false

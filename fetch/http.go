@@ -13,9 +13,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/buildinfo"
 	"github.com/fleetpace/fleetpace/ratelimit"
 )
 
@@ -29,8 +29,9 @@ const (
 
 // DefaultUserAgent is the User-Agent sent when HTTPConfig.UserAgent is empty:
 // "fleetpace/<version> (+https://github.com/fleetpace/fleetpace)", the
-// version taken from the binary's build information ("dev" when unknown).
-var DefaultUserAgent = "fleetpace/" + moduleVersion() + " (+https://github.com/fleetpace/fleetpace)"
+// version taken from the binary's build information ("dev" when unknown;
+// see internal/buildinfo).
+var DefaultUserAgent = "fleetpace/" + buildinfo.Version() + " (+https://github.com/fleetpace/fleetpace)"
 
 // HTTPConfig configures the built-in HTTP fetcher. The zero value is valid
 // and means every default.
@@ -427,27 +428,4 @@ func commit(tmp *os.File, dir, hash string) error {
 		os.Remove(tmp.Name())
 	}
 	return err
-}
-
-// moduleVersion is fleetpace's module version from the build information.
-func moduleVersion() string {
-	const path = "github.com/fleetpace/fleetpace"
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	v := ""
-	if info.Main.Path == path {
-		v = info.Main.Version
-	} else {
-		for _, d := range info.Deps {
-			if d.Path == path {
-				v = d.Version
-			}
-		}
-	}
-	if v == "" || v == "(devel)" {
-		return "dev"
-	}
-	return v
 }

@@ -18,12 +18,22 @@ const NamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
 
 var nameRE = regexp.MustCompile(NamePattern)
 
-// Platform defaults, as in the schema.
+// Platform defaults, as in the schema. The adaptation defaults were chosen
+// by measurement (`fleetpace bench adapt --sweep`, see the README).
 const (
-	DefaultBurst         = 1
-	DefaultMaxMultiplier = 16
-	DefaultDecayAfter    = 100
-	DefaultCooldown      = 15 * time.Minute
+	DefaultBurst          = 1
+	DefaultMaxMultiplier  = 16
+	DefaultDecayAfter     = 100
+	DefaultCooldown       = 15 * time.Minute
+	DefaultBackoffFactor  = 1.5
+	DefaultRecoveryFactor = 1.1
+)
+
+// Bounds of the adaptation settings, as in the schema's checks.
+const (
+	MinFactor     = 1.01
+	MaxFactor     = 16
+	MaxDecayAfter = 1_000_000
 )
 
 // Platform is one destination and its limits. A zero Burst, MaxMultiplier,
@@ -33,8 +43,26 @@ type Platform struct {
 	RatePerSec    float64       `json:"rate_per_sec"`   // fleet-wide ceiling, requests per second
 	Burst         int           `json:"burst"`          // requests allowed back to back; default 1
 	MaxMultiplier float64       `json:"max_multiplier"` // largest backoff multiplier; default 16
-	DecayAfter    int           `json:"decay_after"`    // clean responses that halve the multiplier; default 100
+	DecayAfter    int           `json:"decay_after"`    // clean responses, fleet-wide, per recovery step; default 100
 	Cooldown      time.Duration `json:"cooldown"`       // pause after the platform says stop; default 15m
+	// BackoffFactor multiplies the shared multiplier on rate pressure (once
+	// per episode); default DefaultBackoffFactor, in [MinFactor, MaxFactor].
+	BackoffFactor float64 `json:"backoff_factor"`
+	// RecoveryFactor divides it every DecayAfter clean responses; default
+	// DefaultRecoveryFactor, in [MinFactor, MaxFactor].
+	RecoveryFactor float64 `json:"recovery_factor"`
+	// NoProbe turns probing recovery off: recovery then divides by
+	// RecoveryFactor all the way (the seed's schedule with factors 2, 2 and
+	// DecayAfter 100). Default: probing, which stops just short of where
+	// the last pressure began and climbs from there in small steps.
+	NoProbe bool `json:"no_probe,omitempty"`
+	// IgnoreHeaders turns pacing by the destination's announced rate-limit
+	// headers off (Retry-After is honoured regardless).
+	IgnoreHeaders bool `json:"ignore_headers,omitempty"`
+	// NoRespace lets slots already granted be used at their old spacing
+	// after a slow-down (fleetpace before adaptive pacing; a benchmark
+	// baseline). Default: re-spaced fleet-wide at once.
+	NoRespace bool `json:"no_respace,omitempty"`
 }
 
 // WithDefaults fills the zero fields with their defaults.
@@ -50,6 +78,12 @@ func (p Platform) WithDefaults() Platform {
 	}
 	if p.Cooldown == 0 {
 		p.Cooldown = DefaultCooldown
+	}
+	if p.BackoffFactor == 0 {
+		p.BackoffFactor = DefaultBackoffFactor
+	}
+	if p.RecoveryFactor == 0 {
+		p.RecoveryFactor = DefaultRecoveryFactor
 	}
 	return p
 }
@@ -74,8 +108,12 @@ func (p Platform) CheckFields() error {
 		return &FieldError{"cooldown", p.Cooldown.String(), "must be > 0"}
 	case math.IsNaN(p.MaxMultiplier) || math.IsInf(p.MaxMultiplier, 0) || p.MaxMultiplier < 1:
 		return &FieldError{"max_multiplier", fmtFloat(p.MaxMultiplier), "must be finite and ≥ 1"}
-	case p.DecayAfter < 1:
-		return &FieldError{"decay_after", strconv.Itoa(p.DecayAfter), "must be ≥ 1"}
+	case p.DecayAfter < 1 || p.DecayAfter > MaxDecayAfter:
+		return &FieldError{"decay_after", strconv.Itoa(p.DecayAfter), fmt.Sprintf("must be in [1, %d]", MaxDecayAfter)}
+	case !(p.BackoffFactor >= MinFactor && p.BackoffFactor <= MaxFactor):
+		return &FieldError{"backoff_factor", fmtFloat(p.BackoffFactor), fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
+	case !(p.RecoveryFactor >= MinFactor && p.RecoveryFactor <= MaxFactor):
+		return &FieldError{"recovery_factor", fmtFloat(p.RecoveryFactor), fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
 	}
 	return nil
 }
@@ -89,7 +127,8 @@ func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("platform: %w", err)
 	}
-	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown)
+	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown,
+		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace)
 	if err != nil {
 		return p, fmt.Errorf("platform: set %s: %w", p.Name, err)
 	}
@@ -127,6 +166,9 @@ func GetPlatform(ctx context.Context, db DBTX, name string) (Platform, error) {
 
 func scanPlatform(row pgx.CollectableRow) (Platform, error) {
 	var p Platform
-	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown)
+	var probe, headers, respace bool
+	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
+		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace)
+	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }

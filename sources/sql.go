@@ -8,17 +8,24 @@ import (
 // Every SQL statement of the package lives here.
 
 const setPlatformSQL = `
-INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after, cooldown)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
+                                backoff_factor, recovery_factor, probe, use_headers, respace)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (name) DO UPDATE SET
-    rate_per_sec   = EXCLUDED.rate_per_sec,
-    burst          = EXCLUDED.burst,
-    max_multiplier = EXCLUDED.max_multiplier,
-    decay_after    = EXCLUDED.decay_after,
-    cooldown       = EXCLUDED.cooldown,
-    updated_at     = now()`
+    rate_per_sec    = EXCLUDED.rate_per_sec,
+    burst           = EXCLUDED.burst,
+    max_multiplier  = EXCLUDED.max_multiplier,
+    decay_after     = EXCLUDED.decay_after,
+    cooldown        = EXCLUDED.cooldown,
+    backoff_factor  = EXCLUDED.backoff_factor,
+    recovery_factor = EXCLUDED.recovery_factor,
+    probe           = EXCLUDED.probe,
+    use_headers     = EXCLUDED.use_headers,
+    respace         = EXCLUDED.respace,
+    updated_at      = now()`
 
-const platformColumns = `name, rate_per_sec, burst, max_multiplier, decay_after, cooldown`
+const platformColumns = `name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
+    backoff_factor, recovery_factor, probe, use_headers, respace`
 
 const listPlatformsSQL = `SELECT ` + platformColumns + ` FROM fleetpace_platform ORDER BY name`
 

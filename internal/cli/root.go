@@ -118,7 +118,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL); empty: the embedded cluster under --data-dir")
+	pf.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL; empty: the embedded cluster under --data-dir")
 	pf.StringVar(&a.dataDir, "data-dir", defaultDataDir(), "directory of the embedded PostgreSQL cluster used when no database URL is given")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -138,6 +138,8 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	for _, c := range a.extraCommands() {
 		root.AddCommand(c)
 	}
+	a.addVersion(root)
+	bindEnv(root) // last: the whole tree
 	return root
 }
 
