@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/herd"
 	"github.com/fleetpace/fleetpace/poller"
 )
@@ -26,7 +27,7 @@ and fail fast) side by side with a deterministic schedule and
 retry-on-acquire — the pair that turned a 30-second herd into a multi-hour
 outage.`,
 	}
-	cmd.AddCommand(a.simulateHerdCmd())
+	cmd.AddCommand(a.simulateHerdCmd(), a.simulateDrillCmd())
 	return cmd
 }
 
@@ -157,4 +158,84 @@ func herdFlagErrors(cmd *cobra.Command, cfg herd.SimConfig) error {
 		}
 	}
 	return nil
+}
+
+func (a *app) simulateDrillCmd() *cobra.Command {
+	var (
+		cfg    herd.DrillConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "drill",
+		Short: "Real saturation drill: thousands of pollers against a PostgreSQL with max_connections lowered",
+		Long: `Run --pollers real pollers in this process against a real PostgreSQL — a
+throwaway embedded cluster started with --max-connections, or --database-url —
+twice: with fleetpace's polling (startup jitter, per-cycle jitter, one
+connection attempt and fail fast) and with the outage's baseline
+(deterministic schedule, retry-on-acquire every --retry-delay for
+--retry-for).
+
+Each poller runs the poller package's loop on the real clock; each claim
+opens a connection from the poller's own fail-fast pool (the dbconn
+configuration every fleetpace pool has), runs the claim for --claim-time and
+closes the connection. After --warmup, for --window, an advisory lock blocks
+every claim: the claims in flight hold their connections and the server
+fills up to max_connections, so further attempts are refused (SQLSTATE
+53300). pg_stat_activity is sampled every --sample-every.
+
+Printed per mode: peak active backends (overall and after the window), refused
+connection attempts by SQLSTATE, and the time from the window's end to the
+last refused attempt. The drill creates nothing in the database. With
+--database-url, the server's own max_connections applies, and other clients
+of that server will be refused during the drill.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.DatabaseURL = a.databaseURL
+			cfg.ConnectTimeout = a.connectTimeout
+			cfg.Logger = a.logger
+			for _, name := range []string{"pollers", "max-connections", "claim-time", "poll-base", "poll-max",
+				"warmup", "window", "after", "retry-delay", "retry-for", "sample-every", "seed"} {
+				v := cmd.Flags().Lookup(name).Value.String()
+				if strings.HasPrefix(v, "-") || v == "0" || v == "0s" {
+					return usagef("--%s: %s is out of range (see --help)", name, v)
+				}
+			}
+			if cfg.JitterRatio <= 0 {
+				return usagef("--poll-jitter: must be in (0, 1], got %v", cfg.JitterRatio)
+			}
+			if err := cfg.Validate(); err != nil {
+				return usagef("%w", err)
+			}
+			if a.databaseURL != "" {
+				if _, err := dbconn.PoolConfig(dbconn.Config{URL: a.databaseURL}); err != nil {
+					return err
+				}
+				a.announce("drilling database %s", dbconn.Describe(a.databaseURL))
+			}
+			res, err := herd.Drill(cmd.Context(), cfg)
+			if err != nil {
+				return dbError(err)
+			}
+			if asJSON {
+				return res.WriteJSON(a.stdout)
+			}
+			return res.WriteText(a.stdout)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Pollers, "pollers", herd.DefaultDrillPollers, "pollers in this process, each with its own pool")
+	f.IntVar(&cfg.MaxConnections, "max-connections", herd.DefaultDrillMaxConnections, "the embedded cluster's max_connections (ignored with --database-url)")
+	f.DurationVar(&cfg.ClaimTime, "claim-time", herd.DefaultDrillClaimTime, "how long one claim works once it has its lock")
+	f.DurationVar(&cfg.Base, "poll-base", poller.DefaultBase, "the pollers' shortest sleep")
+	f.DurationVar(&cfg.Max, "poll-max", poller.DefaultMax, "the pollers' longest sleep, and fleetpace's startup jitter bound")
+	f.Float64Var(&cfg.JitterRatio, "poll-jitter", poller.DefaultJitterRatio, "fleetpace's per-cycle jitter ratio, in (0, 1]")
+	f.DurationVar(&cfg.Warmup, "warmup", 40*time.Second, "how long the pollers run before the window")
+	f.DurationVar(&cfg.Window, "window", herd.DefaultDrillWindow, "how long every claim is blocked")
+	f.DurationVar(&cfg.After, "after", 50*time.Second, "how long the pollers run after the window")
+	f.DurationVar(&cfg.RetryDelay, "retry-delay", herd.DefaultRetryDelay, "baseline: a refused poller tries again this often")
+	f.DurationVar(&cfg.RetryFor, "retry-for", herd.DefaultRetryFor, "baseline: how long it tries before its cycle fails")
+	f.DurationVar(&cfg.SampleEvery, "sample-every", herd.DefaultSampleEvery, "pg_stat_activity sampling interval")
+	f.Uint64Var(&cfg.Seed, "seed", herd.DefaultSeed, "random seed of fleetpace's jitter")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object, with per-second series")
+	return cmd
 }

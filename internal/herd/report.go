@@ -126,7 +126,11 @@ func (r *SimResult) WriteJSON(w io.Writer) error {
 		Cores: c.Cores, Duration: c.Duration.Seconds(), EventEnd: c.EventEnd().Seconds(), Seed: c.Seed,
 		WallSeconds: r.Wall.Seconds(), Modes: r.Modes,
 	}
+	return writeJSON(w, out)
+}
+
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return enc.Encode(v)
 }
