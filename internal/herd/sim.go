@@ -442,7 +442,15 @@ func (c SimConfig) EventEnd() time.Duration {
 	return c.Scenario.At + c.Scenario.For
 }
 
-// Event kinds, in the order they are handled at one instant.
+// LongestSleep is the longest sleep a poller of any mode takes: Max × (1 +
+// JitterRatio).
+func (c SimConfig) LongestSleep() time.Duration {
+	c = c.withDefaults()
+	return time.Duration(float64(c.Max) * (1 + c.JitterRatio))
+}
+
+// Event kinds. Events at one instant are handled in the order they were
+// scheduled.
 const (
 	evPhase  uint8 = iota // scenario boundary
 	evDone                // a claim finished
@@ -557,7 +565,7 @@ type sim struct {
 
 	// Claims in flight progress together at rate: 1 on an idle server,
 	// less under attempt load or in the saturation window. work is the
-	// claim work (in unloaded seconds) every claim in flight has received
+	// claim work (in unloaded nanoseconds) every claim in flight has received
 	// since the start; all claims need ClaimTime of it, so they end in the
 	// order they started.
 	work     float64
@@ -686,7 +694,7 @@ func (s *sim) advance(t int64) {
 	}
 	dt := float64(t - s.now)
 	if s.busy > 0 {
-		s.work += s.rate * dt / float64(time.Second)
+		s.work += s.rate * dt
 	}
 	if s.pending > 0 {
 		s.knocks += float64(s.pending) * dt / float64(s.cfg.RetryDelay)
@@ -766,7 +774,7 @@ func (s *sim) grant(who int32) {
 	s.r.Served[i]++
 	s.r.ServedTotal++
 	s.r.Busy[i] = max(s.r.Busy[i], s.busy)
-	s.claims = append(s.claims, claim{who: who, gen: p.gen, done: s.work + s.cfg.ClaimTime.Seconds(), start: s.now})
+	s.claims = append(s.claims, claim{who: who, gen: p.gen, done: s.work + float64(s.cfg.ClaimTime), start: s.now})
 }
 
 // completeClaims ends every claim whose work is done.
@@ -774,7 +782,7 @@ func (s *sim) completeClaims() {
 	freed := false
 	for s.claimHd < len(s.claims) {
 		c := s.claims[s.claimHd]
-		if c.done > s.work+1e-9 {
+		if c.done > s.work+1e-3 {
 			break
 		}
 		s.claimHd++
@@ -817,7 +825,7 @@ func (s *sim) rescheduleDone() {
 	}
 	s.doneGen++
 	s.doneAt, s.doneRate = target, s.rate
-	wait := math.Max(0, target-s.work) / s.rate * float64(time.Second)
+	wait := math.Max(0, target-s.work) / s.rate
 	s.schedule(s.now+int64(math.Ceil(wait)), evDone, 0, s.doneGen)
 }
 
@@ -889,8 +897,10 @@ func (s *sim) summarize() {
 	if r.MeanPolls > 0 {
 		r.PeakToMean = float64(r.PeakPolls) / r.MeanPolls
 	}
-	// Drained: from the first second after the event's end from which on no
-	// attempt is refused and no poller is pending, to the end of the run.
+	// Drained: from the event's end to the end of the last second with a
+	// refused attempt or a pending poller. It counts only if the run goes on
+	// quietly after it for the longest sleep a poller takes, so a herd that
+	// comes back every Max would have shown up.
 	endSec := int(s.cfg.EventEnd() / time.Second)
 	last := -1
 	for i := endSec; i < len(r.Polls); i++ {
@@ -898,10 +908,10 @@ func (s *sim) summarize() {
 			last = i
 		}
 	}
-	r.Drained = last < len(r.Polls)-1
 	if last >= 0 {
-		r.DrainSeconds = float64(last+1) - s.cfg.EventEnd().Seconds()
+		r.DrainSeconds = max(0, float64(last+1)-s.cfg.EventEnd().Seconds())
 	}
+	r.Drained = float64(last+1)+s.cfg.LongestSleep().Seconds() <= s.cfg.Duration.Seconds()
 	if !r.Drained {
 		r.DrainSeconds = (s.cfg.Duration - s.cfg.EventEnd()).Seconds()
 	}

@@ -1,0 +1,70 @@
+package herd
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestDrill runs the real drill at a small size — 300 pollers against
+// max_connections 40, a 5-s window — and checks that both modes saturate
+// the server during the window, that fleetpace is refused no later than its
+// longest sleep after it, and that the baseline (deterministic schedule,
+// retry-on-acquire: the negative control) is worse on every figure.
+func TestDrill(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := DrillConfig{
+		Pollers: 300, MaxConnections: 40,
+		Base: 250 * time.Millisecond, Max: 2 * time.Second,
+		Warmup: 4 * time.Second, Window: 5 * time.Second, After: 5 * time.Second,
+		RetryFor: 2 * time.Second,
+	}
+	res, err := Drill(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := res.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	fp, _ := res.Mode(Fleetpace)
+	base, _ := res.Mode(Baseline)
+	for _, m := range []DrillModeResult{fp, base} {
+		// Two connections are the sampler's and the window's.
+		if m.PeakActive < res.MaxConnections-4 {
+			t.Errorf("%s: peak active backends %d, want the window to fill max_connections %d", m.Name, m.PeakActive, res.MaxConnections)
+		}
+		if m.RefusedBy["53300"] == 0 {
+			t.Errorf("%s: no attempt refused with SQLSTATE 53300 (%v)", m.Name, m.RefusedBy)
+		}
+	}
+	if bound := cfg.RecoveryBound(); !fp.Recovered || fp.RecoverySeconds > bound.Seconds() {
+		t.Errorf("fleetpace: recovered %v after %.1f s, want within %s", fp.Recovered, fp.RecoverySeconds, bound)
+	}
+	// Observed at this size on a loaded 2-core machine: 1.5–4× (a knock on a
+	// full server is slow to be refused, which throttles the retriers).
+	if base.Refused <= fp.Refused {
+		t.Errorf("refused attempts: baseline %d, fleetpace %d; want the baseline more", base.Refused, fp.Refused)
+	}
+	if base.RefusedAfter <= fp.RefusedAfter {
+		t.Errorf("refused after the window: baseline %d, fleetpace %d; want the baseline more", base.RefusedAfter, fp.RefusedAfter)
+	}
+	if base.Recovered && base.RecoverySeconds <= fp.RecoverySeconds {
+		t.Errorf("recovery: baseline %.1f s, fleetpace %.1f s; want the baseline slower", base.RecoverySeconds, fp.RecoverySeconds)
+	}
+}
+
+func TestDrillValidate(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []DrillConfig{{Pollers: -1}, {MaxConnections: 3}, {Base: time.Minute}, {JitterRatio: 2}, {Window: -time.Second}} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("Validate(%+v): no error", cfg)
+		}
+	}
+}
