@@ -95,30 +95,25 @@ type DrillConfig struct {
 }
 
 func (c DrillConfig) withDefaults() DrillConfig {
-	or := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultDrillMaxConnections
 	}
 	if c.Pollers == 0 {
 		c.Pollers = DefaultDrillPollers
 	}
-	or(&c.ClaimTime, DefaultDrillClaimTime)
-	or(&c.Base, poller.DefaultBase)
-	or(&c.Max, poller.DefaultMax)
+	orDefault(&c.ClaimTime, DefaultDrillClaimTime)
+	orDefault(&c.Base, poller.DefaultBase)
+	orDefault(&c.Max, poller.DefaultMax)
 	if c.JitterRatio == 0 {
 		c.JitterRatio = poller.DefaultJitterRatio
 	}
-	or(&c.Warmup, c.Max+10*time.Second)
-	or(&c.Window, DefaultDrillWindow)
-	or(&c.After, time.Duration(float64(c.Max)*(1+c.JitterRatio))+5*time.Second)
-	or(&c.RetryDelay, DefaultRetryDelay)
-	or(&c.RetryFor, DefaultRetryFor)
-	or(&c.ConnectTimeout, dbconn.DefaultConnectTimeout)
-	or(&c.SampleEvery, DefaultSampleEvery)
+	orDefault(&c.Warmup, c.Max+10*time.Second)
+	orDefault(&c.Window, DefaultDrillWindow)
+	orDefault(&c.After, time.Duration(float64(c.Max)*(1+c.JitterRatio))+5*time.Second)
+	orDefault(&c.RetryDelay, DefaultRetryDelay)
+	orDefault(&c.RetryFor, DefaultRetryFor)
+	orDefault(&c.ConnectTimeout, dbconn.DefaultConnectTimeout)
+	orDefault(&c.SampleEvery, DefaultSampleEvery)
 	if c.Seed == 0 {
 		c.Seed = DefaultSeed
 	}

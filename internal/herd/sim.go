@@ -202,26 +202,21 @@ func (c SimConfig) Validate() error {
 }
 
 func (c SimConfig) withDefaults() SimConfig {
-	or := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
 	if c.Pollers == 0 {
 		c.Pollers = DefaultPollers
 	}
 	if c.Backends == 0 {
 		c.Backends = DefaultBackends
 	}
-	or(&c.ClaimTime, DefaultClaimTime)
-	or(&c.Base, poller.DefaultBase)
-	or(&c.Max, poller.DefaultMax)
+	orDefault(&c.ClaimTime, DefaultClaimTime)
+	orDefault(&c.Base, poller.DefaultBase)
+	orDefault(&c.Max, poller.DefaultMax)
 	if c.JitterRatio == 0 {
 		c.JitterRatio = poller.DefaultJitterRatio
 	}
-	or(&c.RetryDelay, DefaultRetryDelay)
-	or(&c.RetryFor, DefaultRetryFor)
-	or(&c.AttemptCost, DefaultAttemptCost)
+	orDefault(&c.RetryDelay, DefaultRetryDelay)
+	orDefault(&c.RetryFor, DefaultRetryFor)
+	orDefault(&c.AttemptCost, DefaultAttemptCost)
 	if c.AttemptCost < 0 {
 		c.AttemptCost = 0
 	}
@@ -244,13 +239,13 @@ func (c SimConfig) withDefaults() SimConfig {
 	if s.Kind == Restart {
 		s.At, s.For, s.Slowdown, s.Hold = 0, 0, 1, 0
 	} else {
-		or(&s.At, c.Max)
+		orDefault(&s.At, c.Max)
 		switch s.Kind {
 		case DBRestart:
-			or(&s.For, 20*time.Second)
+			orDefault(&s.For, 20*time.Second)
 			s.Slowdown, s.Hold = 1, 0
 		case Saturation:
-			or(&s.For, 60*time.Second)
+			orDefault(&s.For, 60*time.Second)
 			if s.Slowdown == 0 {
 				s.Slowdown = DefaultSlowdown
 			}
@@ -264,6 +259,13 @@ func (c SimConfig) withDefaults() SimConfig {
 		}
 	}
 	return c
+}
+
+// orDefault sets *v to def if it is zero.
+func orDefault(v *time.Duration, def time.Duration) {
+	if *v == 0 {
+		*v = def
+	}
 }
 
 // Mode is one way of polling: which jitter the schedule has and what a
