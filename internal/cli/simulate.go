@@ -54,6 +54,8 @@ Scenarios (--scenario):
               is refused for --for
   saturation  a warm fleet; from --at for --for every claim takes --slowdown
               times as long and --hold backends are taken
+A warm fleet has been running: schedules at --poll-max, next polls spread
+over it (so startup jitter changes nothing there).
 
 Modes, each on its own copy of the fleet: the schedule deterministic, with
 per-cycle jitter only, startup jitter only, or both (fleetpace); and on a

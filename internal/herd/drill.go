@@ -197,8 +197,9 @@ type DrillModeResult struct {
 	Claims int64 `json:"claims"`
 
 	// RecoverySeconds is from the window's end to the last refused attempt
-	// (0 if none); Recovered is false if attempts were still refused in the
-	// run's last second.
+	// (0 if none). Recovered says the run went on without a refusal for a
+	// whole longest sleep (RecoveryBound) after it, so a herd coming back
+	// would have shown.
 	RecoverySeconds float64 `json:"recovery_seconds"`
 	Recovered       bool    `json:"recovered"`
 
@@ -479,11 +480,12 @@ func drillMode(ctx context.Context, cfg DrillConfig, base *pgxpool.Config, m Mod
 		}
 	}
 	r.RefusedAfter = dc.afterWindow.Load()
-	r.Recovered = true
-	if last := time.Duration(dc.lastRefused.Load()); last > winEnd {
+	last := time.Duration(dc.lastRefused.Load())
+	if last > winEnd {
 		r.RecoverySeconds = (last - winEnd).Seconds()
-		r.Recovered = last < total-time.Second
 	}
+	r.Recovered = max(last, winEnd)+cfg.RecoveryBound() <= total
+
 	log.Info("drill: mode done", "refused", r.Refused, "peak_active", r.PeakActive)
 	return r, maxConns, nil
 }
@@ -565,7 +567,7 @@ func (r *DrillResult) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "\n  polls %d, claims served %d\n", m.Polls, m.Claims)
 		rec := fmt.Sprintf("%.1f s after the window", m.RecoverySeconds)
 		if !m.Recovered {
-			rec = fmt.Sprintf("not recovered: attempts refused until the end, %.1f s after the window", m.RecoverySeconds)
+			rec = fmt.Sprintf("not recovered: refused %.1f s after the window, less than %s before the end", m.RecoverySeconds, c.RecoveryBound())
 		}
 		fmt.Fprintf(w, "  recovered (last refused attempt): %s\n", rec)
 		scale := 1
