@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -202,6 +203,11 @@ type DrillModeResult struct {
 	// would have shown.
 	RecoverySeconds float64 `json:"recovery_seconds"`
 	Recovered       bool    `json:"recovered"`
+
+	// FirstPollSpread is the time between the 5th and the 95th percentile
+	// of the pollers' first polls: ~0 when they start together, ~0.9 × Max
+	// with startup jitter.
+	FirstPollSpread float64 `json:"first_poll_spread_seconds"`
 
 	WindowStart float64 `json:"window_start_seconds"`
 	WindowEnd   float64 `json:"window_end_seconds"`
@@ -418,6 +424,7 @@ func drillMode(ctx context.Context, cfg DrillConfig, base *pgxpool.Config, m Mod
 	})
 
 	claimSecs := cfg.ClaimTime.Seconds()
+	firstPoll := make([]time.Duration, len(pools)) // each written by its poller only
 	for i, pool := range pools {
 		pcfg := poller.Config{Base: cfg.Base, Max: cfg.Max, JitterRatio: cfg.JitterRatio,
 			Rand: rand.New(rand.NewPCG(cfg.Seed, uint64(i))).Float64}
@@ -428,7 +435,11 @@ func drillMode(ctx context.Context, cfg DrillConfig, base *pgxpool.Config, m Mod
 			pcfg.JitterRatio = poller.NoJitter
 		}
 		g.Go(func() error {
+			first := true
 			return poller.Run(gctx, pcfg, func(ctx context.Context) (bool, error) {
+				if first {
+					firstPoll[i], first = time.Since(dc.t0), false
+				}
 				dc.polls.Add(1)
 				c, err := acquire(ctx, pool, m.Retry, cfg.RetryDelay, cfg.RetryFor, dc)
 				if err != nil {
@@ -480,6 +491,9 @@ func drillMode(ctx context.Context, cfg DrillConfig, base *pgxpool.Config, m Mod
 		}
 	}
 	r.RefusedAfter = dc.afterWindow.Load()
+	slices.Sort(firstPoll)
+	n := len(firstPoll)
+	r.FirstPollSpread = (firstPoll[n*95/100] - firstPoll[n*5/100]).Seconds()
 	last := time.Duration(dc.lastRefused.Load())
 	if last > winEnd {
 		r.RecoverySeconds = (last - winEnd).Seconds()
@@ -564,7 +578,7 @@ func (r *DrillResult) WriteText(w io.Writer) error {
 		for _, k := range sortedKinds(m.RefusedBy) {
 			fmt.Fprintf(w, "; %s: %d", k, m.RefusedBy[k])
 		}
-		fmt.Fprintf(w, "\n  polls %d, claims served %d\n", m.Polls, m.Claims)
+		fmt.Fprintf(w, "\n  polls %d, claims served %d; first polls spread over %.1f s (5th–95th percentile)\n", m.Polls, m.Claims, m.FirstPollSpread)
 		rec := fmt.Sprintf("%.1f s after the window", m.RecoverySeconds)
 		if !m.Recovered {
 			rec = fmt.Sprintf("not recovered: refused %.1f s after the window, less than %s before the end", m.RecoverySeconds, c.RecoveryBound())

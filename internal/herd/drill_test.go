@@ -44,6 +44,20 @@ func TestDrill(t *testing.T) {
 			t.Errorf("%s: no attempt refused with SQLSTATE 53300 (%v)", m.Name, m.RefusedBy)
 		}
 	}
+	// One attempt per poll: every poll either got its connection or was
+	// refused once. Retry-on-acquire knocks again.
+	if fp.Refused > fp.Polls-fp.Claims {
+		t.Errorf("fleetpace: %d refused attempts for %d polls without a connection: more than one attempt per poll", fp.Refused, fp.Polls-fp.Claims)
+	}
+	if base.Refused <= base.Polls-base.Claims {
+		t.Errorf("baseline: %d refused attempts for %d polls without a connection: the retry did not knock again", base.Refused, base.Polls-base.Claims)
+	}
+	// Startup jitter spreads the first polls over [0, Max]; the baseline
+	// starts them together.
+	if fp.FirstPollSpread < cfg.Max.Seconds()/2 || base.FirstPollSpread > cfg.Max.Seconds()/10 {
+		t.Errorf("first polls spread over %.2f s (fleetpace) and %.2f s (baseline); want ≥ %s/2 and ≤ %s/10",
+			fp.FirstPollSpread, base.FirstPollSpread, cfg.Max, cfg.Max)
+	}
 	if bound := cfg.RecoveryBound(); !fp.Recovered || fp.RecoverySeconds > bound.Seconds() {
 		t.Errorf("fleetpace: recovered %v after %.1f s, want within %s", fp.Recovered, fp.RecoverySeconds, bound)
 	}
