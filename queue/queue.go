@@ -175,6 +175,13 @@ func Pending(ctx context.Context, db interface {
 	return n, nil
 }
 
+// UnfinishedJobsSQL is a relation, for a FROM clause, of the ids of River jobs
+// that have not finished (neither completed, discarded nor cancelled): for
+// statements of other packages that must see River's job states in the same
+// statement (the scan's reconciliation). River's tables are read by this
+// package's SQL only.
+const UnfinishedJobsSQL = `(SELECT id FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled'))`
+
 const pendingSQL = `
 SELECT count(*) FROM river_job
 WHERE queue = $1

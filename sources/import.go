@@ -50,9 +50,7 @@ type importRow struct {
 // written and the ImportError lists every bad line with its number and
 // reason. Rows already present (same platform and URL) are left unchanged, so
 // re-importing a file adds nothing.
-func Import(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, r io.Reader, opts ImportOptions) (*ImportResult, error) {
+func Import(ctx context.Context, db Beginner, r io.Reader, opts ImportOptions) (*ImportResult, error) {
 	if opts.DefaultInterval == 0 {
 		opts.DefaultInterval = DefaultInterval
 	}

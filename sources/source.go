@@ -151,9 +151,7 @@ func scanSource(row pgx.CollectableRow) (Source, error) {
 
 // RemoveSources deletes the sources with the given ids, all or nothing: if any
 // id does not exist, nothing is removed and the error names the missing ids.
-func RemoveSources(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, ids []int64) (int, error) {
+func RemoveSources(ctx context.Context, db Beginner, ids []int64) (int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("source: remove: %w", err)

@@ -1,8 +1,8 @@
-// Package sources keeps fleetpace's platforms and sources: what is fetched,
-// from which destination, how often, when it was last checked, and which
-// platforms are cooling down after being told to stop. It owns the due query
-// (fair order: never-checked first, then longest since checked, ties by id)
-// and the scan tick that turns due sources into River jobs.
+// Package sources is fleetpace's store: platforms (each destination and its
+// limits), sources (what is fetched, how often, when it was last checked and
+// with what outcome), platform cooldowns, imports, and the recording of
+// checks (RecordCheck, and the Recorder's group commit). Package scan, on
+// top of it, turns due sources into River jobs.
 package sources
 
 import (
@@ -21,6 +21,13 @@ type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner is what functions that run several statements in one transaction
+// of their own need: a pool, a connection, or a transaction (which makes the
+// transaction a savepoint).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // ErrInvalid is wrapped by every error about bad input (a field, a line of an

@@ -18,7 +18,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
-	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
@@ -102,7 +102,7 @@ func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 	}, func(ctx context.Context) (bool, error) {
 		before := attempts.Load()
 		start := time.Now()
-		_, err := sources.Tick(ctx, pool, client, sources.TickConfig{})
+		_, err := scan.Tick(ctx, pool, client, scan.Config{})
 		mu.Lock()
 		cycles = append(cycles, time.Since(start))
 		attemptsN = append(attemptsN, attempts.Load()-before)

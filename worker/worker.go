@@ -29,6 +29,7 @@ import (
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
@@ -63,7 +64,7 @@ type Config struct {
 	// default). Its StartupJitter also delays the River client's start.
 	Poll poller.Config
 	// Tick configures each scan tick.
-	Tick sources.TickConfig
+	Tick scan.Config
 	// DisableScan turns the scan loop off (for fleets scanned by cron).
 	DisableScan bool
 
@@ -180,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.DisableScan {
 		g.Go(func() error {
 			return poller.Run(gctx, poll, func(ctx context.Context) (bool, error) {
-				res, err := sources.Tick(ctx, pool, client, cfg.Tick)
+				res, err := scan.Tick(ctx, pool, client, cfg.Tick)
 				switch {
 				case err != nil:
 					metrics.tick("failed", nil, nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -108,7 +109,7 @@ func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
 	}
 	res.DueFraction = float64(dueCount) / float64(cfg.Sources)
 
-	dueOpts := sources.DueOptions{Limit: cfg.Select, DefaultCap: cfg.Select / 2}
+	dueOpts := scan.DueOptions{Limit: cfg.Select, DefaultCap: cfg.Select / 2}
 	measure := func(name string, runs int, f func() error) ([]float64, error) {
 		// One unmeasured run warms caches and prepared statements.
 		if err := f(); err != nil {
@@ -131,7 +132,7 @@ func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	tickCfg := sources.TickConfig{Limit: cfg.Select, PerPlatformCap: cfg.Select / 2, LookAhead: time.Minute}
+	tickCfg := scan.Config{Limit: cfg.Select, PerPlatformCap: cfg.Select / 2, LookAhead: time.Minute}
 	var dueMs, floorMs, tickMs []float64
 	tickRuns := max(5, cfg.Runs/3)
 	for round := 0; round < cfg.Runs; round++ {
@@ -141,7 +142,7 @@ func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		q, err := sources.PrepareDue(ctx, tx, dueOpts)
+		q, err := scan.PrepareDue(ctx, tx, dueOpts)
 		if err != nil {
 			tx.Rollback(ctx) //nolint:errcheck
 			return nil, err
@@ -217,9 +218,9 @@ func floor(ctx context.Context, pool *pgxpool.Pool, n int) error {
 
 // measureTick times one whole tick (lock, plan, due query, mark queued,
 // insert River jobs, commit), then undoes it outside the timing.
-func measureTick(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, cfg sources.TickConfig, enqueued *int) (float64, error) {
+func measureTick(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, cfg scan.Config, enqueued *int) (float64, error) {
 	t := time.Now()
-	res, err := sources.Tick(ctx, pool, client, cfg)
+	res, err := scan.Tick(ctx, pool, client, cfg)
 	elapsed := time.Since(t)
 	if err != nil {
 		return 0, fmt.Errorf("bench: tick: %w", err)
@@ -237,8 +238,19 @@ func measureTick(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, 
 	return ms(elapsed), nil
 }
 
-func explainDue(ctx context.Context, pool *pgxpool.Pool, opts sources.DueOptions) (string, error) {
-	return sources.ExplainDue(ctx, pool, opts)
+// explainDue returns the due query's plan, in a read transaction of its own
+// as in a tick.
+func explainDue(ctx context.Context, pool *pgxpool.Pool, opts scan.DueOptions) (string, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	q, err := scan.PrepareDue(ctx, tx, opts)
+	if err != nil {
+		return "", err
+	}
+	return q.Explain(ctx, tx)
 }
 
 // fillScanData replaces every platform, source, cooldown and job with the

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -325,7 +326,7 @@ func fmtStr(p *string) string {
 }
 
 func (a *app) scanCmd() *cobra.Command {
-	var cfg sources.TickConfig
+	var cfg scan.Config
 	cmd := &cobra.Command{
 		Use:   "scan",
 		Short: "Run one scan tick (queue due sources), then exit; for cron and systemd timers",
@@ -344,7 +345,7 @@ A tick already running elsewhere (another scan, a worker) makes this one skip.`,
 				if err != nil {
 					return err
 				}
-				res, err := sources.Tick(cmd.Context(), pool, client, cfg)
+				res, err := scan.Tick(cmd.Context(), pool, client, cfg)
 				if err != nil {
 					return dbError(err)
 				}
@@ -368,10 +369,10 @@ A tick already running elsewhere (another scan, a worker) makes this one skip.`,
 	return cmd
 }
 
-func addTickFlags(cmd *cobra.Command, cfg *sources.TickConfig) {
+func addTickFlags(cmd *cobra.Command, cfg *scan.Config) {
 	cmd.Flags().IntVar(&cfg.Limit, "limit", 1000, "most sources queued by one tick")
 	cmd.Flags().IntVar(&cfg.PerPlatformCap, "per-platform-cap", 500, "most sources of one platform queued by one tick")
-	cmd.Flags().DurationVar(&cfg.LookAhead, "look-ahead", sources.DefaultLookAhead, "queue up to rate × look-ahead per platform")
+	cmd.Flags().DurationVar(&cfg.LookAhead, "look-ahead", scan.DefaultLookAhead, "queue up to rate × look-ahead per platform")
 }
 
 func fmtByPlatform(m map[string]int) string {
@@ -408,9 +409,9 @@ func (a *app) enqueueCmd() *cobra.Command {
 				}
 				var queued []queue.FetchArgs
 				if platform != "" {
-					queued, err = sources.EnqueuePlatform(cmd.Context(), pool, client, platform)
+					queued, err = scan.EnqueuePlatform(cmd.Context(), pool, client, platform)
 				} else {
-					queued, err = sources.Enqueue(cmd.Context(), pool, client, ids)
+					queued, err = scan.Enqueue(cmd.Context(), pool, client, ids)
 				}
 				if errors.Is(err, sources.ErrNotFound) {
 					return usagef("%w", err)
