@@ -2,15 +2,20 @@ package dbconn_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // silentServer accepts TCP connections and never answers: the worst case of
@@ -129,5 +134,44 @@ func TestRedact(t *testing.T) {
 	_, err := dbconn.NewPool(context.Background(), dbconn.Config{URL: "postgres://u:hunter2@[::1:5432/db"})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("invalid URL error = %v", err)
+	}
+	// The message is redacted, the chain is kept.
+	var parseErr *pgconn.ParseConfigError
+	if !errors.Is(err, dbconn.ErrInvalidURL) || !errors.As(err, &parseErr) {
+		t.Fatalf("invalid URL error %v lost its chain (ErrInvalidURL %v, ParseConfigError %v)",
+			err, errors.Is(err, dbconn.ErrInvalidURL), errors.As(err, &parseErr))
+	}
+}
+
+// The classifier decides by types and SQLSTATEs: a message that merely reads
+// like an outage is not one, and a statement's own error is not one either.
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error) error { return fmt.Errorf("tick: %w", err) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"connect error", wrap(&pgconn.ConnectError{}), true},
+		{"admin shutdown", wrap(&pgconn.PgError{Code: "57P01"}), true},
+		{"cannot connect now", &pgconn.PgError{Code: "57P03"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"connection failure (class 08)", &pgconn.PgError{Code: "08006"}, true},
+		{"unique violation", wrap(&pgconn.PgError{Code: "23505"}), false},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, false},
+		{"query canceled", &pgconn.PgError{Code: "57014"}, false},
+		{"network error", wrap(&net.OpError{Op: "read", Err: syscall.ECONNRESET}), true},
+		{"unexpected EOF", wrap(io.ErrUnexpectedEOF), true},
+		{"conn closed", wrap(pgconn.ErrConnClosed), true},
+		{"deadline", wrap(context.DeadlineExceeded), true},
+		{"a message only", errors.New("failed to connect: conn closed: connection reset by peer"), false},
+		{"no rows", wrap(pgx.ErrNoRows), false},
+	}
+	for _, tt := range tests {
+		if got := dbconn.IsUnavailable(tt.err); got != tt.want {
+			t.Errorf("%s: IsUnavailable(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
 	}
 }
