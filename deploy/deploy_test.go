@@ -10,30 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/testbin"
 )
 
 const installedBinary = "/usr/local/bin/fleetpace"
 
 var binary string // fleetpace built for these tests
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleetpace-deploy-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "fleetpace")
-	build := exec.Command("go", "build", "-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building fleetpace:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m, &binary) }
 
 // unit is a parsed systemd unit file: section → key → values (a key may
 // repeat).

@@ -12,8 +12,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/internal/version"
 )
 
 // Defaults of HTTPConfig.
@@ -27,7 +29,7 @@ const (
 // DefaultUserAgent is the User-Agent sent when HTTPConfig.UserAgent is empty:
 // "fleetpace/<version> (+https://github.com/fleetpace/fleetpace)", the
 // version taken from the binary's build information ("dev" when unknown).
-var DefaultUserAgent = "fleetpace/" + moduleVersion() + " (+https://github.com/fleetpace/fleetpace)"
+var DefaultUserAgent = "fleetpace/" + version.Module + " (+https://github.com/fleetpace/fleetpace)"
 
 // HTTPConfig configures the built-in HTTP fetcher. The zero value is valid
 // and means every default.
@@ -63,21 +65,25 @@ type HTTPConfig struct {
 	// Resolver looks up host names before the guard checks the addresses.
 	// Default net.DefaultResolver.
 	Resolver Resolver
-	// Now is the clock HTTP-date Retry-After values are measured against.
-	// Default time.Now.
-	Now func() time.Time
+	// Clock is what HTTP-date Retry-After values are measured against and
+	// Result.Duration is timed with. Default (nil): the real clock.
+	Clock clock.Clock
 }
 
-func (c *HTTPConfig) validate() error {
+// ErrInvalidConfig is wrapped by every error of HTTPConfig.Validate.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c HTTPConfig) Validate() error {
 	switch {
 	case c.Timeout < 0:
-		return fmt.Errorf("fetch: HTTPConfig.Timeout must not be negative, got %s", c.Timeout)
+		return fmt.Errorf("%w: fetch.HTTPConfig.Timeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.Timeout)
 	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("fetch: HTTPConfig.MaxBodyBytes must not be negative, got %d", c.MaxBodyBytes)
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxBodyBytes must be > 0 (0: default), got %d", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.MaxRedirects < -1:
-		return fmt.Errorf("fetch: HTTPConfig.MaxRedirects must be -1 or more, got %d", c.MaxRedirects)
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxRedirects must be -1 (none) or more (0: default), got %d", ErrInvalidConfig, c.MaxRedirects)
 	case c.RateLimitedAfter < 0:
-		return fmt.Errorf("fetch: HTTPConfig.RateLimitedAfter must not be negative, got %s", c.RateLimitedAfter)
+		return fmt.Errorf("%w: fetch.HTTPConfig.RateLimitedAfter must be > 0 (0: default), got %s", ErrInvalidConfig, c.RateLimitedAfter)
 	}
 	return nil
 }
@@ -104,9 +110,7 @@ func (c HTTPConfig) withDefaults() HTTPConfig {
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -127,7 +131,7 @@ var _ Fetcher = (*HTTP)(nil)
 // its dialer. It also ignores HTTP_PROXY and friends, since a proxy would
 // make every connection go to the proxy's address and blind the guard.
 func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -185,9 +189,9 @@ var errBodyTooLarge = errors.New("body too large")
 // 2xx → OK, 304 → NotModified, 429/503 → RatePressure (RateLimited when
 // Retry-After exceeds RateLimitedAfter), anything else → Failed.
 func (h *HTTP) Fetch(ctx context.Context, req Request) Result {
-	start := time.Now()
+	start := h.cfg.Clock.Now()
 	res := h.fetch(ctx, req)
-	res.Duration = time.Since(start)
+	res.Duration = h.cfg.Clock.Since(start)
 	return res
 }
 
@@ -256,7 +260,7 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 		drain(resp.Body)
 		res.Outcome = RatePressure
 		res.Reason = statusText(code)
-		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), h.cfg.Now()); ok {
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), h.cfg.Clock.Now()); ok {
 			res.RetryAfter = d
 		}
 		if res.RetryAfter > h.cfg.RateLimitedAfter {
@@ -399,27 +403,4 @@ func commit(tmp *os.File, dir, hash string) error {
 		os.Remove(tmp.Name())
 	}
 	return err
-}
-
-// moduleVersion is fleetpace's module version from the build information.
-func moduleVersion() string {
-	const path = "github.com/fleetpace/fleetpace"
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	v := ""
-	if info.Main.Path == path {
-		v = info.Main.Version
-	} else {
-		for _, d := range info.Deps {
-			if d.Path == path {
-				v = d.Version
-			}
-		}
-	}
-	if v == "" || v == "(devel)" {
-		return "dev"
-	}
-	return v
 }

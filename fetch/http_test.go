@@ -14,7 +14,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"go.uber.org/goleak"
 )
+
+// TestMain fails the package when a test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setup returns an HTTP fetcher for cfg, closed when the test ends.
 func setup(t *testing.T, cfg HTTPConfig) *HTTP {
@@ -111,7 +117,8 @@ func TestCustomUserAgent(t *testing.T) {
 
 func TestStatusClassification(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 5, 30, 12, 0, 0, 0, time.UTC)
+	fake := clocktest.New()
+	now := fake.Now()
 	srv, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
 		// /STATUS?ra=VALUE
 		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
@@ -157,7 +164,7 @@ func TestStatusClassification(t *testing.T) {
 			h := setup(t, HTTPConfig{
 				AllowPrivateNetworks: true,
 				RateLimitedAfter:     tt.limitAt,
-				Now:                  func() time.Time { return now },
+				Clock:                fake,
 			})
 			u := srv.URL + tt.path
 			if tt.retryAfer != "" {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
@@ -41,23 +42,14 @@ var bin string
 // It starts one embedded PostgreSQL cluster for the package and hands it to
 // testdb through TEST_DATABASE_URL (unless that is set already), so the
 // cluster and the binary are both removed when the tests end.
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
+func TestMain(m *testing.M) { testbin.Main(withCluster{m}, &bin) }
 
-func runMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "fleetpace-integration-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "fleetpace")
-	build := exec.Command("go", "build", "-o", bin, "github.com/fleetpace/fleetpace/cmd/fleetpace")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "integration: build fleetpace: %v\n%s", err, out)
-		return 1
-	}
+// withCluster runs the tests against one PostgreSQL cluster of their own
+// (unless TEST_DATABASE_URL names a server), started before and stopped
+// after them.
+type withCluster struct{ m *testing.M }
+
+func (w withCluster) Run() int {
 	if os.Getenv("TEST_DATABASE_URL") == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		c, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "300"}})
@@ -73,8 +65,8 @@ func runMain(m *testing.M) int {
 		}()
 		os.Setenv("TEST_DATABASE_URL", c.URL("postgres"))
 	}
-	// testdb.Main would os.Exit; our deferred cleanups must run first.
-	return m.Run()
+	// testdb.Main would os.Exit; our deferred cleanup must run first.
+	return w.m.Run()
 }
 
 // --- the CLI, run to completion -------------------------------------------

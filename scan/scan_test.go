@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/queue"
@@ -16,7 +17,7 @@ import (
 	"github.com/fleetpace/fleetpace/sources"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 
 type fixture struct {
 	ctx    context.Context

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
-	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -35,6 +35,7 @@ type FetchWorker struct {
 	pacer    Pacer
 	fetcher  fetch.Fetcher
 	maxWait  time.Duration
+	clock    clock.Clock
 	rand     func() float64
 	metrics  *Metrics
 	logger   *slog.Logger
@@ -53,6 +54,9 @@ type JobConfig struct {
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
 	// worker slot; a longer one snoozes the job instead. Default 5 s.
 	MaxWait time.Duration
+	// Clock is what a job sleeps on until its pacer slot, and times its
+	// lateness with. Default (nil): the real clock.
+	Clock clock.Clock
 	// Rand draws uniform numbers in [0, 1) for cooldown and snooze jitter.
 	// Default math/rand/v2.
 	Rand func() float64
@@ -87,7 +91,7 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
-		rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
+		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
 }
 
 // Work runs one fetch job: reserve → fetch → report → record. Nothing comes
@@ -229,7 +233,7 @@ const LateSend = 25 * time.Millisecond
 // slot, and gives up slots it woke up too late for (at most three times).
 func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
 	for attempt := 0; ; attempt++ {
-		asked := time.Now()
+		asked := w.clock.Now()
 		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
 		if errors.Is(err, pacer.ErrUnknownPlatform) {
 			return res, river.JobCancel(err) // the platform was deleted, and its sources with it
@@ -249,13 +253,13 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 			return res, river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
 		}
 		w.metrics.waited(platform, res.Wait)
-		if err := poller.Sleep(ctx, res.Wait); err != nil {
+		if err := clock.Sleep(ctx, w.clock, res.Wait); err != nil {
 			return res, interrupted(ctx, err)
 		}
 		// The slot is Wait after the database's clock read, which came
 		// after we asked: measured from the asking, lateness includes the
 		// round trip (a slow reply delays the send as much as a slow wake).
-		if late := time.Since(asked.Add(res.Wait)); late <= LateSend || attempt == 2 {
+		if late := w.clock.Since(asked.Add(res.Wait)); late <= LateSend || attempt == 2 {
 			return res, nil
 		}
 		w.metrics.snoozed(platform, "late")

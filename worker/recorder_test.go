@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/testdb"
@@ -20,7 +22,7 @@ import (
 	"github.com/fleetpace/fleetpace/worker"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 
 // grantAll is a pacer that grants every reservation at once.
 type grantAll struct{}
@@ -86,7 +88,7 @@ func TestFetchWorkerRecorder(t *testing.T) {
 				if err := rec.Start(ctx); err != nil {
 					t.Fatal(err)
 				}
-				defer rec.Stop()
+				defer rec.Stop(context.Background()) //nolint:errcheck // test cleanup
 			}
 			fetcher := fetch.FetcherFunc(func(_ context.Context, req fetch.Request) fetch.Result {
 				if req.Platform == "limited" {
@@ -151,7 +153,10 @@ func TestFetchWorkerRecorder(t *testing.T) {
 
 // A job still fetching when the worker is told to stop finishes within the
 // soft stop and its check is written: Run stops the Recorder only after the
-// River client.
+// River client. The job is let go only once the worker has logged that it
+// stops River (after its loops ended, before River's stop), so it finishes
+// during the stop: were the Recorder stopped before River, its check would
+// be refused (ErrRecorderStopped) and never written.
 func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
@@ -165,18 +170,21 @@ func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	started, release := make(chan struct{}), make(chan struct{})
+	started, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	fetcher := fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {
 		once.Do(func() { close(started) })
 		<-release // not ctx: the job goes on after shutdown begins
+		defer close(returned)
 		return fetch.Result{Outcome: fetch.OK, Status: 200}
 	})
+	stopping := make(chan struct{})
+	logger := slog.New(&signalHandler{msg: "stopping: no new jobs; running fetches may finish", ch: stopping})
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Run(ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second,
+		done <- worker.Run(ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second, Logger: logger,
 			Poll: poller.Config{StartupJitter: poller.NoStartupJitter}})
 	}()
 	select {
@@ -187,14 +195,35 @@ func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 		t.Fatal("the job was not fetched within 30 s")
 	}
 	stop()
-	// Let shutdown get under way (scan loop and heartbeat stopped, River
-	// stopping) before the job finishes.
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-stopping:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not begin stopping River within 30 s")
+	}
 	close(release)
+	<-returned
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if o := outcome(t, pool, id); o != "ok" {
 		t.Fatalf("check of the job that finished during shutdown: outcome %q, want ok", o)
 	}
+}
+
+// signalHandler is a slog handler that closes ch when a record with message
+// msg is logged, and drops every record.
+type signalHandler struct {
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler            { return h }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
 }

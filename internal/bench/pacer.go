@@ -8,8 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fleetpace/fleetpace/internal/fakedest"
-	"github.com/fleetpace/fleetpace/poller"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +17,9 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
@@ -477,7 +478,7 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := p.States(ctx); err != nil {
 		return err
 	}
-	if err := poller.Sleep(ctx, time.Until(start)); err != nil {
+	if err := clock.Sleep(ctx, clock.Real(), time.Until(start)); err != nil {
 		return err
 	}
 
@@ -495,7 +496,7 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 				if err != nil {
 					return err
 				}
-				if err := poller.Sleep(gctx, min(r.Wait, remaining)); err != nil {
+				if err := clock.Sleep(gctx, clock.Real(), min(r.Wait, remaining)); err != nil {
 					return err
 				}
 				if !r.Granted {

@@ -180,7 +180,7 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	if err := rec.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	defer rec.Stop()
+	defer rec.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // every run waits for its checks (Flush)
 
 	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: pc, Recorder: rec, Logger: cfg.Logger,
 		Fetcher: fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {

@@ -19,26 +19,13 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleetpace-cli-test-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "fleetpace")
-	out, err := exec.Command("go", "build", "-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build fleetpace: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := testdb.Run(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(testdb.M(m), &binary) }
 
 type result struct {
 	code           int

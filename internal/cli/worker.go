@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/poller"
-	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
@@ -79,12 +77,12 @@ func (a *app) drainCmd() *cobra.Command {
 				return err
 			}
 			res, err := worker.Drain(cmd.Context(), cfg, maxDuration)
-			if errors.Is(err, queue.ErrDrainTimeout) {
-				fmt.Fprintf(a.stdout, "drain: stopped after --max-duration %s with %d job(s) left (%d finished)\n", maxDuration, res.Left, res.Completed)
-				return nil
-			}
 			if err != nil {
 				return dbError(err)
+			}
+			if res.TimedOut {
+				fmt.Fprintf(a.stdout, "drain: stopped after --max-duration %s with %d job(s) left (%d finished)\n", maxDuration, res.Left, res.Completed)
+				return nil
 			}
 			fmt.Fprintf(a.stdout, "drain: queue empty (%d job(s) finished)\n", res.Completed)
 			return nil

@@ -16,7 +16,11 @@ import (
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/goleak"
 )
+
+// TestMain fails the package when a test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // silentServer accepts TCP connections and never answers: the worst case of
 // a saturated pooler.

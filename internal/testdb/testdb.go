@@ -6,6 +6,10 @@
 // cluster is stopped when the tests end:
 //
 //	func TestMain(m *testing.M) { testdb.Main(m) }
+//
+// or, to check for leaked goroutines after the cluster has stopped:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 package testdb
 
 import (
@@ -53,6 +57,14 @@ func Run(m *testing.M) int {
 	}
 	return code
 }
+
+// M is m for goleak.VerifyTestMain (or anything taking a Run() int): its
+// Run runs the tests and stops the embedded cluster, as Run does.
+func M(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return Run(r.m) }
 
 func setup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
