@@ -84,7 +84,7 @@ type Result struct {
 	RetryAfter time.Duration
 	// Reason says in words what happened. Always set for Failed and
 	// RateLimited, e.g. "HTTP 404 Not Found" or "refused: 127.0.0.1 is a
-	// loopback address (use --allow-private-networks)".
+	// loopback address (private networks are not allowed)".
 	Reason string
 	// Duration is how long the fetch took (wall clock).
 	Duration time.Duration

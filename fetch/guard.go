@@ -29,7 +29,7 @@ type refusedError struct {
 }
 
 func (e *refusedError) Error() string {
-	return fmt.Sprintf("refused: %s is %s (use --allow-private-networks)", e.addr, e.reason)
+	return fmt.Sprintf("refused: %s is %s (private networks are not allowed)", e.addr, e.reason)
 }
 
 var blockedPrefixes = []struct {
@@ -51,7 +51,7 @@ var nat64Prefixes = []netip.Prefix{
 }
 
 // blocked classifies ip under the guard's policy: ok is true when fleetpace
-// must not connect to it without --allow-private-networks, and reason names
+// must not connect to it unless private networks are allowed, and reason names
 // the kind of address ("a loopback address").
 //
 // Blocked: unspecified, loopback, private (RFC 1918, RFC 4193 fc00::/7),

@@ -128,12 +128,12 @@ func TestGuardRefusesLoopback(t *testing.T) {
 	} {
 		res := h.Fetch(t.Context(), Request{URL: u})
 		if res.Outcome != Failed || !strings.HasPrefix(res.Reason, "refused: ") ||
-			!strings.Contains(res.Reason, "(use --allow-private-networks)") {
+			!strings.Contains(res.Reason, "(private networks are not allowed)") {
 			t.Errorf("%s: got %s %q, want refused", u, res.Outcome, res.Reason)
 		}
 	}
 	res := h.Fetch(t.Context(), Request{URL: srv.URL})
-	if want := "refused: 127.0.0.1 is a loopback address (use --allow-private-networks)"; res.Reason != want {
+	if want := "refused: 127.0.0.1 is a loopback address (private networks are not allowed)"; res.Reason != want {
 		t.Errorf("Reason = %q, want %q", res.Reason, want)
 	}
 	if n := hits.Load(); n != 0 {
@@ -216,7 +216,7 @@ func TestGuardRefusesRedirectToPrivate(t *testing.T) {
 	for _, path := range []string{"/to-ip", "/to-name"} {
 		before := publicHits.Load()
 		res := h.Fetch(t.Context(), Request{URL: publicURL + path})
-		want := "refused: 127.0.0.1 is a loopback address (use --allow-private-networks)"
+		want := "refused: 127.0.0.1 is a loopback address (private networks are not allowed)"
 		if res.Outcome != Failed || res.Reason != want {
 			t.Errorf("%s: got %s %q, want %q", path, res.Outcome, res.Reason, want)
 		}
@@ -228,7 +228,7 @@ func TestGuardRefusesRedirectToPrivate(t *testing.T) {
 		t.Fatalf("the private server received %d requests", n)
 	}
 
-	// With --allow-private-networks the same redirect is followed.
+	// With AllowPrivateNetworks the same redirect is followed.
 	open := setup(t, HTTPConfig{Resolver: resolver, AllowPrivateNetworks: true})
 	if res := open.Fetch(t.Context(), Request{URL: publicURL + "/to-name"}); res.Outcome != OK || res.ContentHash != sha([]byte("internal")) {
 		t.Fatalf("allowed: %+v, want ok", res)

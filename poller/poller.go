@@ -55,7 +55,7 @@ const NoJitter float64 = -1
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns, so a CLI
 // can map it to a usage error.
-var ErrInvalidConfig = errors.New("poller: invalid config")
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Config configures a polling loop. The zero value is the design's default:
 // base 1 s, max 30 s, jitter ratio 0.5, startup jitter up to max, the real
@@ -95,15 +95,15 @@ type Config struct {
 func (c Config) Validate() error {
 	switch {
 	case c.Base < 0:
-		return fmt.Errorf("%w: Base %s must not be negative", ErrInvalidConfig, c.Base)
+		return fmt.Errorf("%w: poller.Config.Base must not be negative, got %s", ErrInvalidConfig, c.Base)
 	case c.Max < 0:
-		return fmt.Errorf("%w: Max %s must not be negative", ErrInvalidConfig, c.Max)
+		return fmt.Errorf("%w: poller.Config.Max must not be negative, got %s", ErrInvalidConfig, c.Max)
 	case math.IsNaN(c.JitterRatio) || c.JitterRatio > 1:
-		return fmt.Errorf("%w: JitterRatio %v must be in [0, 1] (or negative to disable)", ErrInvalidConfig, c.JitterRatio)
+		return fmt.Errorf("%w: poller.Config.JitterRatio must be in [0, 1] (or negative to disable), got %v", ErrInvalidConfig, c.JitterRatio)
 	}
 	d := c.withDefaults()
 	if d.Max < d.Base {
-		return fmt.Errorf("%w: Max %s must be ≥ Base %s", ErrInvalidConfig, d.Max, d.Base)
+		return fmt.Errorf("%w: poller.Config.Max (%s) must be ≥ poller.Config.Base (%s)", ErrInvalidConfig, d.Max, d.Base)
 	}
 	return nil
 }

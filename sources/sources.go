@@ -37,19 +37,29 @@ var ErrInvalid = errors.New("invalid input")
 // ErrNotFound is wrapped when a named platform or source does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrUnknownPlatform is wrapped when a source names a platform that does
+// not exist (the error is an ErrInvalid too: a field of the input is bad).
+var ErrUnknownPlatform = fmt.Errorf("unknown platform: %w", ErrNotFound)
+
 // FieldError names one bad field and why it is bad.
 type FieldError struct {
 	Field  string // e.g. "rate_per_sec"
 	Value  string // the offending value as given
 	Reason string // e.g. "must be finite and > 0"
+	Err    error  // what the reason is, for errors.Is (ErrUnknownPlatform); may be nil
 }
 
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("%s %s (got %q)", e.Field, e.Reason, e.Value)
 }
 
-// Unwrap makes every FieldError an ErrInvalid.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
+// Unwrap makes every FieldError an ErrInvalid, and one with Err that too.
+func (e *FieldError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
+
+// unknownPlatform is the error of a source on a platform that does not exist.
+func unknownPlatform(name string) *FieldError {
+	return &FieldError{Field: "platform", Value: name, Reason: "does not exist", Err: ErrUnknownPlatform}
+}
 
 // LineError is a bad line of an import file.
 type LineError struct {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,51 +63,51 @@ type PacerConfig struct {
 	Progress io.Writer
 }
 
+// Defaults of PacerConfig.
+const (
+	DefaultPacerSamples            = 2000
+	DefaultPacerThroughputDuration = 3 * time.Second
+	DefaultPacerCeiling            = 50.0
+	DefaultPacerBurst              = 2
+	DefaultPacerProcesses          = 4
+	DefaultPacerGoroutines         = 8
+	DefaultPacerAccuracyDuration   = 20 * time.Second
+)
+
 func (c *PacerConfig) setDefaults() {
-	if c.LatencySamples == 0 {
-		c.LatencySamples = 2000
-	}
-	if c.ThroughputDuration == 0 {
-		c.ThroughputDuration = 3 * time.Second
-	}
-	if c.Ceiling == 0 {
-		c.Ceiling = 50
-	}
-	if c.Burst == 0 {
-		c.Burst = 2
-	}
-	if c.Processes == 0 {
-		c.Processes = 4
-	}
-	if c.Goroutines == 0 {
-		c.Goroutines = 8
-	}
-	if c.AccuracyDuration == 0 {
-		c.AccuracyDuration = 20 * time.Second
-	}
+	c.LatencySamples = cmp.Or(c.LatencySamples, DefaultPacerSamples)
+	c.ThroughputDuration = cmp.Or(c.ThroughputDuration, DefaultPacerThroughputDuration)
+	c.Ceiling = cmp.Or(c.Ceiling, DefaultPacerCeiling)
+	c.Burst = cmp.Or(c.Burst, DefaultPacerBurst)
+	c.Processes = cmp.Or(c.Processes, DefaultPacerProcesses)
+	c.Goroutines = cmp.Or(c.Goroutines, DefaultPacerGoroutines)
+	c.AccuracyDuration = cmp.Or(c.AccuracyDuration, DefaultPacerAccuracyDuration)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
 }
 
-func (c *PacerConfig) validate() error {
+// Validate reports the first invalid field, wrapping ErrInvalidConfig. It
+// does not check DatabaseURL and Spawn (Pacer does).
+func (c PacerConfig) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: bench.PacerConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
 	switch {
-	case c.DatabaseURL == "":
-		return errors.New("bench pacer: PacerConfig.DatabaseURL is required")
-	case c.Spawn == nil:
-		return errors.New("bench pacer: PacerConfig.Spawn is required")
 	case c.LatencySamples < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.LatencySamples must not be negative (got %d)", c.LatencySamples)
+		return bad("LatencySamples must be > 0 (0: default), got %d", c.LatencySamples)
 	case c.ThroughputDuration < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.ThroughputDuration must not be negative (got %s)", c.ThroughputDuration)
+		return bad("ThroughputDuration must be > 0 (0: default), got %s", c.ThroughputDuration)
 	case c.Ceiling < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.Ceiling must not be negative (got %g)", c.Ceiling)
+		return bad("Ceiling must be > 0 (0: default), got %g", c.Ceiling)
 	case c.Burst < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.Burst must not be negative (got %d)", c.Burst)
-	case c.Processes < 0 || c.Goroutines < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.Processes and Goroutines must not be negative (got %d, %d)", c.Processes, c.Goroutines)
+		return bad("Burst must be > 0 (0: default), got %d", c.Burst)
+	case c.Processes < 0:
+		return bad("Processes must be > 0 (0: default), got %d", c.Processes)
+	case c.Goroutines < 0:
+		return bad("Goroutines must be > 0 (0: default), got %d", c.Goroutines)
 	case c.AccuracyDuration < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.AccuracyDuration must not be negative (got %s)", c.AccuracyDuration)
+		return bad("AccuracyDuration must be > 0 (0: default), got %s", c.AccuracyDuration)
 	}
 	return nil
 }
@@ -175,7 +176,13 @@ RETURNING s.cursor_at`
 // pacer reservation at an effectively unlimited rate; then the accuracy of
 // the shared ceiling with a fleet of real processes.
 func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
-	if err := cfg.validate(); err != nil {
+	switch {
+	case cfg.DatabaseURL == "":
+		return nil, fmt.Errorf("%w: bench.PacerConfig.DatabaseURL is required", ErrInvalidConfig)
+	case cfg.Spawn == nil:
+		return nil, fmt.Errorf("%w: bench.PacerConfig.Spawn is required", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()

@@ -4,8 +4,10 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -63,37 +65,59 @@ type ScanResult struct {
 	DuePlan        string  `json:"due_plan"`
 }
 
+// ErrInvalidConfig is wrapped by every error of the benchmarks' Validate
+// methods.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Defaults of ScanConfig.
+const (
+	DefaultScanSources     = 1_000_000
+	DefaultScanPlatforms   = 20
+	DefaultScanCoolingDown = 2
+	DefaultScanSelect      = 1000
+	DefaultScanRuns        = 30
+)
+
 func (c *ScanConfig) setDefaults() {
-	if c.Sources == 0 {
-		c.Sources = 1_000_000
-	}
-	if c.Platforms == 0 {
-		c.Platforms = 20
-	}
-	if c.CoolingDown == 0 {
-		c.CoolingDown = 2
-	}
-	if c.Select == 0 {
-		c.Select = 1000
-	}
-	if c.Runs == 0 {
-		c.Runs = 30
-	}
+	c.Sources = cmp.Or(c.Sources, DefaultScanSources)
+	c.Platforms = cmp.Or(c.Platforms, DefaultScanPlatforms)
+	c.CoolingDown = cmp.Or(c.CoolingDown, DefaultScanCoolingDown)
+	c.Select = cmp.Or(c.Select, DefaultScanSelect)
+	c.Runs = cmp.Or(c.Runs, DefaultScanRuns)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
 }
 
+// Validate reports the first invalid field (defaults applied), wrapping
+// ErrInvalidConfig. It does not check Pool (Scan does).
+func (c ScanConfig) Validate() error {
+	c.setDefaults()
+	switch {
+	case c.Sources < 1000:
+		return fmt.Errorf("%w: bench.ScanConfig.Sources must be ≥ 1000, got %d", ErrInvalidConfig, c.Sources)
+	case c.Platforms < 2:
+		return fmt.Errorf("%w: bench.ScanConfig.Platforms must be ≥ 2, got %d", ErrInvalidConfig, c.Platforms)
+	case c.CoolingDown < 0 || c.CoolingDown >= c.Platforms:
+		return fmt.Errorf("%w: bench.ScanConfig.CoolingDown must be ≥ 0 and below bench.ScanConfig.Platforms (%d), got %d", ErrInvalidConfig, c.Platforms, c.CoolingDown)
+	case c.Select < 1:
+		return fmt.Errorf("%w: bench.ScanConfig.Select must be ≥ 1, got %d", ErrInvalidConfig, c.Select)
+	case c.Runs < 1:
+		return fmt.Errorf("%w: bench.ScanConfig.Runs must be ≥ 1, got %d", ErrInvalidConfig, c.Runs)
+	}
+	return nil
+}
+
 // Scan fills the database with sources and measures the due query, a whole
 // tick and the floor query on the same data.
 func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
-	cfg.setDefaults()
 	if cfg.Pool == nil {
-		return nil, fmt.Errorf("bench: ScanConfig.Pool is required")
+		return nil, fmt.Errorf("%w: bench.ScanConfig.Pool is required", ErrInvalidConfig)
 	}
-	if cfg.CoolingDown >= cfg.Platforms {
-		return nil, fmt.Errorf("bench: CoolingDown (%d) must be below Platforms (%d)", cfg.CoolingDown, cfg.Platforms)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	cfg.setDefaults()
 	pool := cfg.Pool
 	start := time.Now()
 	fmt.Fprintf(cfg.Progress, "bench scan: creating %d sources over %d platforms…\n", cfg.Sources, cfg.Platforms)

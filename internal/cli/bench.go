@@ -14,14 +14,8 @@ import (
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 )
 
-// benchCommandHooks lets other files add `fleetpace bench` subcommands.
-var benchCommandHooks []func(*app) *cobra.Command
-
-func init() {
-	extraCommandHooks = append(extraCommandHooks, (*app).benchCmd)
-}
-
-func (a *app) benchCmd() *cobra.Command {
+// benchCmd is `fleetpace bench` with the given benchmarks.
+func (a *app) benchCmd(benchmarks ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure fleetpace against its baselines (one run, one database, medians)",
@@ -31,10 +25,7 @@ its issue, in one run on one database, and report medians.
 Without --database-url each benchmark starts a throwaway embedded cluster;
 with one, use a throwaway database: benchmarks delete and create data.`,
 	}
-	cmd.AddCommand(a.benchScanCmd())
-	for _, h := range benchCommandHooks {
-		cmd.AddCommand(h(a))
-	}
+	cmd.AddCommand(benchmarks...)
 	return cmd
 }
 
@@ -101,8 +92,8 @@ func (a *app) benchScanCmd() *cobra.Command {
 		Short: "Due query and whole tick on 1,000,000 sources vs the bare ORDER BY … LIMIT floor",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Sources < 1000 || cfg.Platforms < 2 || cfg.Runs < 1 || cfg.CoolingDown < 0 || cfg.CoolingDown >= cfg.Platforms {
-				return usagef("bench scan: need --sources ≥ 1000, --platforms ≥ 2, --runs ≥ 1, 0 ≤ --cooling-down < --platforms")
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
 			return a.runBench(cmd.Context(), asJSON, func(pool *pgxpool.Pool, _ string) (benchResult, error) {
 				cfg.Pool = pool
@@ -112,11 +103,12 @@ func (a *app) benchScanCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Sources, "sources", 1_000_000, "sources to create")
-	f.IntVar(&cfg.Platforms, "platforms", 20, "platforms sharing them")
-	f.IntVar(&cfg.CoolingDown, "cooling-down", 2, "platforms in cooldown")
-	f.IntVar(&cfg.Select, "select", 1000, "sources selected by the due query and each tick")
-	f.IntVar(&cfg.Runs, "runs", 30, "repetitions of each measurement (ticks: a third, at least 5)")
+	f.IntVar(&cfg.Sources, "sources", bench.DefaultScanSources, "sources to create")
+	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultScanPlatforms, "platforms sharing them")
+	f.IntVar(&cfg.CoolingDown, "cooling-down", bench.DefaultScanCoolingDown, "platforms in cooldown")
+	f.IntVar(&cfg.Select, "select", bench.DefaultScanSelect, "sources selected by the due query and each tick")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultScanRuns, "repetitions of each measurement (ticks: a third, at least 5)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "sources", "platforms", "select", "runs")
 	return cmd
 }

@@ -3,17 +3,12 @@ package cli
 import (
 	"os"
 	"os/exec"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/internal/bench"
 )
-
-func init() {
-	benchCommandHooks = append(benchCommandHooks, (*app).benchPacerCmd, (*app).benchPacerChildCmd)
-}
 
 func (a *app) benchPacerCmd() *cobra.Command {
 	var (
@@ -36,9 +31,8 @@ Targets: reservation median ≤ 1.5× the bare upsert; throughput at 4 callers
 ≥ 0.8× the upsert's; delivered/ceiling ≥ 0.97; largest window ≤ ceiling + burst.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Ceiling <= 0 || cfg.Burst < 1 || cfg.Processes < 1 || cfg.Goroutines < 1 || cfg.LatencySamples < 1 ||
-				cfg.ThroughputDuration <= 0 || cfg.AccuracyDuration <= 0 {
-				return usagef("bench pacer: every count, rate and duration must be > 0")
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
 			self, err := os.Executable()
 			if err != nil {
@@ -55,14 +49,15 @@ Targets: reservation median ≤ 1.5× the bare upsert; throughput at 4 callers
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.LatencySamples, "samples", 2000, "round trips of each kind for the latency figures")
-	f.DurationVar(&cfg.ThroughputDuration, "throughput-duration", 3*time.Second, "length of each throughput measurement")
-	f.Float64Var(&cfg.Ceiling, "ceiling", 50, "rate of the accuracy measurement, per second")
-	f.IntVar(&cfg.Burst, "burst", 2, "burst of the accuracy measurement")
-	f.IntVar(&cfg.Processes, "processes", 4, "processes of the accuracy measurement")
-	f.IntVar(&cfg.Goroutines, "goroutines", 8, "goroutines per process of the accuracy measurement")
-	f.DurationVar(&cfg.AccuracyDuration, "accuracy-duration", 20*time.Second, "length of the accuracy measurement")
+	f.IntVar(&cfg.LatencySamples, "samples", bench.DefaultPacerSamples, "round trips of each kind for the latency figures")
+	f.DurationVar(&cfg.ThroughputDuration, "throughput-duration", bench.DefaultPacerThroughputDuration, "length of each throughput measurement")
+	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultPacerCeiling, "rate of the accuracy measurement, per second")
+	f.IntVar(&cfg.Burst, "burst", bench.DefaultPacerBurst, "burst of the accuracy measurement")
+	f.IntVar(&cfg.Processes, "processes", bench.DefaultPacerProcesses, "processes of the accuracy measurement")
+	f.IntVar(&cfg.Goroutines, "goroutines", bench.DefaultPacerGoroutines, "goroutines per process of the accuracy measurement")
+	f.DurationVar(&cfg.AccuracyDuration, "accuracy-duration", bench.DefaultPacerAccuracyDuration, "length of the accuracy measurement")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "samples", "throughput-duration", "ceiling", "burst", "processes", "goroutines", "accuracy-duration")
 	return cmd
 }
 

@@ -1,17 +1,11 @@
 package cli
 
 import (
-	"time"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/internal/bench"
 )
-
-func init() {
-	benchCommandHooks = append(benchCommandHooks, (*app).benchWorkerCmd)
-}
 
 func (a *app) benchWorkerCmd() *cobra.Command {
 	var (
@@ -35,8 +29,8 @@ and medians are reported. Target: ratio ≥ 0.7.
 nothing about the cost of a job.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Workers < 1 || cfg.Jobs < 1 || cfg.Runs < 1 || cfg.FetchCooldown < time.Millisecond {
-				return usagef("bench worker: need --workers ≥ 1, --jobs ≥ 1, --runs ≥ 1, --fetch-cooldown ≥ 1ms")
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
 			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
 				cfg.DatabaseURL = url
@@ -47,10 +41,11 @@ nothing about the cost of a job.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Workers, "workers", 10, "River workers (MaxWorkers) of both clients, like the worker's --concurrency")
-	f.IntVar(&cfg.Jobs, "jobs", 5000, "jobs per run")
-	f.IntVar(&cfg.Runs, "runs", 3, "runs of each side (alternating); medians are reported")
-	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", time.Millisecond, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultWorkerWorkers, "River workers (MaxWorkers) of both clients, like the worker's --concurrency")
+	f.IntVar(&cfg.Jobs, "jobs", bench.DefaultWorkerJobs, "jobs per run")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultWorkerRuns, "runs of each side (alternating); medians are reported")
+	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", bench.DefaultWorkerFetchCooldown, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
+	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
 	return cmd
 }

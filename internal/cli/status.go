@@ -29,7 +29,12 @@ func (a *app) statusCmd() *cobra.Command {
 				if asJSON {
 					return writeJSON(a.stdout, rep)
 				}
-				fmt.Fprintf(a.stdout, "live workers: %d\n\n", rep.Workers)
+				fmt.Fprintf(a.stdout, "live workers: %d\n", rep.Workers)
+				for _, w := range rep.Fleet {
+					fmt.Fprintf(a.stdout, "  %s  %s pid %d  fleetpace %s  up %s  seen %s ago\n", w.ID, w.Hostname, w.PID, w.Version,
+						roundDur(rep.At.Sub(w.StartedAt)), roundDur(rep.At.Sub(w.SeenAt)))
+				}
+				fmt.Fprintln(a.stdout)
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "PLATFORM\tRATE/S\tMULT\tEFFECTIVE/S\tHOLD\tCOOLDOWN\tSOURCES\tQUEUED\tDUE\tNEVER CHECKED\tSTALE MAX\tSTALE P95")
 				for _, p := range rep.Platforms {

@@ -53,15 +53,17 @@ type Config struct {
 	Attempts *atomic.Int64
 }
 
-func (c *Config) validate() error {
-	if c.URL == "" {
-		return errors.New("dbconn: database URL is empty")
-	}
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Validate reports an invalid field, wrapping ErrInvalidConfig. The URL is
+// checked by PoolConfig, when it is parsed (ErrInvalidURL).
+func (c Config) Validate() error {
 	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("dbconn: ConnectTimeout must be ≥ 0, got %s", c.ConnectTimeout)
+		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.ConnectTimeout)
 	}
 	if c.MaxConns < 0 {
-		return fmt.Errorf("dbconn: MaxConns must be ≥ 0, got %d", c.MaxConns)
+		return fmt.Errorf("%w: dbconn.Config.MaxConns must be ≥ 0, got %d", ErrInvalidConfig, c.MaxConns)
 	}
 	return nil
 }
@@ -71,8 +73,11 @@ var ErrInvalidURL = errors.New("invalid database URL")
 
 // PoolConfig builds a pgxpool configuration that follows the fail-fast rule.
 func PoolConfig(cfg Config) (*pgxpool.Config, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.URL == "" {
+		return nil, fmt.Errorf("dbconn: %w: the URL is empty", ErrInvalidURL)
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
