@@ -350,19 +350,38 @@ func arrivalsBetween(times []time.Time, from, to time.Time) int {
 	return n
 }
 
-// waitArrivals waits until the destination has at least n requests under
-// prefix, and returns the time it saw them.
+// waitArrivals waits until the destination has recorded n requests under
+// prefix and returns the n-th one's arrival time, by the destination's
+// clock. It fails the test after timeout.
 func waitArrivals(t *testing.T, d *fakedest.Server, prefix string, n int, timeout time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if d.Count(prefix) >= n {
-			return time.Now()
+		if ts := d.Arrivals(prefix); len(ts) >= n {
+			return ts[n-1]
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("destination: fewer than %d requests under %q after %s (got %d)", n, prefix, timeout, d.Count(prefix))
 	return time.Time{}
+}
+
+// waitUntil waits until the destination has recorded a request under prefix
+// that arrived at or after at, by the destination's clock, and returns that
+// arrival time: every measurement window ending by at is then complete at
+// the destination, however slowly a loaded machine runs the fleet. It fails
+// the test if that has not happened timeout after at.
+func waitUntil(t *testing.T, d *fakedest.Server, prefix string, at time.Time, timeout time.Duration) time.Time {
+	t.Helper()
+	for {
+		if ts := d.Arrivals(prefix); len(ts) > 0 && !ts[len(ts)-1].Before(at) {
+			return ts[len(ts)-1]
+		}
+		if time.Now().After(at.Add(timeout)) {
+			t.Fatalf("destination: no request under %q at or after %s (%s after it)", prefix, at.Format(time.StampMilli), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // perSecond formats a per-second series for the log.
