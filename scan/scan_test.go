@@ -35,11 +35,18 @@ func setup(t *testing.T) *fixture {
 	return &fixture{ctx: context.Background(), pool: pool, client: client}
 }
 
-func (f *fixture) platform(t *testing.T, name string, rate float64) {
+// exec runs a statement of a test's setup.
+func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
-	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: name, RatePerSec: rate}); err != nil {
+	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// platform adds a platform at rate (the schema's trigger adds its pace row).
+func (f *fixture) platform(t *testing.T, name string, rate float64) {
+	t.Helper()
+	f.exec(t, `INSERT INTO fleetpace_platform (name, rate_per_sec) VALUES ($1, $2)`, name, rate)
 }
 
 // source adds a due source checked `ago` ago (nil = never).
@@ -116,8 +123,8 @@ func TestDueExcludesDisabledQueuedAndNotDue(t *testing.T) {
 	disabled := f.source(t, "p", "https://example.com/disabled", nil)
 	notDue := f.source(t, "p", "https://example.com/notdue", nil)
 	queued := f.source(t, "p", "https://example.com/queued", nil)
-	mustExec(t, f, `UPDATE fleetpace_source SET enabled = false WHERE id = $1`, disabled)
-	mustExec(t, f, `UPDATE fleetpace_source SET due_at = now() + interval '1 hour' WHERE id = $1`, notDue)
+	f.exec(t, `UPDATE fleetpace_source SET enabled = false WHERE id = $1`, disabled)
+	f.exec(t, `UPDATE fleetpace_source SET due_at = now() + interval '1 hour' WHERE id = $1`, notDue)
 	if _, err := scan.Enqueue(f.ctx, f.pool, f.client, []int64{queued}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +134,6 @@ func TestDueExcludesDisabledQueuedAndNotDue(t *testing.T) {
 	}
 	if fmt.Sprint(ids(got)) != fmt.Sprint([]int64{due}) {
 		t.Fatalf("due = %v, want only %d", ids(got), due)
-	}
-}
-
-func mustExec(t *testing.T, f *fixture, sql string, args ...any) {
-	t.Helper()
-	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -151,7 +151,7 @@ func TestCooldownFiltersPlatform(t *testing.T) {
 		t.Fatal(err)
 	}
 	// c's cooldown has expired: it must not filter.
-	mustExec(t, f, `INSERT INTO fleetpace_cooldown (platform, until) VALUES ('c', now() - interval '1 second')`)
+	f.exec(t, `INSERT INTO fleetpace_cooldown (platform, until) VALUES ('c', now() - interval '1 second')`)
 
 	got, err := scan.SelectDue(f.ctx, f.pool, scan.DueOptions{})
 	if err != nil {
@@ -185,7 +185,7 @@ func TestPerPlatformCapPreventsStarvation(t *testing.T) {
 	f := setup(t)
 	f.platform(t, "a", 1000)
 	f.platform(t, "b", 1000)
-	mustExec(t, f, `INSERT INTO fleetpace_source (platform, url, last_checked_at, due_at)
+	f.exec(t, `INSERT INTO fleetpace_source (platform, url, last_checked_at, due_at)
 		SELECT 'a', 'https://a.example/' || g, now() - interval '10 hours' + g * interval '1 second', now() - interval '1 second'
 		FROM generate_series(1, 1000) g`)
 	var bIDs []int64
@@ -251,7 +251,7 @@ func TestConcurrentTicksQueueOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.platform(t, "p", 1000)
-	mustExec(t, f, `INSERT INTO fleetpace_source (platform, url) SELECT 'p', 'https://p.example/' || g FROM generate_series(1, 500) g`)
+	f.exec(t, `INSERT INTO fleetpace_source (platform, url) SELECT 'p', 'https://p.example/' || g FROM generate_series(1, 500) g`)
 
 	var wg sync.WaitGroup
 	results := make([]*scan.Result, 4)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -144,23 +143,7 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections) // no keep-alive goroutines left behind
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- worker.Run(ctx, worker.Config{
-			DatabaseURL: c.URL("postgres"), HTTPAddr: "127.0.0.1:0", ConnectTimeout: time.Second,
-			Poll:  poller.Config{StartupJitter: poller.NoStartupJitter},
-			Ready: func(addr net.Addr) { ready <- addr },
-		})
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("worker exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker not ready")
-	}
+	addr, done := runWorker(t, ctx, worker.Config{DatabaseURL: c.URL("postgres"), HTTPAddr: "127.0.0.1:0", ConnectTimeout: time.Second})
 	get := func() (*http.Response, error) {
 		return http.Get("http://" + addr.String() + "/readyz")
 	}
@@ -264,7 +247,7 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 	}
 	resp.Body.Close()
 	cancel()
-	if err := <-done; err != nil {
+	if err := await(t, done, "the worker to stop"); err != nil {
 		t.Fatalf("worker: %v", err)
 	}
 }
@@ -277,33 +260,14 @@ func TestRunReportsShutdownErrors(t *testing.T) {
 	c := cluster(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- worker.Run(ctx, worker.Config{
-			DatabaseURL: c.URL("postgres"), ConnectTimeout: time.Second, SoftStop: time.Second, DisableScan: true,
-			Poll:  poller.Config{StartupJitter: poller.NoStartupJitter},
-			Ready: func(addr net.Addr) { ready <- addr },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("worker exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker not ready")
-	}
+	_, done := runWorker(t, ctx, worker.Config{DatabaseURL: c.URL("postgres"), ConnectTimeout: time.Second, SoftStop: time.Second, DisableScan: true})
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "fleet: leave") || !dbconn.IsUnavailable(err) {
-			t.Fatalf("Run after a shutdown without the database = %v, want the row's delete failing as unavailable", err)
-		}
-		t.Logf("Run: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker did not stop within 60 s")
+	err := await(t, done, "the worker to stop")
+	if err == nil || !strings.Contains(err.Error(), "fleet: leave") || !dbconn.IsUnavailable(err) {
+		t.Fatalf("Run after a shutdown without the database = %v, want the row's delete failing as unavailable", err)
 	}
+	t.Logf("Run: %v", err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -182,32 +183,53 @@ func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 	logger := slog.New(&signalHandler{msg: "stopping: no new jobs; running fetches may finish", ch: stopping})
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	done := make(chan error, 1)
-	go func() {
-		done <- worker.Run(ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second, Logger: logger,
-			Poll: poller.Config{StartupJitter: poller.NoStartupJitter}})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("worker exited before fetching: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job was not fetched within 30 s")
-	}
+	_, done := runWorker(t, ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second, Logger: logger})
+	await(t, started, "the job's fetch")
 	stop()
-	select {
-	case <-stopping:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker did not begin stopping River within 30 s")
-	}
+	await(t, stopping, "the worker to begin stopping River")
 	close(release)
 	<-returned
-	if err := <-done; err != nil {
+	if err := await(t, done, "the worker to stop"); err != nil {
 		t.Fatal(err)
 	}
 	if o := outcome(t, pool, id); o != "ok" {
 		t.Fatalf("check of the job that finished during shutdown: outcome %q, want ok", o)
 	}
+}
+
+// runWorker runs worker.Run(ctx, cfg) in a goroutine, without startup
+// jitter, and waits until it is ready; it returns the HTTP server's address
+// (nil without one) and the channel Run's result arrives on.
+func runWorker(t *testing.T, ctx context.Context, cfg worker.Config) (net.Addr, <-chan error) {
+	t.Helper()
+	cfg.Poll.StartupJitter = poller.NoStartupJitter
+	ready := make(chan net.Addr, 1)
+	cfg.Ready = func(addr net.Addr) { ready <- addr }
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, cfg) }()
+	select {
+	case addr := <-ready:
+		return addr, done
+	case err := <-done:
+		t.Fatalf("worker exited before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker not ready within 30 s")
+	}
+	return nil, done
+}
+
+// await returns what arrives on ch, failing the test if nothing does within
+// 60 s.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(60 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
 }
 
 // signalHandler is a slog handler that closes ch when a record with message

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,43 +192,10 @@ func TestImportBadLineWritesNothing(t *testing.T) {
 	}
 }
 
-// blackhole accepts TCP connections and never answers.
-func blackhole(t *testing.T) (addr string, accepted *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String(), accepted
-}
-
 func TestScanFailsFastAgainstSilentServer(t *testing.T) {
 	t.Parallel()
 	for _, sslmode := range []string{"disable", "prefer"} {
-		addr, accepted := blackhole(t)
+		addr, accepted := testdb.Silent(t)
 		url := fmt.Sprintf("postgres://fleet:s3cretpw@%s/fleetpace?sslmode=%s", addr, sslmode)
 		r := run(t, "", "--database-url", url, "--connect-timeout", "1s", "scan")
 		if r.code != 1 {

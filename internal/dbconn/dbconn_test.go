@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
@@ -22,38 +23,14 @@ import (
 // TestMain fails the package when a test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// silentServer accepts TCP connections and never answers: the worst case of
-// a saturated pooler.
+// silentServer is testdb.Silent's port: a server that accepts connections
+// and never answers, the worst case of a saturated pooler.
 func silentServer(t *testing.T) (port int, accepted *atomic.Int32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().(*net.TCPAddr).Port, accepted
+	addr, accepted := testdb.Silent(t)
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ = strconv.Atoi(p)
+	return port, accepted
 }
 
 func TestOneAttemptWithinConnectTimeout(t *testing.T) {
