@@ -7,11 +7,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
-	"go.uber.org/goleak"
 )
-
-// TestMain fails the package when a test leaves a goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestSleepEndsWithTheFakeClock(t *testing.T) {
 	c := clocktest.New()

