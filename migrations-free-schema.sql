@@ -216,3 +216,6 @@ CREATE TABLE IF NOT EXISTS fleetpace_worker (
     started_at timestamptz NOT NULL DEFAULT now(),
     seen_at    timestamptz NOT NULL DEFAULT now()
 );
+-- Added later: each worker's fleetpace version, from its binary's build
+-- information ("dev" when unknown).
+ALTER TABLE fleetpace_worker ADD COLUMN IF NOT EXISTS version text NOT NULL DEFAULT '';

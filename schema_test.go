@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 
 func TestApplyIsIdempotent(t *testing.T) {
 	t.Parallel()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/testbin"
 )
 
 const installedBinary = "/usr/local/bin/fleetpace"
@@ -21,28 +23,14 @@ const (
 	testVersion  = "v0.0.0-deploytest"
 )
 
+// TestMain builds fleetpace as deploy/build-image builds it (static,
+// -trimpath, stripped, version stamped), so the image test's run of that
+// script finds every package compiled and only links.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleetpace-deploy-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "fleetpace")
-	// Built as deploy/build-image builds it (static, -trimpath, stripped), so
-	// the image test's run of that script finds every package compiled and
-	// only links.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X "+buildinfoPkg+".version="+testVersion,
-		"-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building fleetpace:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.MainWith(m, &binary, testbin.Options{
+		Env:  []string{"CGO_ENABLED=0"},
+		Args: []string{"-trimpath", "-ldflags", "-s -w -X " + buildinfoPkg + ".version=" + testVersion},
+	})
 }
 
 // unit is a parsed systemd unit file: section → key → values (a key may

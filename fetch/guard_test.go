@@ -401,7 +401,7 @@ func TestGuardRefusesRedirectToPrivate(t *testing.T) {
 		t.Fatalf("the private server received %d requests", n)
 	}
 
-	// With --allow-private-networks the same redirect is followed.
+	// With AllowPrivateNetworks the same redirect is followed.
 	open := setup(t, HTTPConfig{Resolver: resolver, AllowPrivateNetworks: true})
 	if res := open.Fetch(t.Context(), Request{URL: publicURL + "/to-name"}); res.Outcome != OK || res.ContentHash != sha([]byte("internal")) {
 		t.Fatalf("allowed: %+v, want ok", res)

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/buildinfo"
 	"github.com/fleetpace/fleetpace/ratelimit"
 )
@@ -74,21 +75,26 @@ type HTTPConfig struct {
 	// Resolver looks up host names before the guard checks the addresses.
 	// Default net.DefaultResolver.
 	Resolver Resolver
-	// Now is the clock HTTP-date Retry-After values and epoch reset times
-	// are measured against. Default time.Now.
-	Now func() time.Time
+	// Clock is what HTTP-date Retry-After values and epoch reset times are
+	// measured against and Result.Duration is timed with. Default (nil):
+	// the real clock.
+	Clock clock.Clock
 }
 
-func (c *HTTPConfig) validate() error {
+// ErrInvalidConfig is wrapped by every error of HTTPConfig.Validate.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c HTTPConfig) Validate() error {
 	switch {
 	case c.Timeout < 0:
-		return fmt.Errorf("fetch: HTTPConfig.Timeout must not be negative, got %s", c.Timeout)
+		return fmt.Errorf("%w: fetch.HTTPConfig.Timeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.Timeout)
 	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("fetch: HTTPConfig.MaxBodyBytes must not be negative, got %d", c.MaxBodyBytes)
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxBodyBytes must be > 0 (0: default), got %d", ErrInvalidConfig, c.MaxBodyBytes)
 	case c.MaxRedirects < -1:
-		return fmt.Errorf("fetch: HTTPConfig.MaxRedirects must be -1 or more, got %d", c.MaxRedirects)
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxRedirects must be -1 (none) or more (0: default), got %d", ErrInvalidConfig, c.MaxRedirects)
 	case c.RateLimitedAfter < 0:
-		return fmt.Errorf("fetch: HTTPConfig.RateLimitedAfter must not be negative, got %s", c.RateLimitedAfter)
+		return fmt.Errorf("%w: fetch.HTTPConfig.RateLimitedAfter must be > 0 (0: default), got %s", ErrInvalidConfig, c.RateLimitedAfter)
 	}
 	return nil
 }
@@ -115,9 +121,7 @@ func (c HTTPConfig) withDefaults() HTTPConfig {
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -139,7 +143,7 @@ var _ Fetcher = (*HTTP)(nil)
 // its dialer. It also ignores HTTP_PROXY and friends, since a proxy would
 // make every connection go to the proxy's address and blind the guard.
 func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -197,9 +201,9 @@ var errBodyTooLarge = errors.New("body too large")
 // 2xx → OK, 304 → NotModified, 429/503 → RatePressure (RateLimited when
 // Retry-After exceeds RateLimitedAfter), anything else → Failed.
 func (h *HTTP) Fetch(ctx context.Context, req Request) Result {
-	start := time.Now()
+	start := h.cfg.Clock.Now()
 	res := h.fetch(ctx, req)
-	res.Duration = time.Since(start)
+	res.Duration = h.cfg.Clock.Since(start)
 	return res
 }
 
@@ -247,7 +251,7 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
-	res.RateLimit = ratelimit.Parse(resp.Header, h.cfg.Now())
+	res.RateLimit = ratelimit.Parse(resp.Header, h.cfg.Clock.Now())
 	code := resp.StatusCode
 
 	switch {

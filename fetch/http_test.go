@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/ratelimit"
+	"github.com/jonboulle/clockwork"
 )
 
 // setup returns an HTTP fetcher for cfg, closed when the test ends.
@@ -115,7 +117,8 @@ func TestCustomUserAgent(t *testing.T) {
 
 func TestStatusClassification(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 5, 30, 12, 0, 0, 0, time.UTC)
+	fake := clocktest.New()
+	now := fake.Now()
 	srv, _ := server(t, func(w http.ResponseWriter, r *http.Request) {
 		// /STATUS?ra=VALUE
 		code, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
@@ -166,7 +169,7 @@ func TestStatusClassification(t *testing.T) {
 			h := setup(t, HTTPConfig{
 				AllowPrivateNetworks: true,
 				RateLimitedAfter:     tt.limitAt,
-				Now:                  func() time.Time { return now },
+				Clock:                fake,
 			})
 			u := srv.URL + tt.path
 			if tt.retryAfer != "" {
@@ -201,7 +204,7 @@ func TestStatusClassification(t *testing.T) {
 }
 
 // Every response's rate-limit headers reach Result.RateLimit, whatever the
-// status, parsed against HTTPConfig.Now.
+// status, parsed against HTTPConfig.Clock.
 func TestRateLimitInfo(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 5, 30, 12, 0, 0, 0, time.UTC)
@@ -215,7 +218,7 @@ func TestRateLimitInfo(t *testing.T) {
 		}
 		w.WriteHeader(code)
 	})
-	h := setup(t, HTTPConfig{AllowPrivateNetworks: true, Now: func() time.Time { return now }})
+	h := setup(t, HTTPConfig{AllowPrivateNetworks: true, Clock: clockwork.NewFakeClockAt(now)})
 	for _, code := range []int{200, 304, 404, 429, 503} {
 		res := h.Fetch(t.Context(), Request{URL: fmt.Sprintf("%s/%d", srv.URL, code), ETag: `"e"`})
 		want := ratelimit.Info{Limit: 60, Remaining: float64(code % 7), HasRemaining: true,

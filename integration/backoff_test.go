@@ -68,8 +68,8 @@ func TestSharedBackoff(t *testing.T) {
 	for i := range workers {
 		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "10"))
 	}
-	waitArrivals(t, d, "/b/", 1, 30*time.Second)
-	time.Sleep(run)
+	start := waitArrivals(t, d, "/b/", 1, 30*time.Second)
+	waitUntil(t, d, "/b/", start.Add(run), 30*time.Second)
 	for _, w := range ws {
 		w.stop()
 	}

@@ -11,10 +11,10 @@ const (
 	ceilingBurst = 2
 )
 
-// runFleet starts one worker per database URL (all fetching from dest under
-// /c/), lets them fetch for the given time after the first arrival, stops
-// them, and returns the destination's arrival times and the start of the
-// measurement.
+// ceilingScenario starts one worker per database URL (all fetching from
+// dest under /c/), lets them fetch until the destination has seen run pass
+// since the first arrival (by its own clock), stops them, and returns the
+// destination's arrival times and the first of them.
 func ceilingScenario(t *testing.T, urls []string, run time.Duration) (arrivals []time.Time, first time.Time) {
 	t.Helper()
 	d := newDest(t, nil)
@@ -26,13 +26,12 @@ func ceilingScenario(t *testing.T, urls []string, run time.Duration) (arrivals [
 	for i, url := range urls {
 		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "10"))
 	}
-	waitArrivals(t, d, "/c/", 1, 30*time.Second)
-	time.Sleep(run)
+	first = waitArrivals(t, d, "/c/", 1, 30*time.Second)
+	waitUntil(t, d, "/c/", first.Add(run), 30*time.Second)
 	for _, w := range ws {
 		w.stop()
 	}
-	arrivals = d.Arrivals("/c/")
-	return arrivals, arrivals[0]
+	return d.Arrivals("/c/"), first
 }
 
 // Three worker processes share one platform at 15/s: the destination never

@@ -45,9 +45,10 @@ func TestCooldown(t *testing.T) {
 		t.Fatal(err)
 	}
 	blockedAt := time.Now()
-	waitArrivals(t, d, "/a/", d.Count("/a/")+1, 10*time.Second)
-	time.Sleep(12 * time.Second)
-	end := time.Now()
+	firstBlocked := waitArrivals(t, d, "/a/", d.Count("/a/")+1, 10*time.Second)
+	// Observe 12 s past A's first answer after the block, by the
+	// destination's clock (B keeps arriving throughout).
+	end := waitUntil(t, d, "/b/", firstBlocked.Add(12*time.Second), 30*time.Second)
 
 	reqs := d.Requests()
 	var first429 time.Time
@@ -126,7 +127,7 @@ func TestPlatformsShareWorkerSlots(t *testing.T) {
 		startWorker(t, url, name, "--concurrency", "5", "--max-pacer-wait", "2s")
 	}
 	first := waitArrivals(t, d, "", 1, 30*time.Second)
-	time.Sleep(8 * time.Second)
+	waitUntil(t, d, "", first.Add(8*time.Second), 30*time.Second)
 	for _, p := range []string{"/a/", "/b/"} {
 		got := float64(arrivalsBetween(d.Arrivals(p), first.Add(time.Second), first.Add(8*time.Second))) / 7
 		t.Logf("platform %s: %.1f/s (rate %.0f/s)", p, got, rate)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
@@ -41,23 +42,14 @@ var bin string
 // It starts one embedded PostgreSQL cluster for the package and hands it to
 // testdb through TEST_DATABASE_URL (unless that is set already), so the
 // cluster and the binary are both removed when the tests end.
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
+func TestMain(m *testing.M) { testbin.Main(withCluster{m}, &bin) }
 
-func runMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "fleetpace-integration-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "fleetpace")
-	build := exec.Command("go", "build", "-o", bin, "github.com/fleetpace/fleetpace/cmd/fleetpace")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "integration: build fleetpace: %v\n%s", err, out)
-		return 1
-	}
+// withCluster runs the tests against one PostgreSQL cluster of their own
+// (unless TEST_DATABASE_URL names a server), started before and stopped
+// after them.
+type withCluster struct{ m *testing.M }
+
+func (w withCluster) Run() int {
 	if os.Getenv("TEST_DATABASE_URL") == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		c, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "300"}})
@@ -73,8 +65,8 @@ func runMain(m *testing.M) int {
 		}()
 		os.Setenv("TEST_DATABASE_URL", c.URL("postgres"))
 	}
-	// testdb.Main would os.Exit; our deferred cleanups must run first.
-	return m.Run()
+	// testdb.Main would os.Exit; our deferred cleanup must run first.
+	return w.m.Run()
 }
 
 // --- the CLI, run to completion -------------------------------------------
@@ -358,19 +350,38 @@ func arrivalsBetween(times []time.Time, from, to time.Time) int {
 	return n
 }
 
-// waitArrivals waits until the destination has at least n requests under
-// prefix, and returns the time it saw them.
+// waitArrivals waits until the destination has recorded n requests under
+// prefix and returns the n-th one's arrival time, by the destination's
+// clock. It fails the test after timeout.
 func waitArrivals(t *testing.T, d *fakedest.Server, prefix string, n int, timeout time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if d.Count(prefix) >= n {
-			return time.Now()
+		if ts := d.Arrivals(prefix); len(ts) >= n {
+			return ts[n-1]
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("destination: fewer than %d requests under %q after %s (got %d)", n, prefix, timeout, d.Count(prefix))
 	return time.Time{}
+}
+
+// waitUntil waits until the destination has recorded a request under prefix
+// that arrived at or after at, by the destination's clock, and returns that
+// arrival time: every measurement window ending by at is then complete at
+// the destination, however slowly a loaded machine runs the fleet. It fails
+// the test if that has not happened timeout after at.
+func waitUntil(t *testing.T, d *fakedest.Server, prefix string, at time.Time, timeout time.Duration) time.Time {
+	t.Helper()
+	for {
+		if ts := d.Arrivals(prefix); len(ts) > 0 && !ts[len(ts)-1].Before(at) {
+			return ts[len(ts)-1]
+		}
+		if time.Now().After(at.Add(timeout)) {
+			t.Fatalf("destination: no request under %q at or after %s (%s after it)", prefix, at.Format(time.StampMilli), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // perSecond formats a per-second series for the log.

@@ -43,8 +43,10 @@ func TestSIGTERMDuringFetches(t *testing.T) {
 			w := startWorker(t, url, "w1", "--concurrency", fmt.Sprint(concurrency), "--soft-stop", tc.softStop.String(),
 				"--job-timeout", "10s", "--rescue-after", "15s")
 			waitArrivals(t, d, "/t/", concurrency, 30*time.Second)
-			time.Sleep(200 * time.Millisecond)
-			flying := inFlight(d.Requests(), "w1")
+			flying := 0
+			for deadline := time.Now().Add(10 * time.Second); flying == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				flying = inFlight(d.Requests(), "w1")
+			}
 			if flying == 0 {
 				t.Fatal("no fetch in flight at SIGTERM")
 			}

@@ -43,6 +43,22 @@ func Resume(ctx context.Context, db Execer, platform string) error {
 	return execOne(ctx, db, "resume", resumeSQL, platform)
 }
 
+// Hold holds platform fleet-wide until at least until, for reason: every
+// reservation before then, in any process, is denied with a wait that ends
+// at until (a fetch job snoozes until then), and slots already granted are
+// re-spaced past it (given back when that is beyond their max wait). A
+// later hold already in place stays. It is one statement on the platform's
+// pace row, so it runs in the caller's transaction when db is one (package
+// sources holds the pacer in the transaction that writes a cooldown; the
+// notification then goes out at commit). A platform without a pace row is
+// left alone.
+func Hold(ctx context.Context, db Execer, platform string, until time.Time, reason string) error {
+	if _, err := db.Exec(ctx, holdSQL, platform, until, reason); err != nil {
+		return fmt.Errorf("pacer: hold %s: %w", platform, err)
+	}
+	return nil
+}
+
 // ClearHold ends platform's fleet-wide hold (a Retry-After, an exhausted
 // quota, a cooldown) at once.
 func ClearHold(ctx context.Context, db Execer, platform string) error {

@@ -213,6 +213,28 @@ RETURNING s.platform, s.event_seq, s.event_at, s.last_interval
 SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|Infinity') IS NULL
 FROM u`
 
+// holdSQL raises a platform's hold to $2 (a timestamptz, converted to the
+// pacer's epoch seconds by the database) for the reason $3, if that is later
+// than the hold in place and than now. With respace it is an event: the
+// cursor's granted slots move past the hold, keeping their spacing, and
+// every process moves its own alike.
+const holdSQL = `
+WITH n AS (SELECT date_part('epoch', clock_timestamp()) AS now, date_part('epoch', $2::timestamptz) AS until),
+u AS (
+UPDATE fleetpace_pace AS s SET hold_until = n.until, hold_reason = $3,
+    cursor_at = CASE WHEN s.respace AND s.cursor_at > n.now THEN n.until + (s.cursor_at - n.now) ELSE s.cursor_at END,
+    event_seq = s.event_seq + s.respace::int,
+    event_at = CASE WHEN s.respace THEN n.now ELSE s.event_at END,
+    last_respaced = s.respace
+FROM n
+WHERE s.platform = $1 AND n.until > GREATEST(s.hold_until, n.now)
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
+)
+SELECT CASE WHEN u.last_respaced
+            THEN pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|' || u.hold_at)
+       END IS NULL
+FROM u`
+
 // resumeSQL ends a platform's pause. Nothing to re-space: resuming only
 // speeds the platform up.
 const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1`

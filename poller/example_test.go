@@ -5,25 +5,23 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/poller"
 )
 
 // A scan loop: polls until ctx ends, backing off while there is nothing to
-// do. Sleep is injected here only to make the example instant and its
-// output exact; real callers leave it nil.
+// do. A fake clock that advances itself is injected here only to make the
+// example instant and its output exact; real callers leave Clock nil.
 func ExampleRun() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var slept []time.Duration
+	virtual := clocktest.NewAuto()
 	cfg := poller.Config{
 		Max:           8 * time.Second,
 		StartupJitter: poller.NoStartupJitter, // what `--startup-jitter 0` maps to
 		JitterRatio:   poller.NoJitter,        // for an exact output only
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			slept = append(slept, d)
-			return ctx.Err()
-		},
+		Clock:         virtual,
 	}
 	found := []bool{false, false, false, false, false, true, false}
 	i := 0
@@ -34,6 +32,6 @@ func ExampleRun() {
 		}
 		return f, nil
 	})
-	fmt.Println(err, slept)
+	fmt.Println(err, virtual.Sleeps())
 	// Output: <nil> [1s 2s 4s 8s 8s 1s]
 }

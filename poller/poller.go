@@ -9,7 +9,7 @@
 // loops that drift toward alignment scattered. The underlying schedule stays
 // deterministic (Base, ×2 after an empty or failed cycle, capped at Max, back
 // to Base when a cycle finds work), so backoff is predictable while the
-// instants are not. See DESIGN.md, "Polling".
+// instants are not. See docs/design.md, "Clock and polling".
 //
 // Typical use:
 //
@@ -19,9 +19,10 @@
 //			return n > 0, err
 //		})
 //
-// The pure pieces (Schedule, Jitter, StartupDelay) are exported for callers
-// that sleep on their own, e.g. a worker's startup jitter before it starts
-// its queue client.
+// The pure pieces (Schedule, Jitter, StartupDelay) are exported, and
+// Config.StartupSleep sleeps the startup delay alone for a caller that must
+// start something else after it (a worker starts its queue client), with the
+// same clock and randomness as the loop.
 package poller
 
 import (
@@ -32,6 +33,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
 )
 
 // Defaults for Config.
@@ -52,11 +55,11 @@ const NoJitter float64 = -1
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns, so a CLI
 // can map it to a usage error.
-var ErrInvalidConfig = errors.New("poller: invalid config")
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Config configures a polling loop. The zero value is the design's default:
-// base 1 s, max 30 s, jitter ratio 0.5, startup jitter up to max, real clock,
-// process-wide randomness, no logging.
+// base 1 s, max 30 s, jitter ratio 0.5, startup jitter up to max, the real
+// clock, process-wide randomness, no logging.
 type Config struct {
 	// Base is the sleep after a cycle that found work, and the first step of
 	// the backoff. Default: 1 s. Must not be negative.
@@ -80,10 +83,9 @@ type Config struct {
 	// Called only from the goroutine running Run.
 	Rand func() float64
 
-	// Sleep blocks for d or until ctx ends, returning a non-nil error in the
-	// latter case. Default: a timer-based sleep that returns ctx.Err() at
-	// once when ctx ends. Tests inject a fake that advances virtual time.
-	Sleep func(ctx context.Context, d time.Duration) error
+	// Clock is what the loop sleeps on. Default (nil): the real clock.
+	// Tests inject a fake (internal/clocktest) and advance it.
+	Clock clock.Clock
 
 	// Logger receives a warning for every failed cycle. Default: discard.
 	Logger *slog.Logger
@@ -93,15 +95,15 @@ type Config struct {
 func (c Config) Validate() error {
 	switch {
 	case c.Base < 0:
-		return fmt.Errorf("%w: Base %s must not be negative", ErrInvalidConfig, c.Base)
+		return fmt.Errorf("%w: poller.Config.Base must not be negative, got %s", ErrInvalidConfig, c.Base)
 	case c.Max < 0:
-		return fmt.Errorf("%w: Max %s must not be negative", ErrInvalidConfig, c.Max)
+		return fmt.Errorf("%w: poller.Config.Max must not be negative, got %s", ErrInvalidConfig, c.Max)
 	case math.IsNaN(c.JitterRatio) || c.JitterRatio > 1:
-		return fmt.Errorf("%w: JitterRatio %v must be in [0, 1] (or negative to disable)", ErrInvalidConfig, c.JitterRatio)
+		return fmt.Errorf("%w: poller.Config.JitterRatio must be in [0, 1] (or negative to disable), got %v", ErrInvalidConfig, c.JitterRatio)
 	}
 	d := c.withDefaults()
 	if d.Max < d.Base {
-		return fmt.Errorf("%w: Max %s must be ≥ Base %s", ErrInvalidConfig, d.Max, d.Base)
+		return fmt.Errorf("%w: poller.Config.Max (%s) must be ≥ poller.Config.Base (%s)", ErrInvalidConfig, d.Max, d.Base)
 	}
 	return nil
 }
@@ -130,9 +132,7 @@ func (c Config) withDefaults() Config {
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
-	if c.Sleep == nil {
-		c.Sleep = Sleep
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -157,10 +157,8 @@ func Run(ctx context.Context, cfg Config, cycle Cycle) error {
 	}
 	cfg = cfg.withDefaults()
 
-	if cfg.StartupJitter > 0 {
-		if err := cfg.Sleep(ctx, StartupDelay(cfg.StartupJitter, cfg.Rand())); err != nil {
-			return nil
-		}
+	if _, err := cfg.startupSleep(ctx); err != nil {
+		return nil
 	}
 
 	sched := NewSchedule(cfg.Base, cfg.Max)
@@ -178,31 +176,33 @@ func Run(ctx context.Context, cfg Config, cycle Cycle) error {
 			cfg.Logger.WarnContext(ctx, "poller: cycle failed; backing off",
 				slog.Any("error", err), slog.Duration("schedule", next), slog.Duration("sleep", sleep))
 		}
-		if err := cfg.Sleep(ctx, sleep); err != nil {
+		if err := clock.Sleep(ctx, cfg.Clock, sleep); err != nil {
 			return nil
 		}
 	}
 	return nil
 }
 
-// Sleep blocks for d or until ctx ends. It returns ctx.Err() if ctx ended
-// first (checked before sleeping, so a cancelled ctx never sleeps) and nil
-// otherwise. It is Config.Sleep's default.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// StartupSleep sleeps the startup delay — StartupDelay(StartupJitter,
+// Rand()) on Clock, defaults applied — or until ctx ends (returning its
+// error), and returns the delay drawn. Run does this before its first cycle;
+// a caller that starts something else after the delay calls it itself and
+// then runs the loop with StartupJitter NoStartupJitter. A delay is logged
+// at info level.
+func (c Config) StartupSleep(ctx context.Context) (time.Duration, error) {
+	return c.withDefaults().startupSleep(ctx)
+}
+
+// startupSleep is StartupSleep on a config whose defaults are applied.
+func (c Config) startupSleep(ctx context.Context) (time.Duration, error) {
+	if c.StartupJitter <= 0 {
+		return 0, ctx.Err()
 	}
-	if d <= 0 {
-		return nil
+	d := StartupDelay(c.StartupJitter, c.Rand())
+	if d > 0 {
+		c.Logger.InfoContext(ctx, "startup jitter", slog.Duration("sleep", d.Round(time.Millisecond)))
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return d, clock.Sleep(ctx, c.Clock, d)
 }
 
 // Schedule is the deterministic, unjittered backoff schedule: the sleep after

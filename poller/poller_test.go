@@ -9,38 +9,19 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
-// fakeClock is virtual time: Sleep records the duration and advances now at
-// once, so a loop runs its whole schedule without waiting.
-type fakeClock struct {
-	start, now time.Time
-	sleeps     []time.Duration
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
-}
-
-// elapsed is the virtual time since the clock started.
-func (c *fakeClock) elapsed() time.Duration { return c.now.Sub(c.start) }
-
-var epoch = time.Date(2026, 6, 2, 6, 0, 0, 0, time.UTC)
-
-// setup returns a fake clock at epoch and a config that uses it, with a
-// seeded random source.
-func setup(t *testing.T, seed uint64) (*fakeClock, Config) {
+// setup returns a self-advancing fake clock (every sleep ends at once, in
+// virtual time) and a config that uses it, with a seeded random source.
+func setup(t *testing.T, seed uint64) (*clocktest.Auto, Config) {
 	t.Helper()
-	c := &fakeClock{start: epoch, now: epoch}
-	return c, Config{Sleep: c.Sleep, Rand: rand.New(rand.NewPCG(seed, 0x5eed)).Float64}
+	c := clocktest.NewAuto()
+	return c, Config{Clock: c, Rand: rand.New(rand.NewPCG(seed, 0x5eed)).Float64}
 }
 
 // scripted returns a cycle that replays outcomes ("found", "empty", "fail")
@@ -152,8 +133,8 @@ func TestRunExactSchedule(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	want := secs(1, 2, 4, 8, 16, 30, 30, 1, 1, 2, 4, 8, 1, 1)
-	if !equalDurations(clock.sleeps, want) {
-		t.Fatalf("sleeps = %v, want %v", clock.sleeps, want)
+	if !equalDurations(clock.Sleeps(), want) {
+		t.Fatalf("sleeps = %v, want %v", clock.Sleeps(), want)
 	}
 }
 
@@ -171,7 +152,7 @@ func TestFailedCycleBacksOffLikeEmpty(t *testing.T) {
 		if err := Run(ctx, cfg, scripted(cancel, outcomes...)); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		return clock.sleeps, logs.String()
+		return clock.Sleeps(), logs.String()
 	}
 	empty, emptyLogs := run("empty")
 	failed, failedLogs := run("fail")
@@ -207,7 +188,7 @@ func TestRunDefaultsAndExactJitter(t *testing.T) {
 	cycle := func(context.Context) (bool, error) {
 		calls++
 		if calls == 1 {
-			firstPoll = clock.elapsed()
+			firstPoll = clock.Elapsed()
 		}
 		if calls == 4 {
 			cancel()
@@ -221,8 +202,8 @@ func TestRunDefaultsAndExactJitter(t *testing.T) {
 		t.Fatalf("first poll at %v, want 7.5s (0.25 × default max 30s)", firstPoll)
 	}
 	want := secs(7.5, 0.75, 1.5, 0.75) // startup, 1s, 2s, base 1s — each × 0.75
-	if !equalDurations(clock.sleeps, want) {
-		t.Fatalf("sleeps = %v, want %v", clock.sleeps, want)
+	if !equalDurations(clock.Sleeps(), want) {
+		t.Fatalf("sleeps = %v, want %v", clock.Sleeps(), want)
 	}
 }
 
@@ -255,12 +236,12 @@ func TestEverySleepWithinJitterBounds(t *testing.T) {
 			if err := Run(ctx, cfg, cycle); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if len(clock.sleeps) != cycles-1 {
-				t.Fatalf("%d sleeps, want %d", len(clock.sleeps), cycles-1)
+			if len(clock.Sleeps()) != cycles-1 {
+				t.Fatalf("%d sleeps, want %d", len(clock.Sleeps()), cycles-1)
 			}
 			sched := NewSchedule(DefaultBase, DefaultMax)
 			minRatio, maxRatio := math.Inf(1), math.Inf(-1)
-			for i, got := range clock.sleeps {
+			for i, got := range clock.Sleeps() {
 				s := sched.Next(found[i])
 				lo := time.Duration(float64(s) * (1 - j))
 				hi := time.Duration(float64(s) * (1 + j))
@@ -313,7 +294,7 @@ func pollTimes(t *testing.T, n, k int, configure func(*Config)) []time.Duration 
 		err := Run(ctx, cfg, func(context.Context) (bool, error) {
 			calls++
 			if calls == k {
-				out[i] = clock.elapsed()
+				out[i] = clock.Elapsed()
 				cancel()
 			}
 			return false, nil
@@ -395,57 +376,64 @@ func TestNaiveScheduleClusters(t *testing.T) {
 	}
 }
 
-// Cancelling ctx during a long sleep stops Run at once (real clock).
+// Cancelling ctx during a long sleep stops Run at once: the clock never
+// moves, so only the cancellation can end the sleep.
 func TestPromptStop(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name string
-		cfg  Config
+		name  string
+		cfg   Config
+		calls int // cycles run before the sleep that is cut short
 	}{
-		{"during the backoff sleep", Config{Base: time.Hour, Max: time.Hour, StartupJitter: NoStartupJitter}},
-		{"during the startup sleep", Config{Base: time.Hour, Max: time.Hour, Rand: func() float64 { return 0.99 }}},
+		{"during the backoff sleep", Config{Base: time.Hour, Max: time.Hour, StartupJitter: NoStartupJitter}, 1},
+		{"during the startup sleep", Config{Base: time.Hour, Max: time.Hour, Rand: func() float64 { return 0.99 }}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			c := clocktest.New()
+			tt.cfg.Clock = c
 			ctx, cancel := context.WithCancel(t.Context())
-			var mu sync.Mutex
-			calls := 0
+			var calls atomic.Int32
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(ctx, tt.cfg, func(context.Context) (bool, error) {
-					mu.Lock()
-					calls++
-					mu.Unlock()
+					calls.Add(1)
 					return false, nil
 				})
 			}()
-			time.Sleep(50 * time.Millisecond) // let it reach its hour-long sleep
-			cancelled := time.Now()
+			clocktest.WaitSleepers(t, c, 1) // Run is in its hour-long sleep
+			if n := calls.Load(); n != int32(tt.calls) {
+				t.Fatalf("cycle called %d times before the sleep, want %d", n, tt.calls)
+			}
 			cancel()
 			select {
 			case err := <-done:
-				took := time.Since(cancelled)
 				if err != nil {
 					t.Fatalf("Run returned %v, want nil on cancellation", err)
 				}
-				if took > 250*time.Millisecond {
-					t.Fatalf("Run returned %v after cancel, want promptly", took)
-				}
-				t.Logf("returned %v after cancel", took)
-			case <-time.After(5 * time.Second):
+			case <-time.After(10 * time.Second):
 				t.Fatal("Run did not return after cancel")
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			want := 1
-			if tt.cfg.StartupJitter == 0 {
-				want = 0 // still in the startup sleep
-			}
-			if calls != want {
-				t.Fatalf("cycle called %d times, want %d", calls, want)
+			if n := calls.Load(); n != int32(tt.calls) {
+				t.Fatalf("cycle called %d times in all, want %d (none after the cancel)", n, tt.calls)
 			}
 		})
+	}
+}
+
+// StartupSleep draws the delay from Rand and sleeps it on Clock, as Run
+// does before its first cycle; disabled, it does not sleep.
+func TestStartupSleep(t *testing.T) {
+	t.Parallel()
+	c := clocktest.NewAuto()
+	d, err := Config{Clock: c, Max: 10 * time.Second, Rand: func() float64 { return 0.3 }}.StartupSleep(t.Context())
+	if err != nil || d != 3*time.Second || c.Elapsed() != 3*time.Second {
+		t.Fatalf("StartupSleep = %v, %v after %v of virtual time; want 3s (0.3 × max 10s), nil, 3s", d, err, c.Elapsed())
+	}
+	d, err = Config{Clock: c, StartupJitter: NoStartupJitter}.StartupSleep(t.Context())
+	if err != nil || d != 0 || len(c.Sleeps()) != 1 {
+		t.Fatalf("disabled StartupSleep = %v, %v, sleeps %v; want no sleep", d, err, c.Sleeps())
 	}
 }
 

@@ -6,6 +6,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/fleetpace/fleetpace/clock"
 )
 
 // Name is the River queue fleetpace's fetch jobs go to.
@@ -46,6 +49,18 @@ func (FetchArgs) InsertOpts() river.InsertOpts {
 // Snoozes (pacer waits, cooldowns) do not count as attempts.
 const DefaultMaxAttempts = 5
 
+// Defaults of Config.
+const (
+	DefaultMaxWorkers      = 10
+	DefaultJobTimeout      = 2 * time.Minute
+	DefaultRescueAfter     = 5 * time.Minute
+	DefaultSoftStopTimeout = 10 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate and
+// DrainConfig.Validate.
+var ErrInvalidConfig = errors.New("invalid config")
+
 // Config configures a River client for fleetpace. The zero value is an
 // insert-only client.
 type Config struct {
@@ -54,19 +69,19 @@ type Config struct {
 	Workers *river.Workers
 
 	// MaxWorkers is how many fetch jobs run at once in this process.
-	// Default: 10 (only used with Workers).
+	// Default: DefaultMaxWorkers (only used with Workers).
 	MaxWorkers int
 
-	// JobTimeout bounds one fetch job. Default: 2 minutes.
+	// JobTimeout bounds one fetch job. Default: DefaultJobTimeout.
 	JobTimeout time.Duration
 
 	// RescueAfter is how long a running job may go without finishing before
 	// River treats its worker as dead and makes it available again.
-	// Default: 5 minutes (must exceed JobTimeout).
+	// Default: DefaultRescueAfter (must exceed JobTimeout).
 	RescueAfter time.Duration
 
 	// SoftStopTimeout is how long running jobs may finish after a stop was
-	// asked for before they are cancelled. Default: 10 s.
+	// asked for before they are cancelled. Default: DefaultSoftStopTimeout.
 	SoftStopTimeout time.Duration
 
 	// FetchPollInterval is how often an idle client looks for new jobs when no
@@ -80,34 +95,30 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c *Config) setDefaults() {
-	if c.MaxWorkers == 0 {
-		c.MaxWorkers = 10
-	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = 2 * time.Minute
-	}
-	if c.RescueAfter == 0 {
-		c.RescueAfter = 5 * time.Minute
-	}
-	if c.SoftStopTimeout == 0 {
-		c.SoftStopTimeout = 10 * time.Second
-	}
+func (c Config) withDefaults() Config {
+	c.MaxWorkers = cmp.Or(c.MaxWorkers, DefaultMaxWorkers)
+	c.JobTimeout = cmp.Or(c.JobTimeout, DefaultJobTimeout)
+	c.RescueAfter = cmp.Or(c.RescueAfter, DefaultRescueAfter)
+	c.SoftStopTimeout = cmp.Or(c.SoftStopTimeout, DefaultSoftStopTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	return c
 }
 
-func (c *Config) validate() error {
+// Validate reports the first invalid field (defaults applied), wrapping
+// ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.MaxWorkers < 1:
-		return fmt.Errorf("queue: MaxWorkers must be ≥ 1, got %d", c.MaxWorkers)
+		return fmt.Errorf("%w: queue.Config.MaxWorkers must be ≥ 1, got %d", ErrInvalidConfig, c.MaxWorkers)
 	case c.JobTimeout < 0:
-		return fmt.Errorf("queue: JobTimeout must be ≥ 0, got %s", c.JobTimeout)
+		return fmt.Errorf("%w: queue.Config.JobTimeout must be > 0, got %s", ErrInvalidConfig, c.JobTimeout)
 	case c.RescueAfter <= c.JobTimeout:
-		return fmt.Errorf("queue: RescueAfter (%s) must exceed JobTimeout (%s)", c.RescueAfter, c.JobTimeout)
+		return fmt.Errorf("%w: queue.Config.RescueAfter (%s) must exceed queue.Config.JobTimeout (%s)", ErrInvalidConfig, c.RescueAfter, c.JobTimeout)
 	case c.SoftStopTimeout < 0:
-		return fmt.Errorf("queue: SoftStopTimeout must be ≥ 0, got %s", c.SoftStopTimeout)
+		return fmt.Errorf("%w: queue.Config.SoftStopTimeout must be ≥ 0, got %s", ErrInvalidConfig, c.SoftStopTimeout)
 	}
 	return nil
 }
@@ -117,10 +128,10 @@ type Client = river.Client[pgx.Tx]
 
 // NewClient builds a River client over pool.
 func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	rc := &river.Config{
 		ID:                   cfg.ID,
 		Logger:               cfg.Logger,
@@ -164,16 +175,21 @@ func InsertFetches(ctx context.Context, client *Client, tx pgx.Tx, srcs []FetchA
 
 // Pending counts fetch jobs that are available or running now, plus those
 // scheduled (retries, snoozes) to become available within soon.
-func Pending(ctx context.Context, db interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, soon time.Duration) (int64, error) {
+func Pending(ctx context.Context, pool *pgxpool.Pool, soon time.Duration) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, pendingSQL, Name, soon.Seconds()).Scan(&n)
+	err := pool.QueryRow(ctx, pendingSQL, Name, soon.Seconds()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("queue: count pending: %w", err)
 	}
 	return n, nil
 }
+
+// UnfinishedJobsSQL is a relation, for a FROM clause, of the ids of River jobs
+// that have not finished (neither completed, discarded nor cancelled): for
+// statements of other packages that must see River's job states in the same
+// statement (the scan's reconciliation). River's tables are read by this
+// package's SQL only.
+const UnfinishedJobsSQL = `(SELECT id FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled'))`
 
 const pendingSQL = `
 SELECT count(*) FROM river_job
@@ -182,19 +198,44 @@ WHERE queue = $1
        OR (state IN ('scheduled', 'retryable')
            AND scheduled_at <= now() + make_interval(secs => $2)))`
 
-// ErrDrainTimeout is returned by Drain when MaxDuration passes first.
-var ErrDrainTimeout = errors.New("queue: drain: max duration reached with jobs left")
+// DrainConfig configures Drain. The zero value means defaults.
+type DrainConfig struct {
+	// MaxDuration bounds the drain: when it has passed, the drain stops
+	// with jobs left (DrainResult.TimedOut). Default 0: no bound.
+	MaxDuration time.Duration
+	// Clock times the drain's bound and its idle checks (every 250 ms).
+	// Default (nil): the real clock.
+	Clock clock.Clock
+}
+
+// Validate reports an invalid field, wrapping ErrInvalidConfig.
+func (c DrainConfig) Validate() error {
+	if c.MaxDuration < 0 {
+		return fmt.Errorf("%w: queue.DrainConfig.MaxDuration must be ≥ 0 (0: no bound), got %s", ErrInvalidConfig, c.MaxDuration)
+	}
+	return nil
+}
 
 // DrainResult reports a drain.
 type DrainResult struct {
-	Completed int // jobs that finished (completed, snoozed, failed) during the drain
-	Left      int64
+	Completed int   // jobs that finished (completed, snoozed, failed) during the drain
+	TimedOut  bool  // MaxDuration passed with jobs left
+	Left      int64 // jobs pending when it timed out
 }
 
+// drainCheckEvery is how often Drain counts the pending jobs.
+const drainCheckEvery = 250 * time.Millisecond
+
 // Drain starts client (which must have workers), works until no fetch job is
-// available, running or due within a second, then stops it. maxDuration 0
-// means no limit.
-func Drain(ctx context.Context, client *Client, pool *pgxpool.Pool, maxDuration time.Duration) (*DrainResult, error) {
+// available, running or due within a second, or until cfg.MaxDuration has
+// passed, then stops it. It returns the errors of counting the jobs and of
+// stopping the client (bounded by 30 s), joined; running out of
+// MaxDuration is not an error (DrainResult.TimedOut).
+func Drain(ctx context.Context, client *Client, pool *pgxpool.Pool, cfg DrainConfig) (*DrainResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	clk := clock.Or(cfg.Clock)
 	events, cancelSub := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobSnoozed, river.EventKindJobCancelled)
 	defer cancelSub()
 
@@ -203,38 +244,40 @@ func Drain(ctx context.Context, client *Client, pool *pgxpool.Pool, maxDuration 
 	if err := client.Start(runCtx); err != nil {
 		return nil, fmt.Errorf("queue: drain: start: %w", err)
 	}
-	stop := func() {
+	stop := func() error {
 		stopCtx, c := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer c()
-		_ = client.Stop(stopCtx)
+		if err := client.Stop(stopCtx); err != nil {
+			return fmt.Errorf("queue: drain: stop: %w", err)
+		}
+		return nil
 	}
 
 	var deadline <-chan time.Time
-	if maxDuration > 0 {
-		t := time.NewTimer(maxDuration)
+	if cfg.MaxDuration > 0 {
+		t := clk.NewTimer(cfg.MaxDuration)
 		defer t.Stop()
-		deadline = t.C
+		deadline = t.Chan()
 	}
 	res := &DrainResult{}
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := clk.NewTicker(drainCheckEvery)
 	defer tick.Stop()
 	idleChecks := 0
 	for {
 		select {
 		case <-ctx.Done():
-			stop()
-			return res, ctx.Err()
+			return res, errors.Join(ctx.Err(), stop())
 		case <-deadline:
-			stop()
-			res.Left, _ = Pending(context.WithoutCancel(ctx), pool, time.Second)
-			return res, ErrDrainTimeout
+			stopErr := stop()
+			left, err := Pending(context.WithoutCancel(ctx), pool, time.Second)
+			res.TimedOut, res.Left = true, left
+			return res, errors.Join(stopErr, err)
 		case <-events:
 			res.Completed++
-		case <-tick.C:
+		case <-tick.Chan():
 			n, err := Pending(ctx, pool, time.Second)
 			if err != nil {
-				stop()
-				return res, err
+				return res, errors.Join(err, stop())
 			}
 			if n > 0 {
 				idleChecks = 0
@@ -243,8 +286,7 @@ func Drain(ctx context.Context, client *Client, pool *pgxpool.Pool, maxDuration 
 			// Two idle checks in a row: a job completing between the count
 			// and the next insert cannot end the drain early.
 			if idleChecks++; idleChecks >= 2 {
-				stop()
-				return res, nil
+				return res, stop()
 			}
 		}
 	}

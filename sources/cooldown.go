@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetpace/fleetpace/pacer"
 )
 
 // CooldownJitter is the spread of a cooldown's expiry (±10 %), so a fleet
@@ -32,7 +34,12 @@ type Cooldown struct {
 // according to u (a uniform draw in [0, 1) supplied by the caller's random
 // source). Safe when many processes report the same platform at once: one
 // row, and an active cooldown is extended, not escalated.
-func SetCooldown(ctx context.Context, db DBTX, platform string, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
+//
+// The cooldown is also a fleet-wide hold of the platform's pacer (pacer.Hold,
+// in the same transaction: a savepoint when db is a transaction), so a fetch
+// job already queued meets it in its reservation (denied, snoozed until the
+// end) without a query of its own.
+func SetCooldown(ctx context.Context, db Beginner, platform string, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
 	if retryAfter < 0 {
 		retryAfter = 0
 	}
@@ -40,11 +47,22 @@ func SetCooldown(ctx context.Context, db DBTX, platform string, retryAfter time.
 		retryAfter = MaxCooldown
 	}
 	factor := 1 + CooldownJitter*(2*u-1)
-	err = db.QueryRow(ctx, setCooldownSQL, platform, retryAfter.Seconds(), factor, reason).Scan(&until, &count)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	err = tx.QueryRow(ctx, setCooldownSQL, platform, retryAfter.Seconds(), factor, reason).Scan(&until, &count)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, 0, fmt.Errorf("cooldown: platform %q: %w", platform, ErrNotFound)
 	}
 	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
+	}
+	if err := pacer.Hold(ctx, tx, platform, until, "cooldown: "+reason); err != nil {
+		return time.Time{}, 0, fmt.Errorf("cooldown: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
 	}
 	return until, count, nil

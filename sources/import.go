@@ -33,6 +33,17 @@ type ImportOptions struct {
 	DefaultInterval time.Duration // for rows without an interval; default DefaultInterval
 }
 
+// Validate reports an invalid option, wrapping ErrInvalid.
+func (o ImportOptions) Validate() error {
+	switch {
+	case o.Format != FormatAuto && o.Format != FormatCSV && o.Format != FormatJSONL:
+		return &FieldError{Field: "format", Value: string(o.Format), Reason: "must be csv or jsonl"}
+	case o.DefaultInterval < 0:
+		return &FieldError{Field: "interval", Value: o.DefaultInterval.String(), Reason: "must be > 0 (0: default)"}
+	}
+	return nil
+}
+
 // ImportResult reports an import that was written.
 type ImportResult struct {
 	Rows     int `json:"rows"`     // data rows read
@@ -50,9 +61,10 @@ type importRow struct {
 // written and the ImportError lists every bad line with its number and
 // reason. Rows already present (same platform and URL) are left unchanged, so
 // re-importing a file adds nothing.
-func Import(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, r io.Reader, opts ImportOptions) (*ImportResult, error) {
+func Import(ctx context.Context, db Beginner, r io.Reader, opts ImportOptions) (*ImportResult, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("import: %w", err)
+	}
 	if opts.DefaultInterval == 0 {
 		opts.DefaultInterval = DefaultInterval
 	}
@@ -66,13 +78,10 @@ func Import(ctx context.Context, db interface {
 		badRows []*LineError
 		err     error
 	)
-	switch format {
-	case FormatCSV:
-		rows, badRows, err = readCSV(br, opts.DefaultInterval)
-	case FormatJSONL:
+	if format == FormatJSONL {
 		rows, badRows, err = readJSONL(br, opts.DefaultInterval)
-	default:
-		return nil, fmt.Errorf("import: %w", &FieldError{"format", string(format), "must be csv or jsonl"})
+	} else {
+		rows, badRows, err = readCSV(br, opts.DefaultInterval)
 	}
 	if err != nil {
 		return nil, err
@@ -99,7 +108,7 @@ func Import(ctx context.Context, db interface {
 	}
 	for _, row := range rows {
 		if !known[row.Platform] {
-			badRows = append(badRows, &LineError{row.line, &FieldError{"platform", row.Platform, "does not exist"}})
+			badRows = append(badRows, &LineError{row.line, unknownPlatform(row.Platform)})
 		}
 	}
 	if len(badRows) > 0 {
@@ -157,7 +166,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]importRow, []*LineError,
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, []*LineError{{1, &FieldError{"header", "", "cannot be read: " + err.Error()}}}, nil
+		return nil, []*LineError{{1, &FieldError{Field: "header", Value: "", Reason: "cannot be read: " + err.Error()}}}, nil
 	}
 	col := map[string]int{}
 	for i, h := range header {
@@ -165,7 +174,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]importRow, []*LineError,
 	}
 	for _, need := range []string{"platform", "url"} {
 		if _, ok := col[need]; !ok {
-			return nil, []*LineError{{1, &FieldError{"header", strings.Join(header, ","), "must name the columns platform and url (and optionally interval)"}}}, nil
+			return nil, []*LineError{{1, &FieldError{Field: "header", Value: strings.Join(header, ","), Reason: "must name the columns platform and url (and optionally interval)"}}}, nil
 		}
 	}
 	get := func(rec []string, name string) string {
@@ -186,7 +195,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]importRow, []*LineError,
 		if err != nil {
 			var pe *csv.ParseError
 			if errors.As(err, &pe) {
-				bad = append(bad, &LineError{pe.Line, &FieldError{"csv", "", pe.Err.Error()}})
+				bad = append(bad, &LineError{pe.Line, &FieldError{Field: "csv", Value: "", Reason: pe.Err.Error()}})
 				continue
 			}
 			return nil, nil, fmt.Errorf("import: read: %w", err)
@@ -227,13 +236,13 @@ func readJSONL(r io.Reader, defInterval time.Duration) ([]importRow, []*LineErro
 		dec := json.NewDecoder(bytes.NewReader(text))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&obj); err != nil {
-			bad = append(bad, &LineError{line, &FieldError{"json", truncate(string(text), 60), "is not a valid object: " + err.Error()}})
+			bad = append(bad, &LineError{line, &FieldError{Field: "json", Value: truncate(string(text), 60), Reason: "is not a valid object: " + err.Error()}})
 			continue
 		}
 		interval := ""
 		if len(obj.Interval) > 0 {
 			if err := json.Unmarshal(obj.Interval, &interval); err != nil {
-				bad = append(bad, &LineError{line, &FieldError{"interval", string(obj.Interval), `must be a duration string such as "30m"`}})
+				bad = append(bad, &LineError{line, &FieldError{Field: "interval", Value: string(obj.Interval), Reason: `must be a duration string such as "30m"`}})
 				continue
 			}
 		}
@@ -255,7 +264,7 @@ func parseRow(line int, platform, rawURL, interval string, def time.Duration) (i
 	if interval != "" {
 		d, err := time.ParseDuration(interval)
 		if err != nil {
-			return importRow{}, &LineError{line, &FieldError{"interval", interval, `must be a duration such as "30m" or "1h"`}}
+			return importRow{}, &LineError{line, &FieldError{Field: "interval", Value: interval, Reason: `must be a duration such as "30m" or "1h"`}}
 		}
 		s.Interval = d
 	}

@@ -88,32 +88,28 @@ func (p Platform) WithDefaults() Platform {
 	return p
 }
 
-// Validate checks every field (after defaults) and names the first bad one.
+// Validate checks every field as given and names the first bad one: a zero
+// Burst, say, is invalid here (SetPlatform applies the defaults first, then
+// validates). A command line whose flags all have values validates with it
+// before it writes anything.
 func (p Platform) Validate() error {
-	return p.WithDefaults().CheckFields()
-}
-
-// CheckFields checks every field as given, without applying defaults (a
-// zero burst is then an error): for input where every field was set, like
-// the CLI's flags.
-func (p Platform) CheckFields() error {
 	switch {
 	case !nameRE.MatchString(p.Name):
-		return &FieldError{"name", p.Name, "must match " + NamePattern}
+		return &FieldError{Field: "name", Value: p.Name, Reason: "must match " + NamePattern}
 	case math.IsNaN(p.RatePerSec) || math.IsInf(p.RatePerSec, 0) || p.RatePerSec <= 0:
-		return &FieldError{"rate_per_sec", fmtFloat(p.RatePerSec), "must be finite and > 0"}
+		return &FieldError{Field: "rate_per_sec", Value: fmtFloat(p.RatePerSec), Reason: "must be finite and > 0"}
 	case p.Burst < 1:
-		return &FieldError{"burst", strconv.Itoa(p.Burst), "must be ≥ 1"}
+		return &FieldError{Field: "burst", Value: strconv.Itoa(p.Burst), Reason: "must be ≥ 1"}
 	case p.Cooldown <= 0:
-		return &FieldError{"cooldown", p.Cooldown.String(), "must be > 0"}
+		return &FieldError{Field: "cooldown", Value: p.Cooldown.String(), Reason: "must be > 0"}
 	case math.IsNaN(p.MaxMultiplier) || math.IsInf(p.MaxMultiplier, 0) || p.MaxMultiplier < 1:
-		return &FieldError{"max_multiplier", fmtFloat(p.MaxMultiplier), "must be finite and ≥ 1"}
+		return &FieldError{Field: "max_multiplier", Value: fmtFloat(p.MaxMultiplier), Reason: "must be finite and ≥ 1"}
 	case p.DecayAfter < 1 || p.DecayAfter > MaxDecayAfter:
-		return &FieldError{"decay_after", strconv.Itoa(p.DecayAfter), fmt.Sprintf("must be in [1, %d]", MaxDecayAfter)}
+		return &FieldError{Field: "decay_after", Value: strconv.Itoa(p.DecayAfter), Reason: fmt.Sprintf("must be in [1, %d]", MaxDecayAfter)}
 	case !(p.BackoffFactor >= MinFactor && p.BackoffFactor <= MaxFactor):
-		return &FieldError{"backoff_factor", fmtFloat(p.BackoffFactor), fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
+		return &FieldError{Field: "backoff_factor", Value: fmtFloat(p.BackoffFactor), Reason: fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
 	case !(p.RecoveryFactor >= MinFactor && p.RecoveryFactor <= MaxFactor):
-		return &FieldError{"recovery_factor", fmtFloat(p.RecoveryFactor), fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
+		return &FieldError{Field: "recovery_factor", Value: fmtFloat(p.RecoveryFactor), Reason: fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
 	}
 	return nil
 }

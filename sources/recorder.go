@@ -48,7 +48,7 @@ func (c *RecorderConfig) validate() error {
 // statement per check, as RecordCheck is.
 //
 // A Recorder is started once and stopped once; Stop writes what is already
-// queued before it returns.
+// queued before it returns, within the bound of its context.
 type Recorder struct {
 	pool      *pgxpool.Pool
 	maxBatch  int
@@ -64,6 +64,11 @@ type Recorder struct {
 	stopping chan struct{} // closed by Stop
 	stopOnce sync.Once
 	done     chan struct{} // closed when the loop has exited
+
+	// abort cancels every statement of the loop, current and to come: Stop
+	// calls it when its context ends first. Set by Start.
+	abort context.CancelFunc
+	run   context.Context // the statements' base context, cancelled by abort
 
 	batches, records, skipped, failed atomic.Int64
 }
@@ -113,21 +118,41 @@ func (r *Recorder) Start(ctx context.Context) error {
 		return errors.New("sources: recorder already started")
 	}
 	r.started = true
+	r.run, r.abort = context.WithCancel(context.WithoutCancel(ctx))
 	go r.loop(ctx)
 	return nil
 }
 
 // Stop stops accepting checks, writes those already queued, and returns once
 // the loop has exited. It is safe to call more than once, and before Start.
-func (r *Recorder) Stop() {
+//
+// ctx bounds the wait. When it ends first, Stop cancels the statement
+// running and the ones still to come, even those holding submitted checks,
+// and returns an error wrapping ctx's that says how many checks it gave up
+// (counted in Stats.Failed too). Those checks are lost: not written, or, for
+// a statement the server was already running, possibly written (the
+// connection is dropped, not the statement). A lost check's source stays
+// queued for a completed job until the scan's reconciliation releases it
+// (after a minute) and it is fetched again.
+func (r *Recorder) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	started := r.started
 	r.stopped = true
 	r.mu.Unlock()
 	r.stopOnce.Do(func() { close(r.stopping) })
-	if started {
-		<-r.done
+	if !started {
+		return nil
 	}
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+	}
+	failed := r.failed.Load()
+	r.abort()
+	<-r.done
+	return fmt.Errorf("sources: recorder: stop: %w; gave up %d submitted check(s) (the scan re-queues their sources)",
+		ctx.Err(), r.failed.Load()-failed)
 }
 
 // Record records one check and returns once the statement that holds it has
@@ -222,7 +247,7 @@ func (r *Recorder) Stats() RecorderStats {
 
 func (r *Recorder) loop(ctx context.Context) {
 	defer close(r.done)
-	base := context.WithoutCancel(ctx)
+	defer r.abort() // release the context
 	for {
 		select {
 		case <-r.wake:
@@ -248,7 +273,7 @@ func (r *Recorder) loop(ctx context.Context) {
 			if len(batch) == 0 {
 				break
 			}
-			r.flush(base, batch)
+			r.flush(r.run, batch)
 		}
 		if last {
 			return
@@ -274,9 +299,9 @@ func (r *Recorder) take() []*recordRequest {
 
 // flush writes one batch in one statement and tells every waiter the result.
 // The statement is cancelled if every waiter gives up while it runs, so a
-// stuck statement cannot outlive all of its callers (nor keep Stop waiting);
-// a batch holding a submitted check is never cancelled (nobody waits for it,
-// and it must be written).
+// stuck statement cannot outlive all of its callers; a batch holding a
+// submitted check is not cancelled that way (nobody waits for it, and it
+// must be written), only by Stop's bound (base ends).
 func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 	var live, markers []*recordRequest
 	submitted := 0

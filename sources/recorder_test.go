@@ -192,8 +192,12 @@ func TestRecorderConfig(t *testing.T) {
 	if err := r.Start(context.Background()); err == nil {
 		t.Fatal("second Start accepted")
 	}
-	r.Stop()
-	r.Stop() // idempotent
+	if err := r.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(context.Background()); err != nil { // idempotent
+		t.Fatal(err)
+	}
 	if err := r.Start(context.Background()); !errors.Is(err, sources.ErrRecorderStopped) {
 		t.Fatalf("Start after Stop: %v, want ErrRecorderStopped", err)
 	}
@@ -215,7 +219,7 @@ func setupRecorder(t *testing.T, cfg sources.RecorderConfig) *recorderFixture {
 	if err := rec.Start(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rec.Stop)
+	t.Cleanup(func() { _ = rec.Stop(context.Background()) })
 	return &recorderFixture{fixture: f, rec: rec}
 }
 
@@ -364,7 +368,12 @@ func TestRecorderStopFlushesQueued(t *testing.T) {
 	eventually(t, "10 queued checks", func() bool { return f.rec.Stats().Queued == 10 })
 
 	stopped := make(chan struct{})
-	go func() { f.rec.Stop(); close(stopped) }()
+	go func() {
+		if err := f.rec.Stop(f.ctx); err != nil {
+			t.Error(err)
+		}
+		close(stopped)
+	}()
 	eventually(t, "Record to be refused", func() bool {
 		// A probe before Stop took effect is queued, gives up, and is
 		// skipped when the final batch is taken.
@@ -453,7 +462,7 @@ func closedPoolRecorder(t *testing.T) *sources.Recorder {
 	if err := rec.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rec.Stop)
+	t.Cleanup(func() { _ = rec.Stop(context.Background()) })
 	pool.Close()
 	return rec
 }
@@ -589,7 +598,7 @@ func BenchmarkRecordConcurrent(b *testing.B) {
 		if err := rec.Start(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		defer rec.Stop()
+		defer rec.Stop(context.Background()) //nolint:errcheck // benchmark cleanup
 		run(b, func(ctx context.Context, id int64) error { return rec.Record(ctx, id, benchCheck) }, ids)
 		st := rec.Stats()
 		b.ReportMetric(float64(st.Records)/float64(max(st.Batches, 1)), "records/batch")
@@ -690,6 +699,39 @@ func TestRecorderSubmitFailureCounted(t *testing.T) {
 	_ = rec.Flush(context.Background()) // the last statement's error, if it rode with it
 	if st := rec.Stats(); st.Failed != 3 {
 		t.Fatalf("stats %+v: want 3 failed checks", st)
+	}
+}
+
+// Stop is bounded by its context: when the bound has passed while a
+// statement of submitted checks waits for a lock, Stop gives it up and the
+// rest, says how many checks it gave up, and returns without waiting for
+// the lock. Unbounded (the Recorder before Stop took a context), it waited
+// for as long as the lock was held.
+func TestRecorderStopBounded(t *testing.T) {
+	t.Parallel()
+	f := setupRecorder(t, sources.RecorderConfig{})
+	ids := f.sources(t, 5)
+	f.lockRows(t, ids[0]) // released when the test ends
+	for _, id := range ids {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.lockWaiter(t) // the statement holding the first check waits for the lock
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel() // the bound has passed
+	done := make(chan error, 1)
+	go func() { done <- f.rec.Stop(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "gave up 5 submitted check(s)") {
+			t.Fatalf("Stop past its bound = %v, want context.Canceled and 5 lost checks", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for a blocked statement past its bound")
+	}
+	if st := f.rec.Stats(); st.Failed != 5 {
+		t.Fatalf("stats %+v: want the 5 lost checks counted as failed", st)
 	}
 }
 

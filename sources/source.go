@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,16 +47,16 @@ type NewSource struct {
 // (Interval must already be defaulted).
 func (s NewSource) Validate() error {
 	if s.Platform == "" {
-		return &FieldError{"platform", "", "is required"}
+		return &FieldError{Field: "platform", Value: "", Reason: "is required"}
 	}
 	if !nameRE.MatchString(s.Platform) {
-		return &FieldError{"platform", s.Platform, "must match " + NamePattern}
+		return &FieldError{Field: "platform", Value: s.Platform, Reason: "must match " + NamePattern}
 	}
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
 	if s.Interval <= 0 {
-		return &FieldError{"interval", s.Interval.String(), "must be > 0"}
+		return &FieldError{Field: "interval", Value: s.Interval.String(), Reason: "must be > 0"}
 	}
 	return nil
 }
@@ -63,20 +64,20 @@ func (s NewSource) Validate() error {
 // ValidateURL accepts absolute http and https URLs with a host.
 func ValidateURL(raw string) error {
 	if raw == "" {
-		return &FieldError{"url", raw, "is required"}
+		return &FieldError{Field: "url", Value: raw, Reason: "is required"}
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return &FieldError{"url", raw, "is not a valid URL"}
+		return &FieldError{Field: "url", Value: raw, Reason: "is not a valid URL"}
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return &FieldError{"url", raw, "must be an absolute http or https URL"}
+		return &FieldError{Field: "url", Value: raw, Reason: "must be an absolute http or https URL"}
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return &FieldError{"url", raw, "must have a host"}
+		return &FieldError{Field: "url", Value: raw, Reason: "must have a host"}
 	}
 	if strings.ContainsAny(raw, " \t\r\n") {
-		return &FieldError{"url", raw, "must not contain whitespace"}
+		return &FieldError{Field: "url", Value: raw, Reason: "must not contain whitespace"}
 	}
 	return nil
 }
@@ -94,25 +95,40 @@ func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created boo
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
-			return 0, false, fmt.Errorf("source: %w", &FieldError{"platform", s.Platform, "does not exist (create it with `fleetpace platforms set`)"})
+			return 0, false, fmt.Errorf("source: %w", unknownPlatform(s.Platform))
 		}
 		return 0, false, fmt.Errorf("source: add: %w", err)
 	}
 	return id, created, nil
 }
 
+// DefaultListLimit is how many sources ListSources returns at most by
+// default.
+const DefaultListLimit = 1000
+
 // ListFilter selects sources for ListSources.
 type ListFilter struct {
 	Platform string // "" means every platform
 	DueOnly  bool   // only sources due now (not queued, enabled, platform not cooling down)
-	Limit    int    // 0 means 1000
+	Limit    int    // the most returned; 0 means DefaultListLimit
+}
+
+// Validate reports an invalid field, wrapping ErrInvalid.
+func (f ListFilter) Validate() error {
+	if f.Limit < 0 {
+		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: "must be ≥ 1 (0: default)"}
+	}
+	return nil
 }
 
 // ListSources returns sources in fair order (never checked first, then longest
 // since checked, ties by id).
 func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
-	if f.Limit <= 0 {
-		f.Limit = 1000
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("source: list: %w", err)
+	}
+	if f.Limit == 0 {
+		f.Limit = DefaultListLimit
 	}
 	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit)
 	if err != nil {
@@ -151,9 +167,7 @@ func scanSource(row pgx.CollectableRow) (Source, error) {
 
 // RemoveSources deletes the sources with the given ids, all or nothing: if any
 // id does not exist, nothing is removed and the error names the missing ids.
-func RemoveSources(ctx context.Context, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, ids []int64) (int, error) {
+func RemoveSources(ctx context.Context, db Beginner, ids []int64) (int, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("source: remove: %w", err)
@@ -178,7 +192,7 @@ func RemoveSources(ctx context.Context, db interface {
 				missing = append(missing, fmt.Sprint(id))
 			}
 		}
-		return 0, fmt.Errorf("source: remove: %w", &FieldError{"id", strings.Join(missing, ","), "does not exist; nothing removed"})
+		return 0, fmt.Errorf("source: remove: %w", &FieldError{Field: "id", Value: strings.Join(missing, ","), Reason: "does not exist; nothing removed"})
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("source: remove: %w", err)

@@ -1,8 +1,8 @@
-// Package sources keeps fleetpace's platforms and sources: what is fetched,
-// from which destination, how often, when it was last checked, and which
-// platforms are cooling down after being told to stop. It owns the due query
-// (fair order: never-checked first, then longest since checked, ties by id)
-// and the scan tick that turns due sources into River jobs.
+// Package sources is fleetpace's store: platforms (each destination and its
+// limits), sources (what is fetched, how often, when it was last checked and
+// with what outcome), platform cooldowns, imports, and the recording of
+// checks (RecordCheck, and the Recorder's group commit). Package scan, on
+// top of it, turns due sources into River jobs.
 package sources
 
 import (
@@ -23,6 +23,13 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Beginner is what functions that run several statements in one transaction
+// of their own need: a pool, a connection, or a transaction (which makes the
+// transaction a savepoint).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // ErrInvalid is wrapped by every error about bad input (a field, a line of an
 // import file). Callers branch on it: the CLI exits 2.
 var ErrInvalid = errors.New("invalid input")
@@ -30,19 +37,29 @@ var ErrInvalid = errors.New("invalid input")
 // ErrNotFound is wrapped when a named platform or source does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrUnknownPlatform is wrapped when a source names a platform that does
+// not exist (the error is an ErrInvalid too: a field of the input is bad).
+var ErrUnknownPlatform = fmt.Errorf("unknown platform: %w", ErrNotFound)
+
 // FieldError names one bad field and why it is bad.
 type FieldError struct {
 	Field  string // e.g. "rate_per_sec"
 	Value  string // the offending value as given
 	Reason string // e.g. "must be finite and > 0"
+	Err    error  // what the reason is, for errors.Is (ErrUnknownPlatform); may be nil
 }
 
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("%s %s (got %q)", e.Field, e.Reason, e.Value)
 }
 
-// Unwrap makes every FieldError an ErrInvalid.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
+// Unwrap makes every FieldError an ErrInvalid, and one with Err that too.
+func (e *FieldError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
+
+// unknownPlatform is the error of a source on a platform that does not exist.
+func unknownPlatform(name string) *FieldError {
+	return &FieldError{Field: "platform", Value: name, Reason: "does not exist", Err: ErrUnknownPlatform}
+}
 
 // LineError is a bad line of an import file.
 type LineError struct {

@@ -11,28 +11,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/internal/testdb"
-	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 
 type fixture struct {
-	ctx    context.Context
-	pool   *pgxpool.Pool
-	client *queue.Client
+	ctx  context.Context
+	pool *pgxpool.Pool
 }
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	pool := testdb.Pool(t)
-	client, err := queue.NewClient(pool, queue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{ctx: context.Background(), pool: pool, client: client}
+	return &fixture{ctx: context.Background(), pool: testdb.Pool(t)}
 }
 
 func (f *fixture) platform(t *testing.T, name string, rate float64) {
@@ -61,121 +55,10 @@ func (f *fixture) source(t *testing.T, platform, url string, ago *time.Duration)
 
 func dur(d time.Duration) *time.Duration { return &d }
 
-func ids(due []sources.Due) []int64 {
-	out := make([]int64, len(due))
-	for i, d := range due {
-		out[i] = d.ID
-	}
-	return out
-}
-
-func TestDueOrder(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
-	recent := f.source(t, "p", "https://example.com/recent", dur(2*time.Minute))
-	old := f.source(t, "p", "https://example.com/old", dur(4*time.Hour))
-	never := f.source(t, "p", "https://example.com/never", nil)
-
-	due, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := fmt.Sprint(ids(due)), fmt.Sprint([]int64{never, old, recent}); got != want {
-		t.Fatalf("due order = %s, want never, 4h, 2min = %s", got, want)
-	}
-
-	// Equal last_checked_at: ties broken by id.
-	if _, err := f.pool.Exec(f.ctx, `UPDATE fleetpace_source SET last_checked_at = '2026-01-01T00:00:00Z'`); err != nil {
-		t.Fatal(err)
-	}
-	due, err = sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := fmt.Sprint(ids(due)), fmt.Sprint([]int64{recent, old, never}); got != want {
-		t.Fatalf("tie order = %s, want by id %s", got, want)
-	}
-
-	// The CLI's list --due uses the same order.
-	list, err := sources.ListSources(f.ctx, f.pool, sources.ListFilter{DueOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 3 || list[0].ID != recent {
-		t.Fatalf("ListSources due = %+v", list)
-	}
-}
-
-func TestDueExcludesDisabledQueuedAndNotDue(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
-	due := f.source(t, "p", "https://example.com/due", nil)
-	disabled := f.source(t, "p", "https://example.com/disabled", nil)
-	notDue := f.source(t, "p", "https://example.com/notdue", nil)
-	queued := f.source(t, "p", "https://example.com/queued", nil)
-	mustExec(t, f, `UPDATE fleetpace_source SET enabled = false WHERE id = $1`, disabled)
-	mustExec(t, f, `UPDATE fleetpace_source SET due_at = now() + interval '1 hour' WHERE id = $1`, notDue)
-	if _, err := sources.Enqueue(f.ctx, f.pool, f.client, []int64{queued}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(ids(got)) != fmt.Sprint([]int64{due}) {
-		t.Fatalf("due = %v, want only %d", ids(got), due)
-	}
-}
-
 func mustExec(t *testing.T, f *fixture, sql string, args ...any) {
 	t.Helper()
 	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestCooldownFiltersPlatform(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
-	f.platform(t, "c", 10)
-	a := f.source(t, "a", "https://a.example/1", nil)
-	b := f.source(t, "b", "https://b.example/1", nil)
-	c := f.source(t, "c", "https://c.example/1", nil)
-
-	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "429 Retry-After 600", 0.5); err != nil {
-		t.Fatal(err)
-	}
-	// c's cooldown has expired: it must not filter.
-	mustExec(t, f, `INSERT INTO fleetpace_cooldown (platform, until) VALUES ('c', now() - interval '1 second')`)
-
-	got, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(ids(got)) != fmt.Sprint([]int64{b, c}) {
-		t.Fatalf("due = %v, want b=%d and c=%d (a=%d cooling down)", ids(got), b, c, a)
-	}
-	active, err := sources.ActiveCooldowns(f.ctx, f.pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(active) != 1 || active[0].Platform != "a" {
-		t.Fatalf("active cooldowns = %+v, want only a", active)
-	}
-	if r := active[0].Remaining; r < 13*time.Minute || r > 17*time.Minute {
-		t.Fatalf("remaining = %s, want 15m ± 10%%", r)
-	}
-	// The tick leaves a's source alone and says so.
-	res, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Enqueued != 2 || res.ByPlatform["a"] != 0 || fmt.Sprint(res.CoolingDown) != "[a]" {
-		t.Fatalf("tick = %+v", res)
 	}
 }
 
@@ -234,6 +117,16 @@ func TestCooldownDurations(t *testing.T) {
 	if r := remaining(); !near(r, 10*time.Minute) {
 		t.Fatalf("remaining = %s, want 10m (Retry-After)", r)
 	}
+	// The cooldown holds the platform's pacer row until it ends, in the
+	// pacer's epoch seconds.
+	var holdGap float64
+	if err := f.pool.QueryRow(f.ctx, `SELECT p.hold_until - date_part('epoch', c.until)
+		FROM fleetpace_pace p JOIN fleetpace_cooldown c USING (platform)`).Scan(&holdGap); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(holdGap) > 1e-3 {
+		t.Fatalf("pacer hold_until is %.3f s off the cooldown's end, want equal", holdGap)
+	}
 	// Jitter: u=1 → +10 %, on a fresh episode.
 	mustExec(t, f, `UPDATE fleetpace_cooldown SET until = now() - interval '2 hours'`)
 	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "r", 1); err != nil {
@@ -262,140 +155,6 @@ func TestCooldownDurations(t *testing.T) {
 	// Unknown platform.
 	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "nope", 0, "r", 0.5); !errors.Is(err, sources.ErrNotFound) {
 		t.Fatalf("unknown platform: err = %v", err)
-	}
-}
-
-func TestPerPlatformCapPreventsStarvation(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 1000)
-	f.platform(t, "b", 1000)
-	mustExec(t, f, `INSERT INTO fleetpace_source (platform, url, last_checked_at, due_at)
-		SELECT 'a', 'https://a.example/' || g, now() - interval '10 hours' + g * interval '1 second', now() - interval '1 second'
-		FROM generate_series(1, 1000) g`)
-	var bIDs []int64
-	for i := 0; i < 10; i++ {
-		bIDs = append(bIDs, f.source(t, "b", fmt.Sprintf("https://b.example/%d", i), dur(time.Hour)))
-	}
-	due, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 100, DefaultCap: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	perPlatform := map[string]int{}
-	for _, d := range due {
-		perPlatform[d.Platform]++
-	}
-	if perPlatform["b"] != 10 || perPlatform["a"] != 50 {
-		t.Fatalf("per platform = %v, want all 10 of b and a capped at 50", perPlatform)
-	}
-	// Without the per-platform cap, a's older sources fill the whole tick:
-	// the naive query starves b.
-	naive, err := sources.SelectDue(f.ctx, f.pool, sources.DueOptions{Limit: 100, DefaultCap: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range naive {
-		if d.Platform == "b" {
-			t.Fatalf("naive query (no cap) included b; the test would not catch starvation")
-		}
-	}
-	// The tick applies the same cap.
-	res, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{Limit: 100, PerPlatformCap: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.ByPlatform["b"] != 10 || res.ByPlatform["a"] != 50 {
-		t.Fatalf("tick by platform = %v", res.ByPlatform)
-	}
-}
-
-func TestTickShareFromRate(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "slow", 2) // 2/s × 30 s look-ahead = 60
-	for i := 0; i < 100; i++ {
-		f.source(t, "slow", fmt.Sprintf("https://s.example/%d", i), nil)
-	}
-	res, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{LookAhead: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Enqueued != 60 {
-		t.Fatalf("first tick enqueued %d, want rate × look-ahead = 60", res.Enqueued)
-	}
-	res, err = sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{LookAhead: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Enqueued != 0 {
-		t.Fatalf("second tick enqueued %d with 60 already queued, want 0", res.Enqueued)
-	}
-}
-
-func TestConcurrentTicksQueueOnce(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 1000)
-	mustExec(t, f, `INSERT INTO fleetpace_source (platform, url) SELECT 'p', 'https://p.example/' || g FROM generate_series(1, 500) g`)
-
-	var wg sync.WaitGroup
-	results := make([]*sources.TickResult, 4)
-	errs := make([]error, 4)
-	start := make(chan struct{})
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], errs[i] = sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{Limit: 1000, PerPlatformCap: 1000})
-		}()
-	}
-	close(start)
-	wg.Wait()
-	total := 0
-	for i, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += results[i].Enqueued
-	}
-	// Enqueue by id races with the ticks too; it must not double-queue.
-	if _, err := sources.Enqueue(f.ctx, f.pool, f.client, []int64{1, 2, 3}); err != nil {
-		t.Fatal(err)
-	}
-	var jobs, distinct, queued int
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(*), count(DISTINCT (args->>'source_id')) FROM river_job`).Scan(&jobs, &distinct); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source WHERE queued_at IS NOT NULL AND queued_job_id IS NOT NULL`).Scan(&queued); err != nil {
-		t.Fatal(err)
-	}
-	if total != 500 || jobs != 500 || distinct != 500 || queued != 500 {
-		t.Fatalf("ticks enqueued %d, jobs %d (distinct sources %d), queued sources %d; want 500 each", total, jobs, distinct, queued)
-	}
-}
-
-func TestTickSkipsWhileAnotherHoldsLock(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
-	f.source(t, "p", "https://p.example/1", nil)
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx) //nolint:errcheck
-	// Hold the tick lock as a tick in progress would.
-	res, err := sources.Tick(f.ctx, tx, f.client, sources.TickConfig{})
-	if err != nil || res.Skipped {
-		t.Fatalf("first tick: %+v %v", res, err)
-	}
-	res2, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res2.Skipped {
-		t.Fatalf("second tick ran while the first held the lock: %+v", res2)
 	}
 }
 
@@ -570,38 +329,5 @@ func TestImport(t *testing.T) {
 	res, err = sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
 	if err != nil || res.Added != 0 || res.Existing != 1000 {
 		t.Fatalf("re-import: %+v %v, want nothing added", res, err)
-	}
-}
-
-func TestTickInterleavesPlatforms(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 100)
-	f.platform(t, "b", 100)
-	// a's sources are all older than b's: plain fair order would queue every
-	// a job first.
-	for i := 0; i < 4; i++ {
-		f.source(t, "a", fmt.Sprintf("https://a.example/%d", i), dur(time.Duration(10-i)*time.Hour))
-	}
-	for i := 0; i < 2; i++ {
-		f.source(t, "b", fmt.Sprintf("https://b.example/%d", i), dur(time.Duration(2-i)*time.Hour))
-	}
-	if _, err := sources.Tick(f.ctx, f.pool, f.client, sources.TickConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := f.pool.Query(f.ctx, `SELECT args->>'platform' FROM river_job ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []string
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			t.Fatal(err)
-		}
-		order = append(order, p)
-	}
-	if got := strings.Join(order, ""); got != "ababaa" {
-		t.Fatalf("job order by platform = %s, want ababaa (platforms take turns)", got)
 	}
 }

@@ -1,9 +1,6 @@
 package sources
 
-import (
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // Every SQL statement of the package lives here.
 
@@ -48,13 +45,29 @@ const sourceColumns = `id, platform, url, check_interval, enabled, due_at, last_
     consecutive_failures, last_status, last_outcome, last_error, etag, last_modified,
     content_hash, queued_at, queued_job_id`
 
-const listSourcesSQL = `
+// DueSQL is the condition "source s is due now": enabled, not queued, and
+// past its due_at. It is written once, here, for every statement that asks
+// it: `sources list --due`, the status counts and the scan's due query
+// (package scan), each aliasing fleetpace_source as s. The partial index
+// fleetpace_source_due_idx holds exactly the enabled, unqueued sources.
+const DueSQL = `s.enabled AND s.queued_at IS NULL AND s.due_at <= now()`
+
+// CoolingDownSQL returns the condition "the platform named by the SQL
+// expression platform is cooling down now". platform is an expression of
+// the caller's statement (a column such as s.platform, or a parameter such as
+// $2), never input.
+func CoolingDownSQL(platform string) string {
+	return `EXISTS (SELECT 1 FROM fleetpace_cooldown c WHERE c.platform = ` + platform + ` AND ` + activeCooldown + `)`
+}
+
+// activeCooldown is the condition "cooldown c has not ended".
+const activeCooldown = `c.until > now()`
+
+var listSourcesSQL = `
 SELECT ` + sourceColumns + `
 FROM fleetpace_source s
 WHERE ($1 = '' OR s.platform = $1)
-  AND (NOT $2 OR (s.enabled AND s.queued_at IS NULL AND s.due_at <= now()
-                  AND NOT EXISTS (SELECT 1 FROM fleetpace_cooldown c
-                                  WHERE c.platform = s.platform AND c.until > now())))
+  AND (NOT $2 OR (` + DueSQL + ` AND NOT ` + CoolingDownSQL("s.platform") + `))
 ORDER BY s.last_checked_at ASC NULLS FIRST, s.id
 LIMIT $3`
 
@@ -74,85 +87,8 @@ INSERT INTO fleetpace_source (platform, url, check_interval)
 SELECT platform, url, check_interval FROM fleetpace_import
 ON CONFLICT (platform, url) DO NOTHING`
 
-// tickLockKey is the transaction-scoped advisory lock a scan tick takes, so
-// overlapping ticks (cron plus workers) do not both scan.
-const tickLockKey int64 = 0x2f1e_7ac3_5d90_4b62
-
-const tryTickLockSQL = `SELECT pg_try_advisory_xact_lock($1), ` + useGenericPlan
-
-// useGenericPlan makes the rest of the transaction use generic plans for
-// prepared statements. The due query has an arm per platform: planning it
-// afresh for every execution (PostgreSQL's choice for it, since the custom
-// plan's estimate is lower) costs more than running it (3–4 ms against 2–3
-// ms at 20 platforms); the generic plan is the same Merge Append.
-const useGenericPlan = `set_config('plan_cache_mode', 'force_generic_plan', true)`
-
-const platformNamesGenericSQL = `SELECT name FROM fleetpace_platform, ` + useGenericPlan + ` ORDER BY name`
-
-// planSQL reads, per platform, its rate, how many of its sources are queued
-// and whether it is cooling down: the inputs of each platform's share.
-const planSQL = `
-SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0), c.until
-FROM fleetpace_platform p
-LEFT JOIN (SELECT platform, count(*) AS queued FROM fleetpace_source
-           WHERE queued_at IS NOT NULL GROUP BY platform) q ON q.platform = p.name
-LEFT JOIN fleetpace_cooldown c ON c.platform = p.name AND c.until > now()
-ORDER BY p.name`
-
-// dueSQL builds the due query for n platforms. Each arm walks
-// fleetpace_source_due_idx for one platform in fair order, already capped
-// (LIMIT) at that platform's share and skipped entirely while the platform
-// cools down; the arms are merged in the same order (PostgreSQL's Merge
-// Append reads each arm only as far as the overall LIMIT needs). Arguments:
-// $1 overall limit, then per arm its platform and cap. Only the number of
-// arms varies; every value is a parameter.
-func dueSQL(n int) string {
-	var b strings.Builder
-	b.WriteString("SELECT id, platform, url FROM (\n")
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteString("    UNION ALL\n")
-		}
-		p, c := 2+2*i, 3+2*i
-		fmt.Fprintf(&b, `    (SELECT id, platform, url, last_checked_at FROM fleetpace_source
-      WHERE platform = $%[1]d AND enabled AND queued_at IS NULL AND due_at <= now()
-        AND NOT EXISTS (SELECT 1 FROM fleetpace_cooldown c WHERE c.platform = $%[1]d AND c.until > now())
-      ORDER BY last_checked_at ASC NULLS FIRST, id
-      LIMIT $%[2]d)
-`, p, c)
-	}
-	b.WriteString(") d\nORDER BY last_checked_at ASC NULLS FIRST, id\nLIMIT $1")
-	return b.String()
-}
-
-// claimSQL locks the sources to enqueue that are enabled and not queued yet.
-// Row locks (taken in id order, so concurrent claims cannot deadlock) make a
-// concurrent claim wait and then skip rows this one queued: a source is never
-// queued twice. Locking instead of updating here saves a second rewrite of
-// every row: markQueuedSQL writes queued_at and the job id in one update.
-const claimSQL = `
-SELECT id, platform, url, COALESCE(etag, ''), COALESCE(last_modified, '') FROM fleetpace_source
-WHERE id = ANY($1) AND queued_at IS NULL AND enabled
-ORDER BY id
-FOR UPDATE`
-
-const markQueuedSQL = `
-UPDATE fleetpace_source s SET queued_at = now(), queued_job_id = j.job_id
-FROM unnest($1::bigint[], $2::bigint[]) AS j(source_id, job_id)
-WHERE s.id = j.source_id`
-
-// reconcileSQL releases sources whose job finished without recording a check
-// (discarded after its last attempt, cancelled, deleted), so they can be
-// queued again. Sources queued in the last minute are left alone.
-const reconcileSQL = `
-UPDATE fleetpace_source s SET queued_at = NULL, queued_job_id = NULL
-WHERE s.queued_at IS NOT NULL
-  AND s.queued_at < now() - interval '1 minute'
-  AND NOT EXISTS (SELECT 1 FROM river_job j
-                  WHERE j.id = s.queued_job_id
-                    AND j.state NOT IN ('completed', 'discarded', 'cancelled'))`
-
-// recordCheckSQL records a fetch outcome and releases the source.
+// recordSQL builds the statement that records checks, one definition for
+// both forms (one check, a batch), so they cannot drift apart. The rules:
 //   - ok, not_modified: checked now; failures reset; next due after the interval.
 //   - failed: checked now; failures + 1; next due after interval × 2^failures,
 //     capped at 64 × interval and at max(interval, 24 h).
@@ -160,60 +96,56 @@ WHERE s.queued_at IS NOT NULL
 //     keeps its place in the fair order and is due again at once (cooldowns
 //     and the pacer decide when it actually runs).
 //
-// $8 is the job that made the check (0: unknown). If the source has been
-// queued since for another job (released by the tick's reconciliation while
-// this check was on its way), nothing is written: that job checks it.
-const recordCheckSQL = `
-UPDATE fleetpace_source SET
-    queued_at            = NULL,
-    queued_job_id        = NULL,
-    last_status          = $3,
-    last_outcome         = $2,
-    last_error           = NULLIF($4, ''),
-    etag                 = CASE WHEN $2 = 'ok' THEN NULLIF($5, '') ELSE etag END,
-    last_modified        = CASE WHEN $2 = 'ok' THEN NULLIF($6, '') ELSE last_modified END,
-    content_hash         = CASE WHEN $2 = 'ok' AND $7 <> '' THEN $7 ELSE content_hash END,
-    last_checked_at      = CASE WHEN $2 IN ('ok', 'not_modified', 'failed') THEN now() ELSE last_checked_at END,
-    consecutive_failures = CASE $2 WHEN 'failed' THEN consecutive_failures + 1
-                                   WHEN 'ok' THEN 0 WHEN 'not_modified' THEN 0
-                                   ELSE consecutive_failures END,
-    due_at = CASE
-        WHEN $2 IN ('ok', 'not_modified') THEN now() + check_interval
-        WHEN $2 = 'failed' THEN now() + LEAST(
-            check_interval * power(2, LEAST(consecutive_failures + 1, 6)),
-            GREATEST(check_interval, interval '24 hours'))
-        ELSE now() END
-WHERE id = $1
-  AND ($8::bigint = 0 OR queued_job_id IS NULL OR queued_job_id = $8)`
-
-// recordChecksSQL is recordCheckSQL for many sources in one statement: the
-// same rules, row by row, with the i-th element of each array as that
-// source's $1…$7. The ids must be distinct (with a duplicate, UPDATE … FROM
-// would apply one of its rows, unspecified which).
-const recordChecksSQL = `
+// Every check releases the source's queue mark. The check's job (0:
+// unknown) must still hold the mark: if the source has been queued since
+// for another job (released by the tick's reconciliation while this check
+// was on its way), nothing is written and that job checks it.
+//
+// v names the check's values in the statement; from adds the batch's rows.
+func recordSQL(v checkValues, from string) string {
+	return strings.NewReplacer(
+		"{id}", v.id, "{outcome}", v.outcome, "{status}", v.status, "{error}", v.error, "{etag}", v.etag,
+		"{last_modified}", v.lastModified, "{content_hash}", v.contentHash, "{job}", v.job, "{from}", from,
+	).Replace(`
 UPDATE fleetpace_source s SET
     queued_at            = NULL,
     queued_job_id        = NULL,
-    last_status          = r.status,
-    last_outcome         = r.outcome,
-    last_error           = NULLIF(r.error, ''),
-    etag                 = CASE WHEN r.outcome = 'ok' THEN NULLIF(r.etag, '') ELSE s.etag END,
-    last_modified        = CASE WHEN r.outcome = 'ok' THEN NULLIF(r.last_modified, '') ELSE s.last_modified END,
-    content_hash         = CASE WHEN r.outcome = 'ok' AND r.content_hash <> '' THEN r.content_hash ELSE s.content_hash END,
-    last_checked_at      = CASE WHEN r.outcome IN ('ok', 'not_modified', 'failed') THEN now() ELSE s.last_checked_at END,
-    consecutive_failures = CASE r.outcome WHEN 'failed' THEN s.consecutive_failures + 1
+    last_status          = {status},
+    last_outcome         = {outcome},
+    last_error           = NULLIF({error}, ''),
+    etag                 = CASE WHEN {outcome} = 'ok' THEN NULLIF({etag}, '') ELSE s.etag END,
+    last_modified        = CASE WHEN {outcome} = 'ok' THEN NULLIF({last_modified}, '') ELSE s.last_modified END,
+    content_hash         = CASE WHEN {outcome} = 'ok' AND {content_hash} <> '' THEN {content_hash} ELSE s.content_hash END,
+    last_checked_at      = CASE WHEN {outcome} IN ('ok', 'not_modified', 'failed') THEN now() ELSE s.last_checked_at END,
+    consecutive_failures = CASE {outcome} WHEN 'failed' THEN s.consecutive_failures + 1
                                           WHEN 'ok' THEN 0 WHEN 'not_modified' THEN 0
                                           ELSE s.consecutive_failures END,
     due_at = CASE
-        WHEN r.outcome IN ('ok', 'not_modified') THEN now() + s.check_interval
-        WHEN r.outcome = 'failed' THEN now() + LEAST(
+        WHEN {outcome} IN ('ok', 'not_modified') THEN now() + s.check_interval
+        WHEN {outcome} = 'failed' THEN now() + LEAST(
             s.check_interval * power(2, LEAST(s.consecutive_failures + 1, 6)),
             GREATEST(s.check_interval, interval '24 hours'))
-        ELSE now() END
+        ELSE now() END{from}
+WHERE s.id = {id}
+  AND ({job} = 0 OR s.queued_job_id IS NULL OR s.queued_job_id = {job})`)
+}
+
+// checkValues are the SQL expressions of one check's values.
+type checkValues struct {
+	id, outcome, status, error, etag, lastModified, contentHash, job string
+}
+
+// recordCheckSQL records one check: $1 the source, $2…$7 outcome, status,
+// error, etag, last_modified, content_hash, $8 the job.
+var recordCheckSQL = recordSQL(checkValues{"$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8::bigint"}, "")
+
+// recordChecksSQL records many checks in one statement: the same rules, row
+// by row, the i-th element of each array being that source's $1…$8. The ids
+// must be distinct (with a duplicate, UPDATE … FROM would apply one of its
+// rows, unspecified which).
+var recordChecksSQL = recordSQL(checkValues{"r.id", "r.outcome", "r.status", "r.error", "r.etag", "r.last_modified", "r.content_hash", "r.job_id"}, `
 FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-    AS r(id, outcome, status, error, etag, last_modified, content_hash, job_id)
-WHERE s.id = r.id
-  AND (r.job_id = 0 OR s.queued_job_id IS NULL OR s.queued_job_id = r.job_id)`
+    AS r(id, outcome, status, error, etag, last_modified, content_hash, job_id)`)
 
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
 
@@ -225,15 +157,11 @@ const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id 
 //     the duration (count + 1); later, it starts again from count 1.
 //   - Duration = max(platform cooldown, Retry-After) × 2^(count−1) × jitter,
 //     capped at 24 h.
-//
-// The cooldown also becomes a fleet-wide hold of the platform's pacer row
-// (fleetpace_pace.hold_until), so a fetch job already queued meets it in its
-// reservation (denied, snoozed until the end) without a query of its own.
 const setCooldownSQL = `
 WITH p AS (
     SELECT name, GREATEST(cooldown, make_interval(secs => $2)) AS base, cooldown
     FROM fleetpace_platform WHERE name = $1
-), cd AS (
+)
 INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at)
 SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now() FROM p
 ON CONFLICT (platform) DO UPDATE SET
@@ -250,16 +178,11 @@ ON CONFLICT (platform) DO UPDATE SET
     reason = EXCLUDED.reason,
     started_at = CASE WHEN c.until > now() THEN c.started_at ELSE now() END,
     updated_at = now()
-RETURNING platform, until, count
-), hold AS (
-    UPDATE fleetpace_pace SET hold_until = GREATEST(hold_until, EXTRACT(EPOCH FROM cd.until)::float8)
-    FROM cd WHERE fleetpace_pace.platform = cd.platform
-)
-SELECT until, count FROM cd`
+RETURNING until, count`
 
 const activeCooldownsSQL = `
 SELECT platform, until, reason, count, started_at, until - now()
-FROM fleetpace_cooldown WHERE until > now() ORDER BY platform`
+FROM fleetpace_cooldown c WHERE ` + activeCooldown + ` ORDER BY platform`
 
 // countsSQL is the per-platform summary for status: sources, enabled, queued,
 // due now, never checked, and how late the due ones are (max, p95).
@@ -268,7 +191,7 @@ SELECT p.name,
        count(s.id),
        count(s.id) FILTER (WHERE s.enabled),
        count(s.id) FILTER (WHERE s.queued_at IS NOT NULL),
-       count(s.id) FILTER (WHERE s.enabled AND s.queued_at IS NULL AND s.due_at <= now()),
+       count(s.id) FILTER (WHERE ` + DueSQL + `),
        count(s.id) FILTER (WHERE s.last_checked_at IS NULL),
        COALESCE(EXTRACT(EPOCH FROM max(now() - s.due_at) FILTER (WHERE s.enabled AND s.due_at <= now())), 0)::float8,
        COALESCE(percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM now() - s.due_at))
@@ -277,8 +200,3 @@ FROM fleetpace_platform p
 LEFT JOIN fleetpace_source s ON s.platform = p.name
 GROUP BY p.name
 ORDER BY p.name`
-
-const platformSourceIDsSQL = `
-SELECT id FROM fleetpace_source
-WHERE platform = $1 AND enabled AND queued_at IS NULL
-ORDER BY last_checked_at ASC NULLS FIRST, id`

@@ -1,6 +1,7 @@
-// Package status assembles what `fleetpace status` and the worker's /status
-// endpoint show: every platform with its limits, shared pacer state, active
-// cooldown, and queued, due and staleness figures, plus the live workers.
+// Package status assembles what `fleetpace status`, the worker's /status
+// endpoint and its fleet-wide metrics show: every platform with its limits,
+// shared pacer state, active cooldown, and queued, due and staleness
+// figures, plus the live workers.
 package status
 
 import (
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -17,32 +19,38 @@ import (
 // Platform is one platform's row of the report.
 type Platform struct {
 	sources.Platform
-	Pace     *pacer.State           `json:"pace,omitempty"` // nil until the platform's first reservation
+	Pace     pacer.State            `json:"pace"` // every platform has a pace row
 	Cooldown *sources.Cooldown      `json:"cooldown,omitempty"`
 	Counts   sources.PlatformCounts `json:"counts"`
 }
 
 // Report is the whole status.
 type Report struct {
-	At        time.Time  `json:"at"`
-	Platforms []Platform `json:"platforms"`
-	Workers   int        `json:"live_workers"`
+	At        time.Time      `json:"at"` // the database's time of the read
+	Platforms []Platform     `json:"platforms"`
+	Workers   int            `json:"live_workers"`
+	Fleet     []fleet.Worker `json:"workers"` // the live workers, longest running first
 }
 
-// LiveWindow is how recently a worker must have sent a heartbeat to count as
-// live.
-const LiveWindow = 15 * time.Second
+// DB is what Read needs: a pool or a connection.
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
 
 // Read builds the report, reading everything in one repeatable-read
-// transaction so the numbers agree with each other.
-func Read(ctx context.Context, db interface {
-	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-}) (*Report, error) {
+// transaction so the numbers agree with each other. It runs the per-source
+// counts and staleness (sources.Counts), a scan of every source: Cache
+// shares one read between frequent callers.
+func Read(ctx context.Context, db DB) (*Report, error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	rep := &Report{}
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&rep.At); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	platforms, err := sources.ListPlatforms(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -59,32 +67,24 @@ func Read(ctx context.Context, db interface {
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	rep := &Report{}
-	if err := tx.QueryRow(ctx, liveWorkersSQL, LiveWindow.Seconds()).Scan(&rep.At, &rep.Workers); err != nil {
-		return nil, fmt.Errorf("status: workers: %w", err)
+	if rep.Fleet, err = fleet.Live(ctx, tx); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	rep.Workers = len(rep.Fleet)
+	pace := make(map[string]pacer.State, len(paces))
+	for _, s := range paces {
+		pace[s.Platform] = s
+	}
+	count := make(map[string]sources.PlatformCounts, len(counts))
+	for _, c := range counts {
+		count[c.Platform] = c
+	}
+	cooldown := make(map[string]*sources.Cooldown, len(cooldowns))
+	for i := range cooldowns {
+		cooldown[cooldowns[i].Platform] = &cooldowns[i]
 	}
 	for _, p := range platforms {
-		row := Platform{Platform: p}
-		for i := range paces {
-			if paces[i].Platform == p.Name {
-				row.Pace = &paces[i]
-			}
-		}
-		for i := range cooldowns {
-			if cooldowns[i].Platform == p.Name {
-				row.Cooldown = &cooldowns[i]
-			}
-		}
-		for _, c := range counts {
-			if c.Platform == p.Name {
-				row.Counts = c
-			}
-		}
-		rep.Platforms = append(rep.Platforms, row)
+		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name]})
 	}
 	return rep, nil
 }
-
-const liveWorkersSQL = `
-SELECT now(), count(*) FROM fleetpace_worker
-WHERE seen_at > now() - make_interval(secs => $1)`

@@ -2,11 +2,11 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
-	"net"
 	"net/http"
+	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,11 +14,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/status"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
@@ -80,33 +83,26 @@ func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 
 	const base, jitter = 200 * time.Millisecond, 0.5
 	var (
-		mu        sync.Mutex
 		cycles    []time.Duration // how long each failed cycle took
 		attemptsN []int64         // dials per cycle
-		sleeps    []time.Duration
 	)
+	// The loop sleeps on a fake clock that advances itself: the backoff is
+	// recorded, not waited for; the cycles run against the real server.
+	virtual := clocktest.NewAuto()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = poller.Run(runCtx, poller.Config{
-		Base: base, Max: time.Second, JitterRatio: jitter, StartupJitter: poller.NoStartupJitter,
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			mu.Lock()
-			sleeps = append(sleeps, d)
-			n := len(sleeps)
-			mu.Unlock()
-			if n >= 3 {
-				cancel()
-			}
-			return poller.Sleep(ctx, d)
-		},
+		Base: base, Max: time.Second, JitterRatio: jitter, StartupJitter: poller.NoStartupJitter, Clock: virtual,
 	}, func(ctx context.Context) (bool, error) {
+		if len(virtual.Sleeps()) >= 3 {
+			cancel()
+			return false, nil
+		}
 		before := attempts.Load()
 		start := time.Now()
-		_, err := sources.Tick(ctx, pool, client, sources.TickConfig{})
-		mu.Lock()
+		_, err := scan.Tick(ctx, pool, client, scan.Config{})
 		cycles = append(cycles, time.Since(start))
 		attemptsN = append(attemptsN, attempts.Load()-before)
-		mu.Unlock()
 		if err == nil {
 			t.Error("tick succeeded against an exhausted server")
 		} else if !dbconn.IsUnavailable(err) {
@@ -117,8 +113,7 @@ func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	sleeps := virtual.Sleeps()
 	if len(cycles) < 2 {
 		t.Fatalf("only %d cycles ran", len(cycles))
 	}
@@ -145,25 +140,10 @@ func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 func TestReadyzFollowsDatabase(t *testing.T) {
 	t.Parallel()
 	c := cluster(t, nil)
+	t.Cleanup(http.DefaultClient.CloseIdleConnections) // no keep-alive goroutines left behind
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- worker.Run(ctx, worker.Config{
-			DatabaseURL: c.URL("postgres"), HTTPAddr: "127.0.0.1:0", ConnectTimeout: time.Second,
-			Poll:  poller.Config{StartupJitter: poller.NoStartupJitter},
-			Ready: func(addr net.Addr) { ready <- addr },
-		})
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("worker exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker not ready")
-	}
+	addr, done := runWorker(t, ctx, worker.Config{DatabaseURL: c.URL("postgres"), HTTPAddr: "127.0.0.1:0", ConnectTimeout: time.Second})
 	get := func() (*http.Response, error) {
 		return http.Get("http://" + addr.String() + "/readyz")
 	}
@@ -197,8 +177,32 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if st := body("/status"); !strings.Contains(st, `"platforms"`) || !strings.Contains(st, `"live_workers"`) {
-		t.Errorf("/status = %s", st)
+	// /status is the status report as JSON: this worker is live, and the
+	// one platform is reported with its pacer state.
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: c.URL("postgres"), MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sources.SetPlatform(ctx, pool, sources.Platform{Name: "st", RatePerSec: 4})
+	pool.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep status.Report
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rep = status.Report{}
+		if err := json.Unmarshal([]byte(body("/status")), &rep); err != nil {
+			t.Fatalf("/status is not a status report: %v", err)
+		}
+		if rep.Workers > 0 || time.Now().After(deadline) { // the first heartbeat has landed
+			break
+		}
+	}
+	if rep.Workers != 1 || len(rep.Fleet) != 1 || rep.Fleet[0].PID != os.Getpid() {
+		t.Errorf("/status: %d live workers %+v, want this process", rep.Workers, rep.Fleet)
+	}
+	if len(rep.Platforms) != 1 || rep.Platforms[0].Name != "st" || rep.Platforms[0].Pace.Rate != 4 || rep.Platforms[0].Pace.Multiplier != 1 {
+		t.Errorf("/status platforms = %+v, want st at 4/s, multiplier 1", rep.Platforms)
 	}
 	if ui := body("/riverui/"); !strings.Contains(strings.ToLower(ui), "<html") {
 		t.Errorf("/riverui/ is not the River UI page")
@@ -220,8 +224,13 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 		t.Fatalf("readyz took %s during the outage, want a fast answer", d)
 	}
 	// /healthz is about the process, not the database.
-	if resp, err := http.Get("http://" + addr.String() + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz during outage: %v %v", resp, err)
+	resp, err = http.Get("http://" + addr.String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz during outage: %s", resp.Status)
 	}
 
 	if err := c.Restart(context.Background()); err != nil {
@@ -238,7 +247,27 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 	}
 	resp.Body.Close()
 	cancel()
-	if err := <-done; err != nil {
+	if err := await(t, done, "the worker to stop"); err != nil {
 		t.Fatalf("worker: %v", err)
 	}
+}
+
+// Shutdown reports its errors: a worker stopped while the database is down
+// cannot delete its row, and Run says so (a clean shutdown returns nil:
+// TestReadyzFollowsDatabase).
+func TestRunReportsShutdownErrors(t *testing.T) {
+	t.Parallel()
+	c := cluster(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, done := runWorker(t, ctx, worker.Config{DatabaseURL: c.URL("postgres"), ConnectTimeout: time.Second, SoftStop: time.Second, DisableScan: true})
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	err := await(t, done, "the worker to stop")
+	if err == nil || !strings.Contains(err.Error(), "fleet: leave") || !dbconn.IsUnavailable(err) {
+		t.Fatalf("Run after a shutdown without the database = %v, want the row's delete failing as unavailable", err)
+	}
+	t.Logf("Run: %v", err)
 }

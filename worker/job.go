@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -35,6 +36,7 @@ type FetchWorker struct {
 	pacer    Pacer
 	fetcher  fetch.Fetcher
 	maxWait  time.Duration
+	clock    clock.Clock
 	rand     func() float64
 	metrics  *Metrics
 	logger   *slog.Logger
@@ -53,6 +55,9 @@ type JobConfig struct {
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
 	// worker slot; a longer one snoozes the job instead. Default 5 s.
 	MaxWait time.Duration
+	// Clock is what a job sleeps on until its pacer slot, and times its
+	// lateness with. Default (nil): the real clock.
+	Clock clock.Clock
 	// Rand draws uniform numbers in [0, 1) for cooldown and snooze jitter.
 	// Default math/rand/v2.
 	Rand func() float64
@@ -87,7 +92,7 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
-		rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
+		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
 }
 
 // Work runs one fetch job: reserve → fetch → report → record. Nothing comes

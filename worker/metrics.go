@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetpace/fleetpace/pacer"
@@ -28,10 +27,12 @@ type Metrics struct {
 	ticks     *prometheus.CounterVec
 }
 
-// NewMetrics registers the worker's metrics. statusDB, when set, is read at
-// scrape time for the fleet-wide gauges (multiplier, cooldowns, staleness);
-// pacer and recorder, when set, provide this process's counters.
-func NewMetrics(statusDB statusReader, p *pacer.Pacer, rec *sources.Recorder, logger *slog.Logger) *Metrics {
+// NewMetrics registers the worker's metrics. state, when set, provides the
+// fleet-wide gauges (multiplier, cooldowns, staleness): a scrape takes its
+// report, read at most once per its MaxAge however often and by however
+// many scrapers the worker is scraped. pacer and recorder, when set, provide
+// this process's counters.
+func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logger *slog.Logger) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
@@ -63,8 +64,8 @@ func NewMetrics(statusDB statusReader, p *pacer.Pacer, rec *sources.Recorder, lo
 	if rec != nil {
 		reg.MustRegister(recorderCollector{rec})
 	}
-	if statusDB != nil {
-		reg.MustRegister(&stateCollector{db: statusDB, logger: logger})
+	if state != nil {
+		reg.MustRegister(&stateCollector{state: state, logger: logger})
 	}
 	return m
 }
@@ -159,10 +160,6 @@ func (c pacerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.ReportsDeferred))
 }
 
-type statusReader interface {
-	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-}
-
 var (
 	descMultiplier = prometheus.NewDesc("fleetpace_pacer_multiplier", "Shared backoff multiplier per platform (1 = full configured rate).", []string{"platform"}, nil)
 	descCeiling    = prometheus.NewDesc("fleetpace_platform_rate_ceiling", "Configured fleet-wide rate ceiling per platform, requests per second.", []string{"platform"}, nil)
@@ -172,13 +169,14 @@ var (
 	descDue        = prometheus.NewDesc("fleetpace_sources_due", "Sources due now and not queued.", []string{"platform"}, nil)
 	descStaleMax   = prometheus.NewDesc("fleetpace_staleness_max_seconds", "How late the most overdue source of the platform is.", []string{"platform"}, nil)
 	descStaleP95   = prometheus.NewDesc("fleetpace_staleness_p95_seconds", "95th percentile of lateness among the platform's overdue sources.", []string{"platform"}, nil)
-	descUp         = prometheus.NewDesc("fleetpace_database_up", "1 if the fleet-wide state could be read at scrape time.", nil, nil)
+	descUp         = prometheus.NewDesc("fleetpace_database_up", "1 if the fleet-wide state could be read at its last refresh.", nil, nil)
 )
 
-// stateCollector reads the fleet-wide state at scrape time (one read-only
-// transaction, bounded by a short timeout; no retry).
+// stateCollector reports the fleet-wide state from a shared status report,
+// refreshed at most once per the cache's MaxAge (one read-only transaction,
+// bounded by a short timeout; no retry).
 type stateCollector struct {
-	db     statusReader
+	state  *status.Cache
 	logger *slog.Logger
 }
 
@@ -191,7 +189,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	rep, err := status.Read(ctx, c.db)
+	rep, err := c.state.Get(ctx)
 	if err != nil {
 		if c.logger != nil {
 			c.logger.Debug("metrics: fleet state unavailable", "err", err)
@@ -202,16 +200,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 1)
 	active := 0
 	for _, p := range rep.Platforms {
-		mult := 1.0
-		if p.Pace != nil {
-			mult = p.Pace.Multiplier
-		}
 		remaining := 0.0
 		if p.Cooldown != nil {
 			remaining = p.Cooldown.Remaining.Seconds()
 			active++
 		}
-		ch <- prometheus.MustNewConstMetric(descMultiplier, prometheus.GaugeValue, mult, p.Name)
+		ch <- prometheus.MustNewConstMetric(descMultiplier, prometheus.GaugeValue, p.Pace.Multiplier, p.Name)
 		ch <- prometheus.MustNewConstMetric(descCeiling, prometheus.GaugeValue, p.RatePerSec, p.Name)
 		ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, remaining, p.Name)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(p.Counts.Queued), p.Name)

@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/testdb"
@@ -20,7 +23,7 @@ import (
 	"github.com/fleetpace/fleetpace/worker"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 
 // grantAll is a pacer that grants every reservation at once.
 type grantAll struct{}
@@ -88,7 +91,7 @@ func TestFetchWorkerRecorder(t *testing.T) {
 				if err := rec.Start(ctx); err != nil {
 					t.Fatal(err)
 				}
-				defer rec.Stop()
+				defer rec.Stop(context.Background()) //nolint:errcheck // test cleanup
 			}
 			fetcher := fetch.FetcherFunc(func(_ context.Context, req fetch.Request) fetch.Result {
 				if req.Platform == "limited" {
@@ -153,7 +156,10 @@ func TestFetchWorkerRecorder(t *testing.T) {
 
 // A job still fetching when the worker is told to stop finishes within the
 // soft stop and its check is written: Run stops the Recorder only after the
-// River client.
+// River client. The job is let go only once the worker has logged that it
+// stops River (after its loops ended, before River's stop), so it finishes
+// during the stop: were the Recorder stopped before River, its check would
+// be refused (ErrRecorderStopped) and never written.
 func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
@@ -167,36 +173,81 @@ func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	started, release := make(chan struct{}), make(chan struct{})
+	started, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	fetcher := fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {
 		once.Do(func() { close(started) })
 		<-release // not ctx: the job goes on after shutdown begins
+		defer close(returned)
 		return fetch.Result{Outcome: fetch.OK, Status: 200}
 	})
+	stopping := make(chan struct{})
+	logger := slog.New(&signalHandler{msg: "stopping: no new jobs; running fetches may finish", ch: stopping})
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	done := make(chan error, 1)
-	go func() {
-		done <- worker.Run(ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second,
-			Poll: poller.Config{StartupJitter: poller.NoStartupJitter}})
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("worker exited before fetching: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job was not fetched within 30 s")
-	}
+	_, done := runWorker(t, ctx, worker.Config{DatabaseURL: url, Fetcher: fetcher, SoftStop: 30 * time.Second, Logger: logger})
+	await(t, started, "the job's fetch")
 	stop()
-	// Let shutdown get under way (scan loop and heartbeat stopped, River
-	// stopping) before the job finishes.
-	time.Sleep(300 * time.Millisecond)
+	await(t, stopping, "the worker to begin stopping River")
 	close(release)
-	if err := <-done; err != nil {
+	<-returned
+	if err := await(t, done, "the worker to stop"); err != nil {
 		t.Fatal(err)
 	}
 	if o := outcome(t, pool, id); o != "ok" {
 		t.Fatalf("check of the job that finished during shutdown: outcome %q, want ok", o)
 	}
+}
+
+// runWorker runs worker.Run(ctx, cfg) in a goroutine, without startup
+// jitter, and waits until it is ready; it returns the HTTP server's address
+// (nil without one) and the channel Run's result arrives on.
+func runWorker(t *testing.T, ctx context.Context, cfg worker.Config) (net.Addr, <-chan error) {
+	t.Helper()
+	cfg.Poll.StartupJitter = poller.NoStartupJitter
+	ready := make(chan net.Addr, 1)
+	cfg.Ready = func(addr net.Addr) { ready <- addr }
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, cfg) }()
+	select {
+	case addr := <-ready:
+		return addr, done
+	case err := <-done:
+		t.Fatalf("worker exited before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker not ready within 30 s")
+	}
+	return nil, done
+}
+
+// await returns what arrives on ch, failing the test if nothing does within
+// 60 s.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(60 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}
+
+// signalHandler is a slog handler that closes ch when a record with message
+// msg is logged, and drops every record.
+type signalHandler struct {
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler            { return h }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
 }

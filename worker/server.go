@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"riverqueue.com/riverui"
 
+	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/status"
 )
@@ -55,8 +56,12 @@ func startServer(ctx context.Context, addr string, pool *pgxpool.Pool, client *q
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		rep, err := status.Read(ctx, pool)
-		if err != nil {
+		switch {
+		case dbconn.IsUnavailable(err):
 			unavailable(w, err)
+			return
+		case err != nil:
+			http.Error(w, dbconn.Redact(err.Error()), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -107,13 +112,18 @@ func startServer(ctx context.Context, addr string, pool *pgxpool.Pool, client *q
 // reached in one attempt; the client retries, not us).
 func unavailable(w http.ResponseWriter, err error) {
 	w.Header().Set("Retry-After", "1")
-	http.Error(w, "database unavailable: "+err.Error(), http.StatusServiceUnavailable)
+	http.Error(w, "database unavailable: "+dbconn.Redact(err.Error()), http.StatusServiceUnavailable)
 }
 
-func (s *server) close() {
+// close shuts the server down, waiting up to 5 s for requests in flight.
+func (s *server) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
 	s.cancel()
 	<-s.done
+	if err != nil {
+		return fmt.Errorf("worker: http server: %w", err)
+	}
+	return nil
 }

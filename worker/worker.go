@@ -24,17 +24,41 @@ import (
 	"github.com/riverqueue/river"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
 
 // DefaultHTTPAddr is where the CLI's worker serves its HTTP endpoints.
 const DefaultHTTPAddr = "127.0.0.1:9464"
+
+// Defaults of Config (its other durations are queue's: queue.DefaultJobTimeout
+// and queue.DefaultRescueAfter).
+const (
+	DefaultConcurrency  = queue.DefaultMaxWorkers
+	DefaultSoftStop     = queue.DefaultSoftStopTimeout
+	DefaultHeartbeat    = 5 * time.Second
+	DefaultMinFleetSize = 1
+)
+
+// Bounds of the shutdown steps after River's stop.
+const (
+	hardStopTimeout     = 10 * time.Second // River's StopAndCancel after the soft stop ran out
+	recorderStopTimeout = 10 * time.Second // the last checks' statements
+	leaveTimeout        = 2 * time.Second  // deleting the worker's row
+)
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate, including
+// those of the configurations it holds (queue's, poller's, scan's,
+// fetch's), which wrap their own package's sentinel too.
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Config configures a worker. The zero value of every field but DatabaseURL
 // means its default.
@@ -45,44 +69,54 @@ type Config struct {
 	ConnectTimeout time.Duration
 
 	// Concurrency is how many fetch jobs run at once in this process.
-	// Default 10.
+	// Default DefaultConcurrency.
 	Concurrency int
-	// JobTimeout bounds one fetch job. Default 2 minutes.
+	// JobTimeout bounds one fetch job. Default queue.DefaultJobTimeout.
 	JobTimeout time.Duration
 	// RescueAfter: a job running this long is considered abandoned by a dead
-	// worker and run again. Default 5 minutes.
+	// worker and run again. Default queue.DefaultRescueAfter.
 	RescueAfter time.Duration
 	// SoftStop is how long running fetches may finish after SIGTERM before
-	// they are cancelled (and run again later). Default 10 s.
+	// they are cancelled (and run again later). Default DefaultSoftStop.
 	SoftStop time.Duration
 	// MaxWait is the longest pacer wait a job sleeps through; longer waits
-	// snooze the job. Default 5 s.
+	// snooze the job. Default DefaultMaxWait.
 	MaxWait time.Duration
 
 	// Poll configures the scan loop (base 1 s, max 30 s, jitter 0.5 by
-	// default). Its StartupJitter also delays the River client's start.
+	// default). Its StartupJitter also delays the River client's start, on
+	// its Clock (default: Config.Clock) with its Rand.
 	Poll poller.Config
 	// Tick configures each scan tick.
-	Tick sources.TickConfig
+	Tick scan.Config
 	// DisableScan turns the scan loop off (for fleets scanned by cron).
 	DisableScan bool
 
 	// Heartbeat is how often this process refreshes its worker row and reads
-	// the fleet size. Default 5 s.
+	// the fleet size. Default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// MinFleetSize is the smallest fleet size degraded pacing assumes.
-	// Default 1.
+	// Default DefaultMinFleetSize.
 	MinFleetSize int
 
 	// Fetcher fetches sources. Default: fetch.NewHTTP(HTTP).
 	Fetcher fetch.Fetcher
-	// HTTP configures the built-in fetcher when Fetcher is nil.
+	// HTTP configures the built-in fetcher when Fetcher is nil (its Clock
+	// defaults to Config.Clock).
 	HTTP fetch.HTTPConfig
 
 	// HTTPAddr is the address of the health/metrics/status server.
 	// Default "" (no server); the CLI's default is DefaultHTTPAddr.
 	HTTPAddr string
+	// MetricsMaxAge is how old the fleet-wide figures of /metrics may be
+	// (see status.Cache). Default status.DefaultMaxAge.
+	MetricsMaxAge time.Duration
 
+	// Clock is what the worker sleeps and times on: the startup jitter and
+	// the scan loop (unless Poll.Clock is set), the heartbeat, the jobs'
+	// pacer waits, a drain's checks, the metrics' refresh. Default (nil):
+	// the real clock.
+	Clock clock.Clock
 	// ID names this worker in heartbeats and River. Default hostname-pid-random.
 	ID string
 	// Logger. Default: discard.
@@ -91,16 +125,12 @@ type Config struct {
 	Ready func(addr net.Addr)
 }
 
-func (c *Config) setDefaults() {
-	if c.Concurrency == 0 {
-		c.Concurrency = 10
-	}
-	if c.SoftStop == 0 {
-		c.SoftStop = 10 * time.Second
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = 5 * time.Second
-	}
+func (c Config) withDefaults() Config {
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.SoftStop = cmp.Or(c.SoftStop, DefaultSoftStop)
+	c.Heartbeat = cmp.Or(c.Heartbeat, DefaultHeartbeat)
+	c.MinFleetSize = cmp.Or(c.MinFleetSize, DefaultMinFleetSize)
+	c.Clock = clock.Or(c.Clock)
 	if c.ID == "" {
 		host, _ := os.Hostname()
 		c.ID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(0x10000))
@@ -108,61 +138,114 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Poll.Clock == nil {
+		c.Poll.Clock = c.Clock
+	}
+	if c.Poll.Logger == nil {
+		c.Poll.Logger = c.Logger
+	}
+	if c.HTTP.Clock == nil {
+		c.HTTP.Clock = c.Clock
+	}
+	return c
 }
 
-func (c *Config) validate() error {
-	switch {
-	case c.DatabaseURL == "":
-		return errors.New("worker: Config.DatabaseURL is required")
-	case c.Concurrency < 1:
-		return fmt.Errorf("worker: Config.Concurrency must be ≥ 1, got %d", c.Concurrency)
-	case c.SoftStop < 0:
-		return fmt.Errorf("worker: Config.SoftStop must be ≥ 0, got %s", c.SoftStop)
-	case c.Heartbeat < 0:
-		return fmt.Errorf("worker: Config.Heartbeat must be ≥ 0, got %s", c.Heartbeat)
+// queueConfig is the River client's configuration.
+func (c Config) queueConfig(workers *river.Workers) queue.Config {
+	return queue.Config{
+		Workers: workers, MaxWorkers: c.Concurrency, JobTimeout: c.JobTimeout, RescueAfter: c.RescueAfter,
+		SoftStopTimeout: c.SoftStop, ID: c.ID, Logger: c.Logger,
 	}
-	return c.Poll.Validate()
 }
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig. It
+// does not check DatabaseURL, so a command line can validate its flags
+// before it resolves the database (Run and Drain require it).
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: worker.Config."+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Concurrency < 0:
+		return bad("Concurrency must be ≥ 1 (0: default), got %d", c.Concurrency)
+	case c.SoftStop < 0:
+		return bad("SoftStop must be ≥ 0, got %s", c.SoftStop)
+	case c.MaxWait < 0:
+		return bad("MaxWait must be ≥ 0, got %s", c.MaxWait)
+	case c.Heartbeat < 0:
+		return bad("Heartbeat must be > 0 (0: default), got %s", c.Heartbeat)
+	case c.MinFleetSize < 0:
+		return bad("MinFleetSize must be ≥ 1 (0: default), got %d", c.MinFleetSize)
+	case c.MetricsMaxAge < 0:
+		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
+	}
+	c = c.withDefaults()
+	for _, err := range []error{c.queueConfig(nil).Validate(), c.Poll.Validate(), c.Tick.Validate(), c.httpValidate()} {
+		if err != nil {
+			return invalid{err}
+		}
+	}
+	return nil
+}
+
+func (c Config) httpValidate() error {
+	if c.Fetcher != nil {
+		return nil
+	}
+	return c.HTTP.Validate()
+}
+
+// validateRun is Validate plus DatabaseURL.
+func (c Config) validateRun() error {
+	if c.DatabaseURL == "" {
+		return fmt.Errorf("%w: worker.Config.DatabaseURL is required", ErrInvalidConfig)
+	}
+	return c.Validate()
+}
+
+// invalid is an invalid configuration of a package the worker configures:
+// an error of that package's and an ErrInvalidConfig of this one.
+type invalid struct{ err error }
+
+func (e invalid) Error() string   { return e.err.Error() }
+func (e invalid) Unwrap() []error { return []error{e.err, ErrInvalidConfig} }
 
 // Run runs a worker until ctx ends, then shuts down gracefully: no new jobs,
 // running fetches get SoftStop to finish, then are cancelled and snoozed so
-// they run again. It returns nil after a clean shutdown.
-func Run(ctx context.Context, cfg Config) error {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+// they run again. A clean shutdown returns nil, a soft stop that ran out
+// included; otherwise Run returns every error of the shutdown, joined: the
+// loops', River's stop, the last checks' writing (bounded) and the removal
+// of the worker's row.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if err := cfg.validateRun(); err != nil {
 		return err
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	rt, err := build(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer rt.close()
-	pool, pc, client, metrics := rt.pool, rt.pacer, rt.client, rt.metrics
+	defer func() { err = errors.Join(err, rt.close()) }()
+	pool, client := rt.pool, rt.client
 
 	// The HTTP server runs from the start, so health checks answer during the
 	// startup jitter too.
-	var srv *server
 	if cfg.HTTPAddr != "" {
-		srv, err = startServer(ctx, cfg.HTTPAddr, pool, client, metrics, log)
-		if err != nil {
-			return err
+		srv, serr := startServer(ctx, cfg.HTTPAddr, pool, client, rt.metrics, log)
+		if serr != nil {
+			return serr
 		}
-		defer srv.close()
+		defer func() { err = errors.Join(err, srv.close()) }()
+		rt.addr = srv.addr
 	}
 
 	// Startup jitter: a fleet restarted at once (a rollout, a database
-	// restart) spreads its first fetches and scans over the window.
+	// restart) spreads its first fetches and scans over the window. The
+	// scan loop then starts at once.
 	poll := cfg.Poll
-	window := poll.StartupJitter
-	if window == 0 {
-		window = cmp.Or(poll.Max, poller.DefaultMax)
-	}
-	if d := poller.StartupDelay(max(window, 0), rand.Float64()); d > 0 {
-		log.Info("startup jitter", "sleep", d.Round(time.Millisecond))
-		if err := poller.Sleep(ctx, d); err != nil {
-			return nil // stopped before starting: nothing to shut down
-		}
+	if _, err := poll.StartupSleep(ctx); err != nil {
+		return nil // stopped before starting: nothing to shut down
 	}
 	poll.StartupJitter = poller.NoStartupJitter
 
@@ -176,55 +259,46 @@ func Run(ctx context.Context, cfg Config) error {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	g, gctx := errgroup.WithContext(loopCtx)
-	g.Go(func() error { return heartbeat(gctx, pool, pc, cfg.ID, cfg.Heartbeat, log) })
+	g.Go(func() error { return heartbeat(gctx, cfg, pool, rt.pacer) })
 	if !cfg.DisableScan {
-		g.Go(func() error {
-			return poller.Run(gctx, poll, func(ctx context.Context) (bool, error) {
-				res, err := sources.Tick(ctx, pool, client, cfg.Tick)
-				switch {
-				case err != nil:
-					metrics.tick("failed", nil, nil)
-					return false, err
-				case res.Skipped:
-					metrics.tick("skipped", nil, nil)
-					return false, nil
-				}
-				metrics.tick("ran", res.ByPlatform, res.CoolingDown)
-				if res.Enqueued > 0 {
-					log.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform)
-				}
-				return res.Enqueued > 0, nil
-			})
-		})
+		g.Go(func() error { return poller.Run(gctx, poll, rt.scanCycle(cfg)) })
 	}
 	if cfg.Ready != nil {
-		var addr net.Addr
-		if srv != nil {
-			addr = srv.addr
-		}
-		cfg.Ready(addr)
+		cfg.Ready(rt.addr)
 	}
 
 	<-ctx.Done()
-	log.Info("stopping: no new jobs; running fetches may finish", "soft_stop", cfg.SoftStop)
 	stopLoops()
-	_ = g.Wait()
-
-	softCtx, cancelSoft := context.WithTimeout(context.Background(), cfg.SoftStop)
-	err = client.Stop(softCtx)
-	cancelSoft()
-	if err != nil {
-		log.Warn("soft stop timed out; cancelling running fetches (they will run again)")
-		hardCtx, cancelHard := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = client.StopAndCancel(hardCtx)
-		cancelHard()
-	}
+	loopErr := g.Wait()
+	log.Info("stopping: no new jobs; running fetches may finish", "soft_stop", cfg.SoftStop)
+	stopErr := stopClient(client, cfg.SoftStop, log)
 	// Only now that no job runs: the last jobs' checks are written.
-	rt.recorder.Stop()
-	byeCtx, cancelBye := context.WithTimeout(context.Background(), 2*time.Second)
-	_, _ = pool.Exec(byeCtx, deleteWorkerSQL, cfg.ID)
+	recCtx, cancelRec := context.WithTimeout(context.WithoutCancel(ctx), recorderStopTimeout)
+	recErr := rt.recorder.Stop(recCtx)
+	cancelRec()
+	byeCtx, cancelBye := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	byeErr := fleet.Leave(byeCtx, pool, cfg.ID)
 	cancelBye()
 	log.Info("worker stopped")
+	return errors.Join(loopErr, stopErr, recErr, byeErr)
+}
+
+// stopClient stops River softly within soft, then, if jobs still run,
+// cancels them (they are snoozed and run again later). Running out of the
+// soft stop is not an error; failing the hard stop is.
+func stopClient(client *queue.Client, soft time.Duration, log *slog.Logger) error {
+	softCtx, cancelSoft := context.WithTimeout(context.Background(), soft)
+	err := client.Stop(softCtx)
+	cancelSoft()
+	if err == nil {
+		return nil
+	}
+	log.Warn("soft stop timed out; cancelling running fetches (they will run again)")
+	hardCtx, cancelHard := context.WithTimeout(context.Background(), hardStopTimeout)
+	defer cancelHard()
+	if err := client.StopAndCancel(hardCtx); err != nil {
+		return fmt.Errorf("worker: stop river: %w", err)
+	}
 	return nil
 }
 
@@ -236,27 +310,35 @@ type runtime struct {
 	recorder *sources.Recorder
 	client   *queue.Client
 	metrics  *Metrics
-	closers  []func()
+	addr     net.Addr // the HTTP server's, if any
+	closers  []func() error
 }
 
-func (rt *runtime) close() {
+// close releases everything build made, last first, and returns their
+// errors.
+func (rt *runtime) close() error {
+	var errs []error
 	for i := len(rt.closers) - 1; i >= 0; i-- {
-		rt.closers[i]()
+		errs = append(errs, rt.closers[i]())
 	}
+	return errors.Join(errs...)
 }
+
+// closer adapts a close function without an error.
+func closer(f func()) func() error { return func() error { f(); return nil } }
 
 func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	rt = &runtime{}
 	defer func() {
 		if err != nil {
-			rt.close()
+			err = errors.Join(err, rt.close())
 		}
 	}()
 	rt.pool, err = dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout, MaxConns: int32(cfg.Concurrency + 5)})
 	if err != nil {
 		return nil, err
 	}
-	rt.closers = append(rt.closers, rt.pool.Close)
+	rt.closers = append(rt.closers, closer(rt.pool.Close))
 
 	// Fetch jobs record their checks with group commit. The recorder stops
 	// only when told (Run stops it after the River client; on every other
@@ -269,7 +351,11 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	if err := rt.recorder.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, err
 	}
-	rt.closers = append(rt.closers, rt.recorder.Stop)
+	rt.closers = append(rt.closers, func() error {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recorderStopTimeout)
+		defer cancel()
+		return rt.recorder.Stop(stopCtx)
+	})
 
 	// The pacer has a small pool of its own (never River's, never inside a
 	// caller's transaction), with the same fail-fast connection rule.
@@ -277,11 +363,11 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
-	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger})
+	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
-	rt.closers = append(rt.closers, rt.pacer.Close)
+	rt.closers = append(rt.closers, closer(rt.pacer.Close))
 
 	fetcher := cfg.Fetcher
 	if fetcher == nil {
@@ -289,77 +375,90 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		if err != nil {
 			return nil, err
 		}
-		rt.closers = append(rt.closers, h.CloseIdleConnections)
+		rt.closers = append(rt.closers, closer(h.CloseIdleConnections))
 		fetcher = h
 	}
-	rt.metrics = NewMetrics(rt.pool, rt.pacer, rt.recorder, cfg.Logger)
-	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait, Metrics: rt.metrics, Logger: cfg.Logger})
+	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
+	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
+		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fw)
-	rt.client, err = queue.NewClient(rt.pool, queue.Config{
-		Workers: workers, MaxWorkers: cfg.Concurrency, JobTimeout: cfg.JobTimeout, RescueAfter: cfg.RescueAfter,
-		SoftStopTimeout: cfg.SoftStop, ID: cfg.ID, Logger: cfg.Logger,
-	})
+	rt.client, err = queue.NewClient(rt.pool, cfg.queueConfig(workers))
 	if err != nil {
 		return nil, err
 	}
 	return rt, nil
 }
 
+// scanCycle is one cycle of the scan loop: a tick, counted in the metrics.
+func (rt *runtime) scanCycle(cfg Config) poller.Cycle {
+	return func(ctx context.Context) (bool, error) {
+		res, err := scan.Tick(ctx, rt.pool, rt.client, cfg.Tick)
+		switch {
+		case err != nil:
+			rt.metrics.tick("failed", nil, nil)
+			return false, err
+		case res.Skipped:
+			rt.metrics.tick("skipped", nil, nil)
+			return false, nil
+		}
+		rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
+		if res.Enqueued > 0 {
+			cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform)
+		}
+		return res.Enqueued > 0, nil
+	}
+}
+
 // Drain works fetch jobs until none is available, running or due within a
-// second, then returns; maxDuration 0 means no limit. It runs no scan loop.
-func Drain(ctx context.Context, cfg Config, maxDuration time.Duration) (*queue.DrainResult, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+// second, or until maxDuration has passed (0: no limit; the result then
+// says TimedOut), then returns. It runs no scan loop. Its error joins the
+// drain's and those of releasing what it built.
+func Drain(ctx context.Context, cfg Config, maxDuration time.Duration) (res *queue.DrainResult, err error) {
+	if err := cfg.validateRun(); err != nil {
 		return nil, err
 	}
+	dcfg := queue.DrainConfig{MaxDuration: maxDuration, Clock: cfg.Clock}
+	if err := dcfg.Validate(); err != nil {
+		return nil, invalid{err}
+	}
+	cfg = cfg.withDefaults()
 	rt, err := build(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer rt.close()
-	return queue.Drain(ctx, rt.client, rt.pool, maxDuration)
+	defer func() { err = errors.Join(err, rt.close()) }()
+	return queue.Drain(ctx, rt.client, rt.pool, dcfg)
 }
 
-const (
-	heartbeatSQL = `
-WITH up AS (
-    INSERT INTO fleetpace_worker (id, hostname, pid) VALUES ($1, $2, $3)
-    ON CONFLICT (id) DO UPDATE SET seen_at = now()
-)
-SELECT count(*) + 1 FROM fleetpace_worker
-WHERE seen_at > now() - make_interval(secs => $4) AND id <> $1`
-	pruneWorkersSQL = `DELETE FROM fleetpace_worker WHERE seen_at < now() - interval '1 hour'`
-	deleteWorkerSQL = `DELETE FROM fleetpace_worker WHERE id = $1`
-)
-
-// heartbeat refreshes this worker's row and tells the pacer the fleet size.
-// While the database is unreachable it keeps the last size and tries again on
-// the next beat (one attempt per beat).
-func heartbeat(ctx context.Context, pool *pgxpool.Pool, pc *pacer.Pacer, id string, every time.Duration, log *slog.Logger) error {
-	host, _ := os.Hostname()
-	t := time.NewTicker(every)
+// heartbeat refreshes this worker's row and tells the pacer the fleet size,
+// every cfg.Heartbeat on cfg.Clock. While the database is unreachable it
+// keeps the last size and tries again on the next beat (one attempt per
+// beat). Every 100th successful beat prunes the rows of long-gone workers.
+func heartbeat(ctx context.Context, cfg Config, pool *pgxpool.Pool, pc *pacer.Pacer) error {
+	self := fleet.Self(cfg.ID)
+	t := cfg.Clock.NewTicker(cfg.Heartbeat)
 	defer t.Stop()
-	beats := 0
-	for {
-		var n int
-		err := pool.QueryRow(ctx, heartbeatSQL, id, host, os.Getpid(), status.LiveWindow.Seconds()).Scan(&n)
+	for beats := 0; ; {
+		n, err := fleet.Beat(ctx, pool, self)
 		switch {
 		case err == nil:
 			pc.SetFleetSize(n)
+			if beats++; beats%100 == 1 {
+				if err := fleet.Prune(ctx, pool); err != nil && ctx.Err() == nil {
+					cfg.Logger.Debug("pruning gone workers failed", "err", err)
+				}
+			}
 		case ctx.Err() == nil:
-			log.Debug("heartbeat failed", "err", err)
-		}
-		if beats++; beats%100 == 1 && err == nil {
-			_, _ = pool.Exec(ctx, pruneWorkersSQL)
+			cfg.Logger.Debug("heartbeat failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

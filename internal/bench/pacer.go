@@ -3,13 +3,12 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fleetpace/fleetpace/internal/fakedest"
-	"github.com/fleetpace/fleetpace/poller"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +18,9 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
@@ -61,51 +63,49 @@ type PacerConfig struct {
 	Progress io.Writer
 }
 
+// Defaults of PacerConfig.
+const (
+	DefaultPacerSamples            = 2000
+	DefaultPacerThroughputDuration = 3 * time.Second
+	DefaultPacerCeiling            = 50.0
+	DefaultPacerBurst              = 2
+	DefaultPacerProcesses          = 4
+	DefaultPacerGoroutines         = 8
+	DefaultPacerAccuracyDuration   = 20 * time.Second
+)
+
 func (c *PacerConfig) setDefaults() {
-	if c.LatencySamples == 0 {
-		c.LatencySamples = 2000
-	}
-	if c.ThroughputDuration == 0 {
-		c.ThroughputDuration = 3 * time.Second
-	}
-	if c.Ceiling == 0 {
-		c.Ceiling = 50
-	}
-	if c.Burst == 0 {
-		c.Burst = 2
-	}
-	if c.Processes == 0 {
-		c.Processes = 4
-	}
-	if c.Goroutines == 0 {
-		c.Goroutines = 8
-	}
-	if c.AccuracyDuration == 0 {
-		c.AccuracyDuration = 20 * time.Second
-	}
+	c.LatencySamples = cmp.Or(c.LatencySamples, DefaultPacerSamples)
+	c.ThroughputDuration = cmp.Or(c.ThroughputDuration, DefaultPacerThroughputDuration)
+	c.Ceiling = cmp.Or(c.Ceiling, DefaultPacerCeiling)
+	c.Burst = cmp.Or(c.Burst, DefaultPacerBurst)
+	c.Processes = cmp.Or(c.Processes, DefaultPacerProcesses)
+	c.Goroutines = cmp.Or(c.Goroutines, DefaultPacerGoroutines)
+	c.AccuracyDuration = cmp.Or(c.AccuracyDuration, DefaultPacerAccuracyDuration)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
 }
 
-func (c *PacerConfig) validate() error {
-	switch {
-	case c.DatabaseURL == "":
-		return errors.New("bench pacer: PacerConfig.DatabaseURL is required")
-	case c.Spawn == nil:
-		return errors.New("bench pacer: PacerConfig.Spawn is required")
-	case c.LatencySamples < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.LatencySamples must not be negative (got %d)", c.LatencySamples)
-	case c.ThroughputDuration < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.ThroughputDuration must not be negative (got %s)", c.ThroughputDuration)
-	case c.Ceiling < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.Ceiling must not be negative (got %g)", c.Ceiling)
-	case c.Burst < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.Burst must not be negative (got %d)", c.Burst)
-	case c.Processes < 0 || c.Goroutines < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.Processes and Goroutines must not be negative (got %d, %d)", c.Processes, c.Goroutines)
-	case c.AccuracyDuration < 0:
-		return fmt.Errorf("bench pacer: PacerConfig.AccuracyDuration must not be negative (got %s)", c.AccuracyDuration)
+// Validate reports the first invalid field, wrapping ErrInvalidConfig. It
+// does not check DatabaseURL and Spawn (Pacer does).
+func (c PacerConfig) Validate() error {
+	for _, f := range []struct {
+		name     string
+		negative bool
+		value    any
+	}{
+		{"LatencySamples", c.LatencySamples < 0, c.LatencySamples},
+		{"ThroughputDuration", c.ThroughputDuration < 0, c.ThroughputDuration},
+		{"Ceiling", c.Ceiling < 0, c.Ceiling},
+		{"Burst", c.Burst < 0, c.Burst},
+		{"Processes", c.Processes < 0, c.Processes},
+		{"Goroutines", c.Goroutines < 0, c.Goroutines},
+		{"AccuracyDuration", c.AccuracyDuration < 0, c.AccuracyDuration},
+	} {
+		if f.negative {
+			return fmt.Errorf("%w: bench.PacerConfig.%s must be > 0 (0: default), got %v", ErrInvalidConfig, f.name, f.value)
+		}
 	}
 	return nil
 }
@@ -174,7 +174,13 @@ RETURNING s.cursor_at`
 // pacer reservation at an effectively unlimited rate; then the accuracy of
 // the shared ceiling with a fleet of real processes.
 func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
-	if err := cfg.validate(); err != nil {
+	switch {
+	case cfg.DatabaseURL == "":
+		return nil, fmt.Errorf("%w: bench.PacerConfig.DatabaseURL is required", ErrInvalidConfig)
+	case cfg.Spawn == nil:
+		return nil, fmt.Errorf("%w: bench.PacerConfig.Spawn is required", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
@@ -477,7 +483,7 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := p.States(ctx); err != nil {
 		return err
 	}
-	if err := poller.Sleep(ctx, time.Until(start)); err != nil {
+	if err := clock.Sleep(ctx, clock.Real(), time.Until(start)); err != nil {
 		return err
 	}
 
@@ -495,7 +501,7 @@ func PacerChild(ctx context.Context, args []string, out io.Writer) error {
 				if err != nil {
 					return err
 				}
-				if err := poller.Sleep(gctx, min(r.Wait, remaining)); err != nil {
+				if err := clock.Sleep(gctx, clock.Real(), min(r.Wait, remaining)); err != nil {
 					return err
 				}
 				if !r.Granted {

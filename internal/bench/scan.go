@@ -4,8 +4,10 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -62,37 +65,59 @@ type ScanResult struct {
 	DuePlan        string  `json:"due_plan"`
 }
 
+// ErrInvalidConfig is wrapped by every error of the benchmarks' Validate
+// methods.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Defaults of ScanConfig.
+const (
+	DefaultScanSources     = 1_000_000
+	DefaultScanPlatforms   = 20
+	DefaultScanCoolingDown = 2
+	DefaultScanSelect      = 1000
+	DefaultScanRuns        = 30
+)
+
 func (c *ScanConfig) setDefaults() {
-	if c.Sources == 0 {
-		c.Sources = 1_000_000
-	}
-	if c.Platforms == 0 {
-		c.Platforms = 20
-	}
-	if c.CoolingDown == 0 {
-		c.CoolingDown = 2
-	}
-	if c.Select == 0 {
-		c.Select = 1000
-	}
-	if c.Runs == 0 {
-		c.Runs = 30
-	}
+	c.Sources = cmp.Or(c.Sources, DefaultScanSources)
+	c.Platforms = cmp.Or(c.Platforms, DefaultScanPlatforms)
+	c.CoolingDown = cmp.Or(c.CoolingDown, DefaultScanCoolingDown)
+	c.Select = cmp.Or(c.Select, DefaultScanSelect)
+	c.Runs = cmp.Or(c.Runs, DefaultScanRuns)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
 }
 
+// Validate reports the first invalid field (defaults applied), wrapping
+// ErrInvalidConfig. It does not check Pool (Scan does).
+func (c ScanConfig) Validate() error {
+	c.setDefaults()
+	switch {
+	case c.Sources < 1000:
+		return fmt.Errorf("%w: bench.ScanConfig.Sources must be ≥ 1000, got %d", ErrInvalidConfig, c.Sources)
+	case c.Platforms < 2:
+		return fmt.Errorf("%w: bench.ScanConfig.Platforms must be ≥ 2, got %d", ErrInvalidConfig, c.Platforms)
+	case c.CoolingDown < 0 || c.CoolingDown >= c.Platforms:
+		return fmt.Errorf("%w: bench.ScanConfig.CoolingDown must be ≥ 0 and below bench.ScanConfig.Platforms (%d), got %d", ErrInvalidConfig, c.Platforms, c.CoolingDown)
+	case c.Select < 1:
+		return fmt.Errorf("%w: bench.ScanConfig.Select must be ≥ 1, got %d", ErrInvalidConfig, c.Select)
+	case c.Runs < 1:
+		return fmt.Errorf("%w: bench.ScanConfig.Runs must be ≥ 1, got %d", ErrInvalidConfig, c.Runs)
+	}
+	return nil
+}
+
 // Scan fills the database with sources and measures the due query, a whole
 // tick and the floor query on the same data.
 func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
-	cfg.setDefaults()
 	if cfg.Pool == nil {
-		return nil, fmt.Errorf("bench: ScanConfig.Pool is required")
+		return nil, fmt.Errorf("%w: bench.ScanConfig.Pool is required", ErrInvalidConfig)
 	}
-	if cfg.CoolingDown >= cfg.Platforms {
-		return nil, fmt.Errorf("bench: CoolingDown (%d) must be below Platforms (%d)", cfg.CoolingDown, cfg.Platforms)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	cfg.setDefaults()
 	pool := cfg.Pool
 	start := time.Now()
 	fmt.Fprintf(cfg.Progress, "bench scan: creating %d sources over %d platforms…\n", cfg.Sources, cfg.Platforms)
@@ -108,7 +133,7 @@ func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
 	}
 	res.DueFraction = float64(dueCount) / float64(cfg.Sources)
 
-	dueOpts := sources.DueOptions{Limit: cfg.Select, DefaultCap: cfg.Select / 2}
+	dueOpts := scan.DueOptions{Limit: cfg.Select, DefaultCap: cfg.Select / 2}
 	measure := func(name string, runs int, f func() error) ([]float64, error) {
 		// One unmeasured run warms caches and prepared statements.
 		if err := f(); err != nil {
@@ -131,7 +156,7 @@ func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	tickCfg := sources.TickConfig{Limit: cfg.Select, PerPlatformCap: cfg.Select / 2, LookAhead: time.Minute}
+	tickCfg := scan.Config{Limit: cfg.Select, PerPlatformCap: cfg.Select / 2, LookAhead: time.Minute}
 	var dueMs, floorMs, tickMs []float64
 	tickRuns := max(5, cfg.Runs/3)
 	for round := 0; round < cfg.Runs; round++ {
@@ -141,7 +166,7 @@ func Scan(ctx context.Context, cfg ScanConfig) (*ScanResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		q, err := sources.PrepareDue(ctx, tx, dueOpts)
+		q, err := scan.PrepareDue(ctx, tx, dueOpts)
 		if err != nil {
 			tx.Rollback(ctx) //nolint:errcheck
 			return nil, err
@@ -217,9 +242,9 @@ func floor(ctx context.Context, pool *pgxpool.Pool, n int) error {
 
 // measureTick times one whole tick (lock, plan, due query, mark queued,
 // insert River jobs, commit), then undoes it outside the timing.
-func measureTick(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, cfg sources.TickConfig, enqueued *int) (float64, error) {
+func measureTick(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, cfg scan.Config, enqueued *int) (float64, error) {
 	t := time.Now()
-	res, err := sources.Tick(ctx, pool, client, cfg)
+	res, err := scan.Tick(ctx, pool, client, cfg)
 	elapsed := time.Since(t)
 	if err != nil {
 		return 0, fmt.Errorf("bench: tick: %w", err)
@@ -237,8 +262,19 @@ func measureTick(ctx context.Context, pool *pgxpool.Pool, client *queue.Client, 
 	return ms(elapsed), nil
 }
 
-func explainDue(ctx context.Context, pool *pgxpool.Pool, opts sources.DueOptions) (string, error) {
-	return sources.ExplainDue(ctx, pool, opts)
+// explainDue returns the due query's plan, in a read transaction of its own
+// as in a tick.
+func explainDue(ctx context.Context, pool *pgxpool.Pool, opts scan.DueOptions) (string, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	q, err := scan.PrepareDue(ctx, tx, opts)
+	if err != nil {
+		return "", err
+	}
+	return q.Explain(ctx, tx)
 }
 
 // fillScanData replaces every platform, source, cooldown and job with the

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,22 +57,20 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 }
 
+// Defaults of WorkerConfig.
+const (
+	DefaultWorkerWorkers       = 10
+	DefaultWorkerJobs          = 5000
+	DefaultWorkerRuns          = 3
+	DefaultWorkerFetchCooldown = river.FetchCooldownMin
+)
+
 func (c *WorkerConfig) setDefaults() {
-	if c.Workers == 0 {
-		c.Workers = 10
-	}
-	if c.Jobs == 0 {
-		c.Jobs = 5000
-	}
-	if c.Runs == 0 {
-		c.Runs = 3
-	}
-	if c.FetchCooldown == 0 {
-		c.FetchCooldown = river.FetchCooldownMin
-	}
-	if c.Timeout == 0 {
-		c.Timeout = 5 * time.Minute
-	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkerWorkers)
+	c.Jobs = cmp.Or(c.Jobs, DefaultWorkerJobs)
+	c.Runs = cmp.Or(c.Runs, DefaultWorkerRuns)
+	c.FetchCooldown = cmp.Or(c.FetchCooldown, DefaultWorkerFetchCooldown)
+	c.Timeout = cmp.Or(c.Timeout, 5*time.Minute)
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -80,18 +79,21 @@ func (c *WorkerConfig) setDefaults() {
 	}
 }
 
-func (c *WorkerConfig) validate() error {
+// Validate reports the first invalid field (defaults applied), wrapping
+// ErrInvalidConfig.
+func (c WorkerConfig) Validate() error {
+	c.setDefaults()
 	switch {
 	case c.Workers < 1:
-		return fmt.Errorf("bench: WorkerConfig.Workers must be ≥ 1, got %d", c.Workers)
+		return fmt.Errorf("%w: bench.WorkerConfig.Workers must be ≥ 1, got %d", ErrInvalidConfig, c.Workers)
 	case c.Jobs < 1:
-		return fmt.Errorf("bench: WorkerConfig.Jobs must be ≥ 1, got %d", c.Jobs)
+		return fmt.Errorf("%w: bench.WorkerConfig.Jobs must be ≥ 1, got %d", ErrInvalidConfig, c.Jobs)
 	case c.Runs < 1:
-		return fmt.Errorf("bench: WorkerConfig.Runs must be ≥ 1, got %d", c.Runs)
+		return fmt.Errorf("%w: bench.WorkerConfig.Runs must be ≥ 1, got %d", ErrInvalidConfig, c.Runs)
 	case c.FetchCooldown < river.FetchCooldownMin:
-		return fmt.Errorf("bench: WorkerConfig.FetchCooldown must be ≥ %s, got %s", river.FetchCooldownMin, c.FetchCooldown)
+		return fmt.Errorf("%w: bench.WorkerConfig.FetchCooldown must be ≥ %s, got %s", ErrInvalidConfig, river.FetchCooldownMin, c.FetchCooldown)
 	case c.Timeout < 0:
-		return fmt.Errorf("bench: WorkerConfig.Timeout must be ≥ 0, got %s", c.Timeout)
+		return fmt.Errorf("%w: bench.WorkerConfig.Timeout must be ≥ 0, got %s", ErrInvalidConfig, c.Timeout)
 	}
 	return nil
 }
@@ -135,10 +137,10 @@ func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil
 // Each run inserts Jobs jobs, starts a client, and times until every job has
 // completed; runs alternate sides and the medians are reported.
 func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.setDefaults()
 	url := cfg.DatabaseURL
 	desc := "embedded (temporary)"
 	if url == "" {
@@ -180,7 +182,7 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	if err := rec.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	defer rec.Stop()
+	defer rec.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // every run waits for its checks (Flush)
 
 	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: pc, Recorder: rec, Logger: cfg.Logger,
 		Fetcher: fetch.FetcherFunc(func(context.Context, fetch.Request) fetch.Result {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -14,14 +16,8 @@ import (
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 )
 
-// benchCommandHooks lets other files add `fleetpace bench` subcommands.
-var benchCommandHooks []func(*app) *cobra.Command
-
-func init() {
-	extraCommandHooks = append(extraCommandHooks, (*app).benchCmd)
-}
-
-func (a *app) benchCmd() *cobra.Command {
+// benchCmd is `fleetpace bench` with the given benchmarks.
+func (a *app) benchCmd(benchmarks ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure fleetpace against its baselines (one run, one database, medians)",
@@ -31,10 +27,7 @@ its issue, in one run on one database, and report medians.
 Without --database-url each benchmark starts a throwaway embedded cluster;
 with one, use a throwaway database: benchmarks delete and create data.`,
 	}
-	cmd.AddCommand(a.benchScanCmd())
-	for _, h := range benchCommandHooks {
-		cmd.AddCommand(h(a))
-	}
+	cmd.AddCommand(benchmarks...)
 	return cmd
 }
 
@@ -101,8 +94,8 @@ func (a *app) benchScanCmd() *cobra.Command {
 		Short: "Due query and whole tick on 1,000,000 sources vs the bare ORDER BY … LIMIT floor",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Sources < 1000 || cfg.Platforms < 2 || cfg.Runs < 1 || cfg.CoolingDown < 0 || cfg.CoolingDown >= cfg.Platforms {
-				return usagef("bench scan: need --sources ≥ 1000, --platforms ≥ 2, --runs ≥ 1, 0 ≤ --cooling-down < --platforms")
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
 			return a.runBench(cmd.Context(), asJSON, func(pool *pgxpool.Pool, _ string) (benchResult, error) {
 				cfg.Pool = pool
@@ -112,11 +105,119 @@ func (a *app) benchScanCmd() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Sources, "sources", 1_000_000, "sources to create")
-	f.IntVar(&cfg.Platforms, "platforms", 20, "platforms sharing them")
-	f.IntVar(&cfg.CoolingDown, "cooling-down", 2, "platforms in cooldown")
-	f.IntVar(&cfg.Select, "select", 1000, "sources selected by the due query and each tick")
-	f.IntVar(&cfg.Runs, "runs", 30, "repetitions of each measurement (ticks: a third, at least 5)")
+	f.IntVar(&cfg.Sources, "sources", bench.DefaultScanSources, "sources to create")
+	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultScanPlatforms, "platforms sharing them")
+	f.IntVar(&cfg.CoolingDown, "cooling-down", bench.DefaultScanCoolingDown, "platforms in cooldown")
+	f.IntVar(&cfg.Select, "select", bench.DefaultScanSelect, "sources selected by the due query and each tick")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultScanRuns, "repetitions of each measurement (ticks: a third, at least 5)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "sources", "platforms", "select", "runs")
+	return cmd
+}
+
+func (a *app) benchPacerCmd() *cobra.Command {
+	var (
+		cfg    bench.PacerConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pacer",
+		Short: "Reservation latency and throughput vs SELECT 1 and a bare upsert; accuracy of a multi-process fleet",
+		Long: `Measures, in one run on one database:
+  - round trips of SELECT 1 (the floor), a bare single-row upsert of the
+    reservation's shape (the physical limit of one row) and a pacer
+    reservation at an unlimited rate, one statement each: median and p99
+    latency with one caller, throughput with 1, 4 and 16 concurrent callers
+    on one platform; beside them, the same reservations with blocks on (the
+    pacer's default), which take many slots per statement;
+  - accuracy: a ceiling shared by several processes × goroutines for a while:
+    delivered rate / ceiling and the largest 1-s window.
+Targets: reservation median ≤ 1.5× the bare upsert; throughput at 4 callers
+≥ 0.8× the upsert's; delivered/ceiling ≥ 0.97; largest window ≤ ceiling + burst.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Spawn = func(args []string) *exec.Cmd {
+					return exec.Command(self, append([]string{"bench", "pacer-child"}, args...)...)
+				}
+				return bench.Pacer(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.LatencySamples, "samples", bench.DefaultPacerSamples, "round trips of each kind for the latency figures")
+	f.DurationVar(&cfg.ThroughputDuration, "throughput-duration", bench.DefaultPacerThroughputDuration, "length of each throughput measurement")
+	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultPacerCeiling, "rate of the accuracy measurement, per second")
+	f.IntVar(&cfg.Burst, "burst", bench.DefaultPacerBurst, "burst of the accuracy measurement")
+	f.IntVar(&cfg.Processes, "processes", bench.DefaultPacerProcesses, "processes of the accuracy measurement")
+	f.IntVar(&cfg.Goroutines, "goroutines", bench.DefaultPacerGoroutines, "goroutines per process of the accuracy measurement")
+	f.DurationVar(&cfg.AccuracyDuration, "accuracy-duration", bench.DefaultPacerAccuracyDuration, "length of the accuracy measurement")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "samples", "throughput-duration", "ceiling", "burst", "processes", "goroutines", "accuracy-duration")
+	return cmd
+}
+
+// benchPacerChildCmd is one process of the accuracy measurement; hidden.
+func (a *app) benchPacerChildCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "pacer-child",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		PersistentPreRunE:  func(*cobra.Command, []string) error { return nil },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.PacerChild(cmd.Context(), args, a.stdout)
+		},
+	}
+}
+
+func (a *app) benchWorkerCmd() *cobra.Command {
+	var (
+		cfg    bench.WorkerConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Jobs/s of the whole fleetpace fetch job (no-op fetcher) vs bare River jobs, same workers",
+		Long: `Measures jobs per second of fleetpace's fetch job as the scan queues it —
+pacer reserve and report, the check recorded (written behind the job, with
+group commit) — with a no-op fetcher and an effectively unlimited platform
+(1e9/s), side by side with bare River jobs whose worker does nothing, on one
+database with the same River settings and worker count. Each run inserts
+--jobs jobs, starts a client and times until all have completed and, for
+fleetpace, every check has been written; the sides alternate for --runs runs
+and medians are reported. Target: ratio ≥ 0.7.
+
+--fetch-cooldown defaults to River's minimum (1ms): with River's default
+(100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
+nothing about the cost of a job.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Worker(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultWorkerWorkers, "River workers (MaxWorkers) of both clients, like the worker's --concurrency")
+	f.IntVar(&cfg.Jobs, "jobs", bench.DefaultWorkerJobs, "jobs per run")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultWorkerRuns, "runs of each side (alternating); medians are reported")
+	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", bench.DefaultWorkerFetchCooldown, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
+	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
 	return cmd
 }

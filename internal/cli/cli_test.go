@@ -3,9 +3,9 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,26 +19,14 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/status"
 )
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fleetpace-cli-test-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "fleetpace")
-	out, err := exec.Command("go", "build", "-o", binary, "github.com/fleetpace/fleetpace/cmd/fleetpace").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build fleetpace: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := testdb.Run(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(testdb.M(m), &binary) }
 
 type result struct {
 	code           int
@@ -204,43 +192,10 @@ func TestImportBadLineWritesNothing(t *testing.T) {
 	}
 }
 
-// blackhole accepts TCP connections and never answers.
-func blackhole(t *testing.T) (addr string, accepted *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String(), accepted
-}
-
 func TestScanFailsFastAgainstSilentServer(t *testing.T) {
 	t.Parallel()
 	for _, sslmode := range []string{"disable", "prefer"} {
-		addr, accepted := blackhole(t)
+		addr, accepted := testdb.Silent(t)
 		url := fmt.Sprintf("postgres://fleet:s3cretpw@%s/fleetpace?sslmode=%s", addr, sslmode)
 		r := run(t, "", "--database-url", url, "--connect-timeout", "1s", "scan")
 		if r.code != 1 {
@@ -272,22 +227,32 @@ func TestExitCodesAndMessages(t *testing.T) {
 		code int
 		want string // in stderr
 	}{
-		{[]string{"platforms", "set", "p", "--rate", "-1"}, 2, "rate_per_sec"},
-		{[]string{"platforms", "set", "p", "--rate", "NaN"}, 2, "rate_per_sec"},
-		{[]string{"platforms", "set", "p", "--rate", "1", "--burst", "0"}, 2, "burst"},
-		{[]string{"platforms", "set", "p", "--rate", "1", "--cooldown", "0s"}, 2, "cooldown"},
-		{[]string{"platforms", "set", "p", "--rate", "1", "--max-multiplier", "0.5"}, 2, "max_multiplier"},
-		{[]string{"platforms", "set", "p", "--rate", "1", "--decay-after", "0"}, 2, "decay_after"},
-		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "name"},
+		{[]string{"platforms", "set", "p", "--rate", "-1"}, 2, "--rate must be finite and > 0"},
+		{[]string{"platforms", "set", "p", "--rate", "NaN"}, 2, "--rate must be finite"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--burst", "0"}, 2, "--burst must be"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--cooldown", "0s"}, 2, "--cooldown must be"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--max-multiplier", "0.5"}, 2, "--max-multiplier must be"},
+		{[]string{"platforms", "set", "p", "--rate", "1", "--decay-after", "0"}, 2, "--decay-after must be"},
+		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "NAME must match"},
 		{[]string{"platforms", "set", "p"}, 2, "--rate"},
 		{[]string{"platforms", "set", "ok", "--rate", "3"}, 0, ""},
-		{[]string{"sources", "add", "--platform", "ok", "--url", "ftp://x"}, 2, "url"},
-		{[]string{"sources", "add", "--platform", "nope", "--url", "https://x.example/"}, 2, "platform"},
-		{[]string{"sources", "add", "--platform", "ok", "--url", "https://x.example/", "--interval", "-1s"}, 2, "interval"},
+		{[]string{"sources", "add", "--platform", "ok", "--url", "ftp://x"}, 2, "--url must be an absolute"},
+		{[]string{"sources", "add", "--platform", "nope", "--url", "https://x.example/"}, 2, "--platform does not exist"},
+		{[]string{"sources", "add", "--platform", "nope", "--url", "https://x.example/"}, 2, "hint: create the platform first: fleetpace platforms set"},
+		{[]string{"sources", "add", "--platform", "ok", "--url", "https://x.example/", "--interval", "-1s"}, 2, "--interval must be > 0"},
+		{[]string{"sources", "import", "--interval", "0", "x.csv"}, 2, "--interval: must not be 0"},
+		{[]string{"sources", "list", "--limit", "-5"}, 2, "--limit must be"},
 		{[]string{"sources", "remove", "abc"}, 2, "abc"},
 		{[]string{"sources", "remove", "424242"}, 2, "424242"},
 		{[]string{"enqueue", "--platform", "nope"}, 2, "nope"},
-		{[]string{"scan", "--limit", "0"}, 2, "--limit"},
+		{[]string{"scan", "--limit", "0"}, 2, "--limit: must not be 0"},
+		{[]string{"scan", "--look-ahead", "-1s"}, 2, "--look-ahead must be > 0"},
+		{[]string{"worker", "--concurrency", "-1"}, 2, "--concurrency must be ≥ 1"},
+		{[]string{"worker", "--job-timeout", "10m"}, 2, "--rescue-after (5m0s) must exceed --job-timeout (10m0s)"},
+		{[]string{"worker", "--poll-jitter", "2"}, 2, "--poll-jitter must be in [0, 1]"},
+		{[]string{"worker", "--max-body-bytes", "-1"}, 2, "--max-body-bytes must be > 0"},
+		{[]string{"drain", "--max-duration", "-1s"}, 2, "--max-duration must be ≥ 0"},
+		{[]string{"--connect-timeout", "-1s", "status"}, 2, "--connect-timeout must be > 0"},
 		{[]string{"no-such-command"}, 2, "unknown command"},
 		{[]string{"status", "--no-such-flag"}, 2, "unknown flag"},
 	}
@@ -342,8 +307,13 @@ func TestEndToEndCommands(t *testing.T) {
 	if strings.Contains(outs[5], "feeds.example") {
 		t.Fatalf("queued sources listed as due: %q", outs[5])
 	}
-	if !strings.Contains(outs[6], `"queued": 2`) {
-		t.Fatalf("status: %q", outs[6])
+	var rep status.Report
+	if err := json.Unmarshal([]byte(outs[6]), &rep); err != nil {
+		t.Fatalf("status --json is not a status report: %v\n%s", err, outs[6])
+	}
+	if len(rep.Platforms) != 1 || rep.Platforms[0].Name != "feeds" || rep.Platforms[0].RatePerSec != 7 ||
+		rep.Platforms[0].Counts.Sources != 2 || rep.Platforms[0].Counts.Queued != 2 || rep.Platforms[0].Counts.Due != 0 {
+		t.Fatalf("status --json: platforms %+v, want feeds at 7/s with its 2 sources queued", rep.Platforms)
 	}
 	if n := count(t, url, `SELECT count(*) FROM river_job`); n != 2 {
 		t.Fatalf("river jobs = %d, want 2", n)

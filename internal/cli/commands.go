@@ -18,6 +18,7 @@ import (
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -92,8 +93,8 @@ func (a *app) platformsCmd() *cobra.Command {
 			// Validate before touching the database: bad input changes nothing.
 			// Every flag has a value (its default if not given), so a zero is
 			// an error here, not "default".
-			if err := p.CheckFields(); err != nil {
-				return fmt.Errorf("platform: %w", err)
+			if err := p.Validate(); err != nil {
+				return fmt.Errorf("platform: %w", renameField(err, platformFlags))
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				saved, err := sources.SetPlatform(cmd.Context(), pool, p)
@@ -140,6 +141,28 @@ func (a *app) platformsCmd() *cobra.Command {
 	return cmd
 }
 
+// platformFlags names the flags (and the argument) of `platforms set` by
+// the fields of sources.Platform's validation errors.
+var platformFlags = map[string]string{
+	"name": "NAME", "rate_per_sec": "--rate", "burst": "--burst", "cooldown": "--cooldown",
+	"max_multiplier": "--max-multiplier", "decay_after": "--decay-after",
+}
+
+// sourceFlags names the flags of `sources` commands by the fields of their
+// validation errors.
+var sourceFlags = map[string]string{
+	"platform": "--platform", "url": "--url", "interval": "--interval", "limit": "--limit", "format": "--format",
+}
+
+// sourceError renames the field of a sources validation error to its flag
+// and, for a platform that does not exist, says how to create one.
+func sourceError(err error) error {
+	if errors.Is(err, sources.ErrUnknownPlatform) {
+		return fmt.Errorf("source: %w\nhint: create the platform first: fleetpace platforms set NAME --rate R", renameField(err, sourceFlags))
+	}
+	return dbError(err)
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -156,12 +179,12 @@ func (a *app) sourcesCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := ns.Validate(); err != nil {
-				return fmt.Errorf("source: %w", err)
+				return fmt.Errorf("source: %w", renameField(err, sourceFlags))
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				id, created, err := sources.AddSource(cmd.Context(), pool, ns)
 				if err != nil {
-					return dbError(err)
+					return sourceError(err)
 				}
 				if created {
 					fmt.Fprintf(a.stdout, "added source %d\n", id)
@@ -215,11 +238,12 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 					}
 				}
 			}
-			if defInterval <= 0 {
-				return usagef("--interval: must be > 0, got %s", defInterval)
+			opts := sources.ImportOptions{Format: fmtOpt, DefaultInterval: defInterval}
+			if err := opts.Validate(); err != nil {
+				return fmt.Errorf("sources import: %w", renameField(err, sourceFlags))
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				res, err := sources.Import(cmd.Context(), pool, r, sources.ImportOptions{Format: fmtOpt, DefaultInterval: defInterval})
+				res, err := sources.Import(cmd.Context(), pool, r, opts)
 				if err != nil {
 					return dbError(fmt.Errorf("%s: %w", args[0], err))
 				}
@@ -230,6 +254,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 	}
 	imp.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file extension, else sniffed)")
 	imp.Flags().DurationVar(&defInterval, "interval", sources.DefaultInterval, "interval for rows that give none")
+	zeroIsDefault(imp.Flags(), "interval")
 
 	var (
 		filter sources.ListFilter
@@ -240,6 +265,9 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		Short: "List sources in fair order (never checked first, then longest since checked)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := filter.Validate(); err != nil {
+				return fmt.Errorf("sources list: %w", renameField(err, sourceFlags))
+			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				list, err := sources.ListSources(cmd.Context(), pool, filter)
 				if err != nil {
@@ -260,7 +288,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 	}
 	list.Flags().StringVar(&filter.Platform, "platform", "", "only this platform")
 	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform not cooling down)")
-	list.Flags().IntVar(&filter.Limit, "limit", 1000, "at most this many")
+	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, "at most this many")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	remove := &cobra.Command{
@@ -325,7 +353,7 @@ func fmtStr(p *string) string {
 }
 
 func (a *app) scanCmd() *cobra.Command {
-	var cfg sources.TickConfig
+	var cfg scan.Config
 	cmd := &cobra.Command{
 		Use:   "scan",
 		Short: "Run one scan tick (queue due sources), then exit; for cron and systemd timers",
@@ -336,15 +364,15 @@ it has queued), and enqueue one fetch job per source, all in one transaction.
 A tick already running elsewhere (another scan, a worker) makes this one skip.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Limit < 1 || cfg.PerPlatformCap < 1 || cfg.LookAhead <= 0 {
-				return usagef("scan: --limit and --per-platform-cap must be ≥ 1 and --look-ahead > 0")
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				client, err := queue.NewClient(pool, queue.Config{Logger: a.logger})
 				if err != nil {
 					return err
 				}
-				res, err := sources.Tick(cmd.Context(), pool, client, cfg)
+				res, err := scan.Tick(cmd.Context(), pool, client, cfg)
 				if err != nil {
 					return dbError(err)
 				}
@@ -368,10 +396,12 @@ A tick already running elsewhere (another scan, a worker) makes this one skip.`,
 	return cmd
 }
 
-func addTickFlags(cmd *cobra.Command, cfg *sources.TickConfig) {
-	cmd.Flags().IntVar(&cfg.Limit, "limit", 1000, "most sources queued by one tick")
-	cmd.Flags().IntVar(&cfg.PerPlatformCap, "per-platform-cap", 500, "most sources of one platform queued by one tick")
-	cmd.Flags().DurationVar(&cfg.LookAhead, "look-ahead", sources.DefaultLookAhead, "queue up to rate × look-ahead per platform")
+func addTickFlags(cmd *cobra.Command, cfg *scan.Config) {
+	f := cmd.Flags()
+	f.IntVar(&cfg.Limit, "limit", scan.DefaultLimit, "most sources queued by one tick")
+	f.IntVar(&cfg.PerPlatformCap, "per-platform-cap", scan.DefaultPerPlatformCap, "most sources of one platform queued by one tick")
+	f.DurationVar(&cfg.LookAhead, "look-ahead", scan.DefaultLookAhead, "queue up to rate × look-ahead per platform")
+	zeroIsDefault(f, "limit", "per-platform-cap", "look-ahead")
 }
 
 func fmtByPlatform(m map[string]int) string {
@@ -408,9 +438,9 @@ func (a *app) enqueueCmd() *cobra.Command {
 				}
 				var queued []queue.FetchArgs
 				if platform != "" {
-					queued, err = sources.EnqueuePlatform(cmd.Context(), pool, client, platform)
+					queued, err = scan.EnqueuePlatform(cmd.Context(), pool, client, platform)
 				} else {
-					queued, err = sources.Enqueue(cmd.Context(), pool, client, ids)
+					queued, err = scan.Enqueue(cmd.Context(), pool, client, ids)
 				}
 				if errors.Is(err, sources.ErrNotFound) {
 					return usagef("%w", err)
@@ -436,7 +466,7 @@ func (a *app) embeddedCmd() *cobra.Command {
 		Use:   "embedded",
 		Short: "Manage the local embedded PostgreSQL cluster (used when no database URL is given)",
 	}
-	noDB := func(*cobra.Command, []string) error { return a.setup() }
+	noDB := func(cmd *cobra.Command, _ []string) error { return a.setup(cmd) }
 	cmd.AddCommand(&cobra.Command{
 		Use:               "status",
 		Short:             "Show whether the embedded cluster under --data-dir is running",

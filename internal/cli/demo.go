@@ -2,16 +2,11 @@ package cli
 
 import (
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/internal/demo"
 )
-
-func init() {
-	extraCommandHooks = append(extraCommandHooks, (*app).demoCmd)
-}
 
 func (a *app) demoCmd() *cobra.Command {
 	var (
@@ -44,17 +39,8 @@ SIGTERM stops the workers, the destination and the cluster and removes the
 temporary directory. The demo ignores --database-url and DATABASE_URL.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.Workers < 1 || cfg.Workers > 32 {
-				return usagef("--workers: must be in 1..32, got %d", cfg.Workers)
-			}
-			if cfg.Duration < 5*time.Second {
-				return usagef("--duration: must be ≥ 5s, got %s", cfg.Duration)
-			}
-			if cfg.Sources < 3 {
-				return usagef("--sources: must be ≥ 3, got %d", cfg.Sources)
-			}
-			if cfg.ChartPath == "" {
-				return usagef("--chart: must not be empty")
+			if err := cfg.Validate(); err != nil {
+				return err
 			}
 			cfg.Terminal = !plain && isTerminal(a.stdout)
 			cfg.Logger = a.logger
@@ -63,12 +49,13 @@ temporary directory. The demo ignores --database-url and DATABASE_URL.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Workers, "workers", 3, "worker processes to start")
-	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workers run")
-	f.IntVar(&cfg.Sources, "sources", 300, "sources, split over the three platforms")
+	f.IntVar(&cfg.Workers, "workers", demo.DefaultWorkers, "worker processes to start")
+	f.DurationVar(&cfg.Duration, "duration", demo.DefaultDuration, "how long the workers run")
+	f.IntVar(&cfg.Sources, "sources", demo.DefaultSources, "sources, split over the three platforms")
 	f.StringVar(&cfg.ChartPath, "chart", demo.DefaultChartPath, "chart file written at the end (.svg, or .png)")
 	f.StringVar(&cfg.TmpDir, "tmp-dir", "", "where the demo's temporary directory is created and removed (default: $TMPDIR or /tmp)")
 	f.BoolVar(&plain, "plain", false, "print progress as plain lines even on a terminal")
+	zeroIsDefault(f, "workers", "duration", "sources", "chart")
 	return cmd
 }
 

@@ -14,17 +14,26 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/bench"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/demo"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/poller"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/worker"
 )
 
 // Exit codes.
@@ -70,7 +79,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	code := exitCode(err)
-	fmt.Fprintf(stderr, "fleetpace: %s\n", dbconn.Redact(err.Error()))
+	fmt.Fprintf(stderr, "fleetpace: %s\n", dbconn.Redact(flagMessage(err)))
 	if code == ExitUsage && isFlagError(err) {
 		fmt.Fprintln(stderr, "Run 'fleetpace --help' for usage.")
 	}
@@ -80,11 +89,120 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func exitCode(err error) int {
 	var ue *usageError
 	switch {
-	case errors.As(err, &ue), errors.Is(err, sources.ErrInvalid), errors.Is(err, dbconn.ErrInvalidURL),
-		errors.Is(err, pgembed.ErrBinariesNotFound), isFlagError(err):
+	case errors.As(err, &ue), isFlagError(err), errors.Is(err, pgembed.ErrBinariesNotFound),
+		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig),
+		errors.Is(err, sources.ErrInvalid), errors.Is(err, scan.ErrInvalidConfig),
+		errors.Is(err, queue.ErrInvalidConfig), errors.Is(err, poller.ErrInvalidConfig),
+		errors.Is(err, fetch.ErrInvalidConfig), errors.Is(err, worker.ErrInvalidConfig),
+		errors.Is(err, bench.ErrInvalidConfig), errors.Is(err, demo.ErrInvalidConfig):
 		return ExitUsage
 	}
 	return ExitFailure
+}
+
+// flagNames maps the configuration fields the command line sets from its
+// flags, as the libraries' validation errors name them, to those flags: the
+// libraries validate, and the command line says which flag was wrong.
+var flagNames = map[string]string{
+	"dbconn.Config.ConnectTimeout":         "--connect-timeout",
+	"worker.Config.Concurrency":            "--concurrency",
+	"queue.Config.MaxWorkers":              "--concurrency",
+	"queue.Config.JobTimeout":              "--job-timeout",
+	"queue.Config.RescueAfter":             "--rescue-after",
+	"queue.Config.SoftStopTimeout":         "--soft-stop",
+	"worker.Config.SoftStop":               "--soft-stop",
+	"worker.Config.MaxWait":                "--max-pacer-wait",
+	"worker.Config.MinFleetSize":           "--min-fleet-size",
+	"worker.Config.Heartbeat":              "--heartbeat",
+	"poller.Config.Base":                   "--poll-base",
+	"poller.Config.Max":                    "--poll-max",
+	"poller.Config.JitterRatio":            "--poll-jitter",
+	"poller.Config.StartupJitter":          "--startup-jitter",
+	"fetch.HTTPConfig.Timeout":             "--fetch-timeout",
+	"fetch.HTTPConfig.MaxBodyBytes":        "--max-body-bytes",
+	"fetch.HTTPConfig.MaxRedirects":        "--max-redirects",
+	"fetch.HTTPConfig.RateLimitedAfter":    "--rate-limited-after",
+	"scan.Config.Limit":                    "--limit",
+	"scan.Config.PerPlatformCap":           "--per-platform-cap",
+	"scan.Config.LookAhead":                "--look-ahead",
+	"queue.DrainConfig.MaxDuration":        "--max-duration",
+	"bench.ScanConfig.Sources":             "--sources",
+	"bench.ScanConfig.Platforms":           "--platforms",
+	"bench.ScanConfig.CoolingDown":         "--cooling-down",
+	"bench.ScanConfig.Select":              "--select",
+	"bench.ScanConfig.Runs":                "--runs",
+	"bench.PacerConfig.LatencySamples":     "--samples",
+	"bench.PacerConfig.ThroughputDuration": "--throughput-duration",
+	"bench.PacerConfig.Ceiling":            "--ceiling",
+	"bench.PacerConfig.Burst":              "--burst",
+	"bench.PacerConfig.Processes":          "--processes",
+	"bench.PacerConfig.Goroutines":         "--goroutines",
+	"bench.PacerConfig.AccuracyDuration":   "--accuracy-duration",
+	"bench.WorkerConfig.Workers":           "--workers",
+	"bench.WorkerConfig.Jobs":              "--jobs",
+	"bench.WorkerConfig.Runs":              "--runs",
+	"bench.WorkerConfig.FetchCooldown":     "--fetch-cooldown",
+	"demo.Config.Workers":                  "--workers",
+	"demo.Config.Duration":                 "--duration",
+	"demo.Config.Sources":                  "--sources",
+	"demo.Config.ChartPath":                "--chart",
+}
+
+// fieldName matches a configuration field as the libraries name it in
+// their errors: package.Type.Field.
+var fieldName = regexp.MustCompile(`\b[a-z]+\.[A-Z][A-Za-z]*\.[A-Z][A-Za-z]*\b`)
+
+// flagMessage is err's message with every configuration field the command
+// line sets from a flag named by that flag.
+func flagMessage(err error) string {
+	return fieldName.ReplaceAllStringFunc(err.Error(), func(field string) string {
+		if flag, ok := flagNames[field]; ok {
+			return flag
+		}
+		return field
+	})
+}
+
+// renameField renames the field of a sources.FieldError in err to the flag
+// or argument it came from (fields maps one to the other); other errors are
+// returned as they are.
+func renameField(err error, fields map[string]string) error {
+	var fe *sources.FieldError
+	if errors.As(err, &fe) {
+		if name, ok := fields[fe.Field]; ok {
+			renamed := *fe
+			renamed.Field = name
+			return &renamed
+		}
+	}
+	return err
+}
+
+// annotationZeroIsDefault marks a flag whose library field reads 0 as "the
+// default" (see zeroIsDefault).
+const annotationZeroIsDefault = "fleetpace_zero_is_default"
+
+// zeroIsDefault marks flags whose value goes to a library field that reads 0
+// (or "") as "use the default": given explicitly, 0 would quietly mean the
+// default, so the command line refuses it (exit 2) instead
+// (checkZeroFlags).
+func zeroIsDefault(f *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		if err := f.SetAnnotation(name, annotationZeroIsDefault, []string{"true"}); err != nil {
+			panic("cli: " + err.Error()) // a flag name of this package is wrong
+		}
+	}
+}
+
+// checkZeroFlags refuses an explicit 0 for the flags zeroIsDefault marked.
+func checkZeroFlags(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if v := f.Value.String(); err == nil && f.Annotations[annotationZeroIsDefault] != nil && (v == "0" || v == "0s" || v == "") {
+			err = usagef("--%s: must not be 0 (leave the flag out for the default, %s)", f.Name, f.DefValue)
+		}
+	})
+	return err
 }
 
 // flagError wraps cobra's argument and flag errors.
@@ -113,7 +231,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return a.setup()
+			return a.setup(cmd)
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
@@ -124,7 +242,9 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.DurationVar(&a.connectTimeout, "connect-timeout", dbconn.DefaultConnectTimeout, "bound on one database connection attempt (fleetpace never retries a connection)")
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "do not print which database is used")
+	zeroIsDefault(pf, "connect-timeout")
 
+	// The whole command tree, in one place.
 	root.AddCommand(
 		a.schemaCmd(),
 		a.platformsCmd(),
@@ -133,26 +253,20 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 		a.enqueueCmd(),
 		a.drainCmd(),
 		a.statusCmd(),
+		a.workerCmd(),
 		a.embeddedCmd(),
+		a.demoCmd(),
+		a.simulateCmd(),
+		a.benchCmd(
+			a.benchScanCmd(),
+			a.benchPacerCmd(),
+			a.benchPacerChildCmd(),
+			a.benchWorkerCmd(),
+		),
 	)
-	for _, c := range a.extraCommands() {
-		root.AddCommand(c)
-	}
 	a.addVersion(root)
 	bindEnv(root) // last: the whole tree
 	return root
-}
-
-// extraCommands are registered by other files of the package (worker, demo,
-// bench) through init-time hooks.
-var extraCommandHooks []func(*app) *cobra.Command
-
-func (a *app) extraCommands() []*cobra.Command {
-	out := make([]*cobra.Command, 0, len(extraCommandHooks))
-	for _, h := range extraCommandHooks {
-		out = append(out, h(a))
-	}
-	return out
 }
 
 // defaultDataDir is $XDG_DATA_HOME/fleetpace, else ~/.local/share/fleetpace;
@@ -171,7 +285,12 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), "fleetpace")
 }
 
-func (a *app) setup() error {
+// setup checks the flags the libraries cannot (checkZeroFlags) and the
+// global ones, and builds the logger.
+func (a *app) setup(cmd *cobra.Command) error {
+	if err := checkZeroFlags(cmd); err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
 		return usagef("--log-level: %q is not one of debug, info, warn, error", a.logLevel)
@@ -185,10 +304,7 @@ func (a *app) setup() error {
 	default:
 		return usagef("--log-format: %q is not one of text, json", a.logFormat)
 	}
-	if a.connectTimeout <= 0 {
-		return usagef("--connect-timeout: must be > 0, got %s", a.connectTimeout)
-	}
-	return nil
+	return dbconn.Config{ConnectTimeout: a.connectTimeout}.Validate()
 }
 
 // resolveURL returns the database URL to use: the given one, or the embedded

@@ -13,10 +13,6 @@ import (
 	"github.com/fleetpace/fleetpace/poller"
 )
 
-func init() {
-	extraCommandHooks = append(extraCommandHooks, (*app).simulateCmd)
-}
-
 func (a *app) simulateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "simulate",

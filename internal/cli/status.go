@@ -29,24 +29,26 @@ func (a *app) statusCmd() *cobra.Command {
 				if asJSON {
 					return writeJSON(a.stdout, rep)
 				}
-				fmt.Fprintf(a.stdout, "live workers: %d\n\n", rep.Workers)
+				fmt.Fprintf(a.stdout, "live workers: %d\n", rep.Workers)
+				for _, w := range rep.Fleet {
+					fmt.Fprintf(a.stdout, "  %s  %s pid %d  fleetpace %s  up %s  seen %s ago\n", w.ID, w.Hostname, w.PID, w.Version,
+						roundDur(rep.At.Sub(w.StartedAt)), roundDur(rep.At.Sub(w.SeenAt)))
+				}
+				fmt.Fprintln(a.stdout)
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "PLATFORM\tRATE/S\tMULT\tEFFECTIVE/S\tHOLD\tCOOLDOWN\tSOURCES\tQUEUED\tDUE\tNEVER CHECKED\tSTALE MAX\tSTALE P95")
 				for _, p := range rep.Platforms {
-					mult, eff, hold := "1", fmt.Sprintf("%g", p.RatePerSec), "-"
-					if p.Pace != nil {
-						mult = fmt.Sprintf("%g", p.Pace.Multiplier)
-						eff = fmt.Sprintf("%.3g", p.Pace.EffectiveRate)
-						if p.Pace.Hold > 0 {
-							hold = roundDur(p.Pace.Hold)
-						}
+					hold := "-"
+					if p.Pace.Hold > 0 {
+						hold = roundDur(p.Pace.Hold)
 					}
 					cd := "-"
 					if p.Cooldown != nil {
 						cd = fmt.Sprintf("%s left (×%d: %s)", roundDur(p.Cooldown.Remaining), p.Cooldown.Count, p.Cooldown.Reason)
 					}
 					c := p.Counts
-					fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.RatePerSec, mult, eff, hold, cd,
+					fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.RatePerSec,
+						fmt.Sprintf("%g", p.Pace.Multiplier), fmt.Sprintf("%.3g", p.Pace.EffectiveRate), hold, cd,
 						c.Sources, c.Queued, c.Due, c.NeverChecked, roundDur(c.StaleMax), roundDur(c.StaleP95))
 				}
 				return tw.Flush()

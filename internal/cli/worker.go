@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -24,33 +23,30 @@ func addFetchFlags(f *pflag.FlagSet, h *fetch.HTTPConfig) {
 	f.Int64Var(&h.MaxBodyBytes, "max-body-bytes", fetch.DefaultMaxBodyBytes, "largest body accepted; larger is a failed fetch")
 	f.IntVar(&h.MaxRedirects, "max-redirects", fetch.DefaultMaxRedirects, "redirects followed; one more is a failed fetch")
 	f.DurationVar(&h.RateLimitedAfter, "rate-limited-after", fetch.DefaultRateLimitedAfter, "a 429/503 whose Retry-After exceeds this cools the whole platform down")
+	zeroIsDefault(f, "fetch-timeout", "max-body-bytes", "rate-limited-after")
 }
 
 // addJobFlags registers the flags shared by worker and drain.
 func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
-	f.IntVar(&c.Concurrency, "concurrency", 10, "fetch jobs run at once by this process")
-	f.DurationVar(&c.JobTimeout, "job-timeout", 2*time.Minute, "bound on one fetch job (River's job timeout)")
-	f.DurationVar(&c.RescueAfter, "rescue-after", 5*time.Minute, "a job running this long counts as abandoned by a dead worker and runs again (River's leader checks every 30 s, so rescue takes up to 30 s more)")
+	f.IntVar(&c.Concurrency, "concurrency", worker.DefaultConcurrency, "fetch jobs run at once by this process")
+	f.DurationVar(&c.JobTimeout, "job-timeout", queue.DefaultJobTimeout, "bound on one fetch job (River's job timeout)")
+	f.DurationVar(&c.RescueAfter, "rescue-after", queue.DefaultRescueAfter, "a job running this long counts as abandoned by a dead worker and runs again (River's leader checks every 30 s, so rescue takes up to 30 s more)")
 	f.DurationVar(&c.MaxWait, "max-pacer-wait", worker.DefaultMaxWait, "longest pacer wait a job sleeps through; longer waits snooze the job")
-	f.IntVar(&c.MinFleetSize, "min-fleet-size", 1, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
+	f.IntVar(&c.MinFleetSize, "min-fleet-size", worker.DefaultMinFleetSize, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
+	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size")
 	addFetchFlags(f, &c.HTTP)
 }
 
+// workerConfig validates the worker's configuration built from the flags
+// (before anything is started: bad flags change nothing), then resolves the
+// database and completes it.
 func (a *app) workerConfig(cmd *cobra.Command, c *worker.Config) error {
-	if c.Concurrency < 1 {
-		return usagef("--concurrency: must be ≥ 1, got %d", c.Concurrency)
-	}
-	if c.JobTimeout <= 0 || c.RescueAfter <= c.JobTimeout {
-		return usagef("--rescue-after (%s) must exceed --job-timeout (%s), both > 0", c.RescueAfter, c.JobTimeout)
-	}
-	if c.MaxWait < 0 || c.MinFleetSize < 1 {
-		return usagef("--max-pacer-wait must be ≥ 0 and --min-fleet-size ≥ 1")
-	}
-	if c.HTTP.Timeout <= 0 || c.HTTP.MaxBodyBytes <= 0 || c.HTTP.MaxRedirects < 0 || c.HTTP.RateLimitedAfter <= 0 {
-		return usagef("--fetch-timeout, --max-body-bytes and --rate-limited-after must be > 0, --max-redirects ≥ 0")
-	}
 	if c.HTTP.MaxRedirects == 0 {
 		c.HTTP.MaxRedirects = -1 // the fetch package's "follow none"
+	}
+	c.Logger = a.logger
+	if err := c.Validate(); err != nil {
+		return err
 	}
 	url, err := a.resolveURL(cmd.Context())
 	if err != nil {
@@ -58,7 +54,6 @@ func (a *app) workerConfig(cmd *cobra.Command, c *worker.Config) error {
 	}
 	c.DatabaseURL = url
 	c.ConnectTimeout = a.connectTimeout
-	c.Logger = a.logger
 	return nil
 }
 
@@ -72,19 +67,19 @@ func (a *app) drainCmd() *cobra.Command {
 		Short: "Work queued fetch jobs until none is left, then exit (pair with `scan` in cron)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if maxDuration < 0 {
-				return usagef("--max-duration: must be ≥ 0, got %s", maxDuration)
+			if err := (queue.DrainConfig{MaxDuration: maxDuration}).Validate(); err != nil {
+				return err
 			}
 			if err := a.workerConfig(cmd, &cfg); err != nil {
 				return err
 			}
 			res, err := worker.Drain(cmd.Context(), cfg, maxDuration)
-			if errors.Is(err, queue.ErrDrainTimeout) {
-				fmt.Fprintf(a.stdout, "drain: stopped after --max-duration %s with %d job(s) left (%d finished)\n", maxDuration, res.Left, res.Completed)
-				return nil
-			}
 			if err != nil {
 				return dbError(err)
+			}
+			if res.TimedOut {
+				fmt.Fprintf(a.stdout, "drain: stopped after --max-duration %s with %d job(s) left (%d finished)\n", maxDuration, res.Left, res.Completed)
+				return nil
 			}
 			fmt.Fprintf(a.stdout, "drain: queue empty (%d job(s) finished)\n", res.Completed)
 			return nil
@@ -116,12 +111,6 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 --soft-stop, then cancel them (they run again later), and exit 0.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.workerConfig(cmd, &cfg); err != nil {
-				return err
-			}
-			if cfg.SoftStop < 0 {
-				return usagef("--soft-stop: must be ≥ 0, got %s", cfg.SoftStop)
-			}
 			switch {
 			case !cmd.Flags().Changed("startup-jitter"):
 				cfg.Poll.StartupJitter = 0 // default: U[0, poll max]
@@ -134,9 +123,8 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 			if jitter == 0 {
 				cfg.Poll.JitterRatio = poller.NoJitter
 			}
-			cfg.Poll.Logger = a.logger
-			if err := cfg.Poll.Validate(); err != nil {
-				return usagef("%w", err)
+			if err := a.workerConfig(cmd, &cfg); err != nil {
+				return err
 			}
 			cfg.Ready = func(addr net.Addr) {
 				if addr != nil {
@@ -150,16 +138,12 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	addJobFlags(f, &cfg)
 	addTickFlags(cmd, &cfg.Tick)
 	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
-	f.DurationVar(&cfg.SoftStop, "soft-stop", 10*time.Second, "on SIGTERM, time running fetches get to finish before they are cancelled")
+	f.DurationVar(&cfg.SoftStop, "soft-stop", worker.DefaultSoftStop, "on SIGTERM, time running fetches get to finish before they are cancelled")
 	f.DurationVar(&cfg.Poll.Base, "poll-base", poller.DefaultBase, "scan loop: sleep after a tick that found work")
 	f.DurationVar(&cfg.Poll.Max, "poll-max", poller.DefaultMax, "scan loop: longest sleep (doubling from --poll-base after empty or failed ticks)")
 	f.Float64Var(&jitter, "poll-jitter", poller.DefaultJitterRatio, "scan loop: every sleep is multiplied by U[1-j, 1+j] (0 disables)")
 	f.DurationVar(&startupJitter, "startup-jitter", 0, "sleep U[0, this] before starting (default: --poll-max; 0 disables)")
 	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when fleetpace scan runs from cron or a timer)")
-	f.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "how often this worker announces itself (fleet size for degraded pacing)")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", worker.DefaultHeartbeat, "how often this worker announces itself (fleet size for degraded pacing)")
 	return cmd
-}
-
-func init() {
-	extraCommandHooks = append(extraCommandHooks, (*app).workerCmd)
 }

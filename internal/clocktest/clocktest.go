@@ -5,6 +5,8 @@ package clocktest
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,3 +31,43 @@ func WaitSleepers(t testing.TB, c *Fake, n int) {
 		t.Fatalf("clocktest: %d sleeper(s) did not appear on the fake clock: %v", n, err)
 	}
 }
+
+// Auto is a fake clock that advances itself, at once, to the end of every
+// timer made on it, and records each timer's duration: code that sleeps on
+// it in one goroutine (a polling loop) runs its whole schedule without
+// waiting, in virtual time. Timers made by other goroutines fire early
+// with it; use a Fake and advance it by hand there.
+type Auto struct {
+	*Fake
+	start time.Time
+
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+// NewAuto returns an Auto clock set to New's instant.
+func NewAuto() *Auto {
+	f := New()
+	return &Auto{Fake: f, start: f.Now()}
+}
+
+// NewTimer makes a timer of d and advances the clock by d, so the timer has
+// fired when NewTimer returns.
+func (a *Auto) NewTimer(d time.Duration) clockwork.Timer {
+	a.mu.Lock()
+	a.sleeps = append(a.sleeps, d)
+	a.mu.Unlock()
+	t := a.Fake.NewTimer(d)
+	a.Fake.Advance(d)
+	return t
+}
+
+// Sleeps returns the duration of every timer made so far, in order.
+func (a *Auto) Sleeps() []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.sleeps)
+}
+
+// Elapsed is the virtual time since the clock was made.
+func (a *Auto) Elapsed() time.Duration { return a.Now().Sub(a.start) }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"regexp"
@@ -52,15 +53,17 @@ type Config struct {
 	Attempts *atomic.Int64
 }
 
-func (c *Config) validate() error {
-	if c.URL == "" {
-		return errors.New("dbconn: database URL is empty")
-	}
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Validate reports an invalid field, wrapping ErrInvalidConfig. The URL is
+// checked by PoolConfig, when it is parsed (ErrInvalidURL).
+func (c Config) Validate() error {
 	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("dbconn: ConnectTimeout must be ≥ 0, got %s", c.ConnectTimeout)
+		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.ConnectTimeout)
 	}
 	if c.MaxConns < 0 {
-		return fmt.Errorf("dbconn: MaxConns must be ≥ 0, got %d", c.MaxConns)
+		return fmt.Errorf("%w: dbconn.Config.MaxConns must be ≥ 0, got %d", ErrInvalidConfig, c.MaxConns)
 	}
 	return nil
 }
@@ -70,13 +73,16 @@ var ErrInvalidURL = errors.New("invalid database URL")
 
 // PoolConfig builds a pgxpool configuration that follows the fail-fast rule.
 func PoolConfig(cfg Config) (*pgxpool.Config, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.URL == "" {
+		return nil, fmt.Errorf("dbconn: %w: the URL is empty", ErrInvalidURL)
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		// pgx error messages can echo the URL; never print a password.
-		return nil, fmt.Errorf("dbconn: %w: %s", ErrInvalidURL, Redact(err.Error()))
+		return nil, fmt.Errorf("dbconn: %w: %w", ErrInvalidURL, redacted{err})
 	}
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {
@@ -136,13 +142,36 @@ func NewPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("dbconn: %s", Redact(err.Error()))
+		return nil, fmt.Errorf("dbconn: %w", redacted{err})
 	}
 	return pool, nil
 }
 
+// redacted is an error whose message has its passwords removed (pgx's own
+// errors may echo the URL) and whose chain is kept, so errors.Is and
+// errors.As still see what it wraps.
+type redacted struct{ err error }
+
+func (e redacted) Error() string { return Redact(e.err.Error()) }
+func (e redacted) Unwrap() error { return e.err }
+
 // IsUnavailable reports whether err means the database could not be reached
-// or refused the connection (as opposed to a failed statement).
+// or cannot serve connections now — as opposed to a statement that failed on
+// a working connection. It decides by error types and SQLSTATEs only, never
+// by message text:
+//
+//   - pgconn.ConnectError: a connection attempt failed (refused, timed out,
+//     TLS or authentication failed, the server refused it).
+//   - a PostgreSQL error of class 08 (connection exception), 53300
+//     (too_many_connections), 57P01, 57P02, 57P03 (admin_shutdown,
+//     crash_shutdown, cannot_connect_now); any other SQLSTATE is a failed
+//     statement.
+//   - a network error (net.Error: resets, broken pipes, timeouts), an
+//     unexpected EOF on the connection, a connection pgx has closed
+//     (pgconn.ErrConnClosed), an error pgconn marks as occurring before
+//     anything was sent (pgconn.SafeToRetry), or a deadline that ran out.
+//
+// It is the one rule for "the database is unreachable" of every package.
 func IsUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -153,25 +182,23 @@ func IsUnavailable(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "53300", // too_many_connections
-			"57P01", "57P02", "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
-			"08000", "08003", "08006", "08001", "08004": // connection exceptions
-			return true
-		}
-		return false
+		return unavailableState(pgErr.Code)
 	}
 	var netErr net.Error
-	if errors.As(err, &netErr) {
+	return errors.As(err, &netErr) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// unavailableState reports whether a SQLSTATE means the server cannot serve
+// connections (rather than that a statement failed).
+func unavailableState(code string) bool {
+	switch code {
+	case "53300", // too_many_connections
+		"57P01", "57P02", "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
 		return true
 	}
-	if pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "failed to connect") || strings.Contains(msg, "conn closed") ||
-		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") ||
-		strings.Contains(msg, "unexpected EOF")
+	return strings.HasPrefix(code, "08") // connection_exception and its subclasses
 }
 
 var (

@@ -2,49 +2,31 @@ package dbconn_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// silentServer accepts TCP connections and never answers: the worst case of
-// a saturated pooler.
+// silentServer is testdb.Silent's port: a server that accepts connections
+// and never answers, the worst case of a saturated pooler.
 func silentServer(t *testing.T) (port int, accepted *atomic.Int32) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().(*net.TCPAddr).Port, accepted
+	addr, accepted := testdb.Silent(t)
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ = strconv.Atoi(p)
+	return port, accepted
 }
 
 func TestOneAttemptWithinConnectTimeout(t *testing.T) {
@@ -83,8 +65,11 @@ func TestOneAttemptWithinConnectTimeout(t *testing.T) {
 			if elapsed > time.Second {
 				t.Errorf("failed after %s, want within connect timeout (500ms) + 0.5 s", elapsed)
 			}
-			// The listener may see the connection a moment after the dial.
-			time.Sleep(50 * time.Millisecond)
+			// Dials are counted as they are made; the listener may see the
+			// connection a moment after the dial.
+			for deadline := time.Now().Add(5 * time.Second); accepted.Load() == 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 			if n := accepted.Load(); n != 1 || attempts.Load() != 1 {
 				t.Errorf("%d connections accepted, %d dials; want exactly one attempt", n, attempts.Load())
 			}
@@ -129,5 +114,44 @@ func TestRedact(t *testing.T) {
 	_, err := dbconn.NewPool(context.Background(), dbconn.Config{URL: "postgres://u:hunter2@[::1:5432/db"})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("invalid URL error = %v", err)
+	}
+	// The message is redacted, the chain is kept.
+	var parseErr *pgconn.ParseConfigError
+	if !errors.Is(err, dbconn.ErrInvalidURL) || !errors.As(err, &parseErr) {
+		t.Fatalf("invalid URL error %v lost its chain (ErrInvalidURL %v, ParseConfigError %v)",
+			err, errors.Is(err, dbconn.ErrInvalidURL), errors.As(err, &parseErr))
+	}
+}
+
+// The classifier decides by types and SQLSTATEs: a message that merely reads
+// like an outage is not one, and a statement's own error is not one either.
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error) error { return fmt.Errorf("tick: %w", err) }
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"connect error", wrap(&pgconn.ConnectError{}), true},
+		{"admin shutdown", wrap(&pgconn.PgError{Code: "57P01"}), true},
+		{"cannot connect now", &pgconn.PgError{Code: "57P03"}, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"connection failure (class 08)", &pgconn.PgError{Code: "08006"}, true},
+		{"unique violation", wrap(&pgconn.PgError{Code: "23505"}), false},
+		{"undefined table", &pgconn.PgError{Code: "42P01"}, false},
+		{"query canceled", &pgconn.PgError{Code: "57014"}, false},
+		{"network error", wrap(&net.OpError{Op: "read", Err: syscall.ECONNRESET}), true},
+		{"unexpected EOF", wrap(io.ErrUnexpectedEOF), true},
+		{"conn closed", wrap(pgconn.ErrConnClosed), true},
+		{"deadline", wrap(context.DeadlineExceeded), true},
+		{"a message only", errors.New("failed to connect: conn closed: connection reset by peer"), false},
+		{"no rows", wrap(pgx.ErrNoRows), false},
+	}
+	for _, tt := range tests {
+		if got := dbconn.IsUnavailable(tt.err); got != tt.want {
+			t.Errorf("%s: IsUnavailable(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
+		}
 	}
 }

@@ -89,10 +89,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c *Config) setDefaults() error {
-	c.Workers = cmp.Or(c.Workers, 3)
-	c.Duration = cmp.Or(c.Duration, 60*time.Second)
-	c.Sources = cmp.Or(c.Sources, 300)
+// Defaults of Config.
+const (
+	DefaultWorkers  = 3
+	DefaultDuration = 60 * time.Second
+	DefaultSources  = 300
+)
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("invalid config")
+
+func (c Config) withDefaults() Config {
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.Duration = cmp.Or(c.Duration, DefaultDuration)
+	c.Sources = cmp.Or(c.Sources, DefaultSources)
 	c.ChartPath = cmp.Or(c.ChartPath, DefaultChartPath)
 	c.TmpDir = cmp.Or(c.TmpDir, os.TempDir())
 	c.Refresh = cmp.Or(c.Refresh, time.Second)
@@ -100,28 +110,24 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Executable == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("demo: cannot find the fleetpace executable: %w", err)
-		}
-		c.Executable = exe
-	}
-	return nil
+	return c
 }
 
-func (c *Config) validate() error {
+// Validate reports the first invalid field (defaults applied), wrapping
+// ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.Workers < 1 || c.Workers > 32:
-		return fmt.Errorf("demo: Config.Workers must be in 1..32, got %d", c.Workers)
+		return fmt.Errorf("%w: demo.Config.Workers must be in 1..32, got %d", ErrInvalidConfig, c.Workers)
 	case c.Duration < 5*time.Second:
-		return fmt.Errorf("demo: Config.Duration must be ≥ 5s, got %s", c.Duration)
+		return fmt.Errorf("%w: demo.Config.Duration must be ≥ 5s, got %s", ErrInvalidConfig, c.Duration)
 	case c.Sources < 3:
-		return fmt.Errorf("demo: Config.Sources must be ≥ 3, got %d", c.Sources)
+		return fmt.Errorf("%w: demo.Config.Sources must be ≥ 3, got %d", ErrInvalidConfig, c.Sources)
 	case c.Refresh < 100*time.Millisecond:
-		return fmt.Errorf("demo: Config.Refresh must be ≥ 100ms, got %s", c.Refresh)
+		return fmt.Errorf("%w: demo.Config.Refresh must be ≥ 100ms, got %s", ErrInvalidConfig, c.Refresh)
 	case c.PlainEvery < c.Refresh:
-		return fmt.Errorf("demo: Config.PlainEvery (%s) must be ≥ Refresh (%s)", c.PlainEvery, c.Refresh)
+		return fmt.Errorf("%w: demo.Config.PlainEvery (%s) must be ≥ Refresh (%s)", ErrInvalidConfig, c.PlainEvery, c.Refresh)
 	}
 	return nil
 }
@@ -216,11 +222,16 @@ func (s *Summary) OK() bool {
 // Whatever happens, everything started is stopped and the temporary
 // directory removed before Run returns.
 func Run(ctx context.Context, cfg Config, out io.Writer) (sum *Summary, err error) {
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	cfg = cfg.withDefaults()
+	if cfg.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("demo: cannot find the fleetpace executable: %w", err)
+		}
+		cfg.Executable = exe
 	}
 	chartPath, err := filepath.Abs(cfg.ChartPath)
 	if err != nil {
@@ -228,7 +239,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum *Summary, err erro
 	}
 	// Fail before starting anything if the chart cannot be written.
 	if err := checkWritable(chartPath); err != nil {
-		return nil, fmt.Errorf("demo: --chart: %w", err)
+		return nil, fmt.Errorf("demo: demo.Config.ChartPath: %w", err)
 	}
 
 	// cleanup runs the stop steps in reverse order, with a context of its

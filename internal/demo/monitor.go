@@ -121,9 +121,7 @@ func (m *monitor) sample(ctx context.Context, now time.Time) {
 			if p.Name != s.name {
 				continue
 			}
-			if p.Pace != nil {
-				row[i].multiplier = p.Pace.Multiplier
-			}
+			row[i].multiplier = p.Pace.Multiplier
 			if p.Cooldown != nil {
 				row[i].cooldown = p.Cooldown.Remaining
 				row[i].coolCount = p.Cooldown.Count

@@ -6,11 +6,16 @@
 // cluster is stopped when the tests end:
 //
 //	func TestMain(m *testing.M) { testdb.Main(m) }
+//
+// or, to check for leaked goroutines after the cluster has stopped:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 package testdb
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -53,6 +58,14 @@ func Run(m *testing.M) int {
 	}
 	return code
 }
+
+// M is m for goleak.VerifyTestMain (or anything taking a Run() int): its
+// Run runs the tests and stops the embedded cluster, as Run does.
+func M(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return Run(r.m) }
 
 func setup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -176,4 +189,40 @@ func withDB(rawURL, db string) string {
 	}
 	u.Path = "/" + db
 	return u.String()
+}
+
+// Silent starts a TCP server on loopback that accepts connections and never
+// answers — the worst case of a saturated database or pooler — and returns
+// its address and the number of connections it accepted so far. It stops
+// when the test ends.
+func Silent(t testing.TB) (addr string, accepted *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = &atomic.Int32{}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String(), accepted
 }

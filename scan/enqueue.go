@@ -1,0 +1,99 @@
+package scan
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// Enqueue queues a fetch job for each given source that is enabled and not
+// already queued, in one transaction; it returns the sources it queued.
+func Enqueue(ctx context.Context, db sources.Beginner, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
+	return inTx(ctx, db, func(tx pgx.Tx) ([]queue.FetchArgs, error) {
+		return enqueueTx(ctx, tx, client, ids)
+	})
+}
+
+// EnqueuePlatform queues every enabled, unqueued source of a platform. An
+// unknown platform is an error wrapping sources.ErrNotFound.
+func EnqueuePlatform(ctx context.Context, db sources.Beginner, client *queue.Client, platform string) ([]queue.FetchArgs, error) {
+	return inTx(ctx, db, func(tx pgx.Tx) ([]queue.FetchArgs, error) {
+		if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx, platformSourceIDsSQL, platform)
+		if err != nil {
+			return nil, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		return enqueueTx(ctx, tx, client, ids)
+	})
+}
+
+// inTx runs fn in a transaction of its own and commits it.
+func inTx(ctx context.Context, db sources.Beginner, fn func(pgx.Tx) ([]queue.FetchArgs, error)) ([]queue.FetchArgs, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	queued, err := fn(tx)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("enqueue: commit: %w", err)
+	}
+	return queued, nil
+}
+
+// enqueueTx claims the sources not queued yet (row locks make concurrent
+// claims safe), inserts their jobs and marks them queued with their job ids,
+// all in the caller's transaction.
+func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, claimSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (queue.FetchArgs, error) {
+		var a queue.FetchArgs
+		err := row.Scan(&a.SourceID, &a.Platform, &a.URL, &a.ETag, &a.LastModified)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	// Insert jobs in the order given (fair order for a tick), so River, which
+	// works jobs of equal priority by scheduled_at then id, runs them in it.
+	pos := make(map[int64]int, len(ids))
+	for i, id := range ids {
+		if _, ok := pos[id]; !ok {
+			pos[id] = i
+		}
+	}
+	slices.SortFunc(claimed, func(a, b queue.FetchArgs) int { return cmp.Compare(pos[a.SourceID], pos[b.SourceID]) })
+	jobIDs, err := queue.InsertFetches(ctx, client, tx, claimed)
+	if err != nil {
+		return nil, err
+	}
+	srcIDs := make([]int64, len(claimed))
+	for i, c := range claimed {
+		srcIDs[i] = c.SourceID
+	}
+	if _, err := tx.Exec(ctx, markQueuedSQL, srcIDs, jobIDs); err != nil {
+		return nil, fmt.Errorf("mark queued: %w", err)
+	}
+	return claimed, nil
+}

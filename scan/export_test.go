@@ -1,0 +1,23 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// SelectDue runs the due query with opts in a read transaction of its own:
+// the due query alone, for the tests.
+func SelectDue(ctx context.Context, db sources.Beginner, opts DueOptions) ([]Due, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("due: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	q, err := PrepareDue(ctx, tx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return q.Run(ctx, tx)
+}

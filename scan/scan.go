@@ -1,0 +1,202 @@
+// Package scan turns due sources into River jobs: the scan tick selects due
+// sources in fair order (never checked first, then longest since checked,
+// ties by id), caps every platform at its share, leaves out platforms
+// cooling down, and queues one fetch job per source in the transaction that
+// marks the source queued, so a source is never queued twice. It also
+// queues sources by hand (`fleetpace enqueue`).
+//
+// The scan sits on top of the store (package sources: platforms, sources,
+// cooldowns, checks) and the queue (package queue: River).
+package scan
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// Defaults of Config.
+const (
+	// DefaultLimit is how many sources one tick queues at most.
+	DefaultLimit = 1000
+	// DefaultPerPlatformCap is how many sources of one platform a tick of
+	// DefaultLimit queues at most: half of it, so two platforms at least
+	// share every tick.
+	DefaultPerPlatformCap = DefaultLimit / 2
+	// DefaultLookAhead is how much work a tick queues per platform, in time
+	// at its rate.
+	DefaultLookAhead = 30 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Config configures a scan tick. The zero value means defaults.
+type Config struct {
+	// Limit is the most sources queued by one tick. Default: DefaultLimit.
+	Limit int
+	// PerPlatformCap is the most sources of one platform queued by one tick.
+	// Default: Limit / 2 (so two platforms at least share every tick).
+	PerPlatformCap int
+	// LookAhead sizes each platform's share: rate × LookAhead minus what it
+	// already has queued. There is no point queueing an hour of work for a
+	// 7/s destination. Default: DefaultLookAhead.
+	LookAhead time.Duration
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	switch {
+	case c.Limit < 0:
+		return fmt.Errorf("%w: scan.Config.Limit must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Limit)
+	case c.PerPlatformCap < 0:
+		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PerPlatformCap)
+	case c.LookAhead < 0:
+		return fmt.Errorf("%w: scan.Config.LookAhead must be > 0 (0: default), got %s", ErrInvalidConfig, c.LookAhead)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Limit == 0 {
+		c.Limit = DefaultLimit
+	}
+	if c.PerPlatformCap == 0 {
+		c.PerPlatformCap = max(1, c.Limit/2)
+	}
+	if c.LookAhead == 0 {
+		c.LookAhead = DefaultLookAhead
+	}
+	return c
+}
+
+// Result reports one scan tick.
+type Result struct {
+	// Skipped is true when another tick held the lock; nothing was done.
+	Skipped     bool           `json:"skipped"`
+	Enqueued    int            `json:"enqueued"`
+	ByPlatform  map[string]int `json:"by_platform"`
+	CoolingDown []string       `json:"cooling_down"` // platforms left out for an active cooldown
+	Released    int            `json:"released"`     // sources released after their job ended without a check
+}
+
+// Tick runs one scan: select due sources and enqueue one fetch job each, all
+// in one transaction. It takes a transaction-scoped advisory lock first; if
+// another tick holds it, Tick returns at once with Skipped set.
+func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("tick: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	var locked bool
+	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked, new(string)); err != nil {
+		return nil, fmt.Errorf("tick: lock: %w", err)
+	}
+	if !locked {
+		return &Result{Skipped: true}, nil
+	}
+	res := &Result{ByPlatform: map[string]int{}}
+
+	tag, err := tx.Exec(ctx, reconcileSQL)
+	if err != nil {
+		return nil, fmt.Errorf("tick: release finished: %w", err)
+	}
+	res.Released = int(tag.RowsAffected())
+
+	args, cooling, err := plan(ctx, tx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	res.CoolingDown = cooling
+	due, err := selectDue(ctx, tx, args)
+	if err != nil {
+		return nil, fmt.Errorf("tick: %w", err)
+	}
+	queued, err := enqueueTx(ctx, tx, client, interleave(due))
+	if err != nil {
+		return nil, fmt.Errorf("tick: %w", err)
+	}
+	for _, q := range queued {
+		res.ByPlatform[q.Platform]++
+	}
+	res.Enqueued = len(queued)
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("tick: commit: %w", err)
+	}
+	return res, nil
+}
+
+// interleave returns the ids of due (in fair order) so that platforms take
+// turns: the first source of every platform, then the second of every
+// platform, and so on, each round in fair order. Jobs are inserted and run
+// in this order, so a platform with a large backlog cannot take every worker
+// slot (its jobs sleeping on the pacer) while other platforms wait.
+func interleave(due []Due) []int64 {
+	type ranked struct {
+		id         int64
+		round, pos int
+	}
+	seen := map[string]int{}
+	rs := make([]ranked, len(due))
+	for i, d := range due {
+		rs[i] = ranked{d.ID, seen[d.Platform], i}
+		seen[d.Platform]++
+	}
+	slices.SortStableFunc(rs, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(a.round, b.round), cmp.Compare(a.pos, b.pos))
+	})
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	return ids
+}
+
+// plan sizes every platform's share of this tick: ceil(rate × look-ahead)
+// minus what it already has queued, at most PerPlatformCap; platforms cooling
+// down get nothing. It returns the due query's arguments.
+func plan(ctx context.Context, db sources.DBTX, cfg Config) (args []any, cooling []string, err error) {
+	rows, err := db.Query(ctx, planSQL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tick: plan: %w", err)
+	}
+	defer rows.Close()
+	args = []any{cfg.Limit}
+	for rows.Next() {
+		var (
+			name   string
+			rate   float64
+			queued int64
+			until  *time.Time
+		)
+		if err := rows.Scan(&name, &rate, &queued, &until); err != nil {
+			return nil, nil, fmt.Errorf("tick: plan: %w", err)
+		}
+		if until != nil {
+			cooling = append(cooling, name)
+			continue
+		}
+		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
+		share = min(share, int64(cfg.PerPlatformCap), int64(cfg.Limit))
+		if share > 0 {
+			args = append(args, name, share)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("tick: plan: %w", err)
+	}
+	return args, cooling, nil
+}
