@@ -2,8 +2,10 @@ package pacer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -436,5 +438,26 @@ func TestRespaceOff(t *testing.T) {
 	}
 	if row := readAdapt(t, pool, "old"); row.seq != 0 {
 		t.Fatalf("event_seq %d, want 0", row.seq)
+	}
+}
+
+// State's JSON carries its units in its keys and reads back as written.
+func TestStateJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := State{Platform: "p", Rate: 20, Burst: 2, Multiplier: 1.5, Hold: 1500 * time.Millisecond, HoldReason: "Retry-After",
+		Paused: time.Minute, PauseReason: "x", AnnouncedRate: 5, AnnouncedFor: 30 * time.Second, EffectiveRate: 5,
+		Source: SourceAnnounced, CursorAhead: 250 * time.Millisecond, Slowdowns: 3, Probe: true}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"hold_s":1.5`, `"paused_s":60`, `"announced_for_s":30`, `"cursor_ahead_s":0.25`, `"effective_rate_per_sec":5`} {
+		if !strings.Contains(string(b), key) {
+			t.Fatalf("%s lacks %s", b, key)
+		}
+	}
+	var back State
+	if err := json.Unmarshal(b, &back); err != nil || back != s {
+		t.Fatalf("round trip: %+v %v, want %+v", back, err, s)
 	}
 }

@@ -68,37 +68,54 @@ type State struct {
 	Slowdowns int64
 }
 
+// stateJSON is State as JSON: durations in seconds, under keys that say so.
+type stateJSON struct {
+	Platform           string  `json:"platform"`
+	Rate               float64 `json:"rate_per_sec"`
+	Burst              int     `json:"burst"`
+	MaxMultiplier      float64 `json:"max_multiplier"`
+	DecayAfter         int     `json:"decay_after"`
+	BackoffFactor      float64 `json:"backoff_factor"`
+	RecoveryFactor     float64 `json:"recovery_factor"`
+	Probe              bool    `json:"probe"`
+	UseHeaders         bool    `json:"use_headers"`
+	Respace            bool    `json:"respace"`
+	Multiplier         float64 `json:"multiplier"`
+	CleanStreak        int     `json:"clean_streak"`
+	PressureMultiplier float64 `json:"pressure_multiplier"`
+	Hold               float64 `json:"hold_s"`
+	HoldReason         string  `json:"hold_reason,omitempty"`
+	Paused             float64 `json:"paused_s"`
+	PausedIndefinitely bool    `json:"paused_indefinitely"`
+	PauseReason        string  `json:"pause_reason,omitempty"`
+	AnnouncedRate      float64 `json:"announced_rate_per_sec"`
+	AnnouncedFor       float64 `json:"announced_for_s"`
+	EffectiveRate      float64 `json:"effective_rate_per_sec"`
+	Source             string  `json:"source"`
+	CursorAhead        float64 `json:"cursor_ahead_s"`
+	Slowdowns          int64   `json:"slowdowns"`
+}
+
 // MarshalJSON writes durations as seconds under keys that say so.
 func (s State) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Platform           string  `json:"platform"`
-		Rate               float64 `json:"rate_per_sec"`
-		Burst              int     `json:"burst"`
-		MaxMultiplier      float64 `json:"max_multiplier"`
-		DecayAfter         int     `json:"decay_after"`
-		BackoffFactor      float64 `json:"backoff_factor"`
-		RecoveryFactor     float64 `json:"recovery_factor"`
-		Probe              bool    `json:"probe"`
-		UseHeaders         bool    `json:"use_headers"`
-		Respace            bool    `json:"respace"`
-		Multiplier         float64 `json:"multiplier"`
-		CleanStreak        int     `json:"clean_streak"`
-		PressureMultiplier float64 `json:"pressure_multiplier"`
-		Hold               float64 `json:"hold_s"`
-		HoldReason         string  `json:"hold_reason,omitempty"`
-		Paused             float64 `json:"paused_s"`
-		PausedIndefinitely bool    `json:"paused_indefinitely"`
-		PauseReason        string  `json:"pause_reason,omitempty"`
-		AnnouncedRate      float64 `json:"announced_rate_per_sec"`
-		AnnouncedFor       float64 `json:"announced_for_s"`
-		EffectiveRate      float64 `json:"effective_rate_per_sec"`
-		Source             string  `json:"source"`
-		CursorAhead        float64 `json:"cursor_ahead_s"`
-		Slowdowns          int64   `json:"slowdowns"`
-	}{s.Platform, s.Rate, s.Burst, s.MaxMultiplier, s.DecayAfter, s.BackoffFactor, s.RecoveryFactor, s.Probe,
-		s.UseHeaders, s.Respace, s.Multiplier, s.CleanStreak, s.PressureMultiplier, s.Hold.Seconds(), s.HoldReason,
-		s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason, s.AnnouncedRate, s.AnnouncedFor.Seconds(),
-		s.EffectiveRate, s.Source, s.CursorAhead.Seconds(), s.Slowdowns})
+	return json.Marshal(stateJSON{s.Platform, s.Rate, s.Burst, s.MaxMultiplier, s.DecayAfter, s.BackoffFactor,
+		s.RecoveryFactor, s.Probe, s.UseHeaders, s.Respace, s.Multiplier, s.CleanStreak, s.PressureMultiplier,
+		s.Hold.Seconds(), s.HoldReason, s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason, s.AnnouncedRate,
+		s.AnnouncedFor.Seconds(), s.EffectiveRate, s.Source, s.CursorAhead.Seconds(), s.Slowdowns})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *State) UnmarshalJSON(b []byte) error {
+	var j stateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = State{j.Platform, j.Rate, j.Burst, j.MaxMultiplier, j.DecayAfter, j.BackoffFactor, j.RecoveryFactor,
+		j.Probe, j.UseHeaders, j.Respace, j.Multiplier, j.CleanStreak, j.PressureMultiplier,
+		secondsToDuration(j.Hold), j.HoldReason, secondsToDuration(j.Paused), j.PausedIndefinitely, j.PauseReason,
+		j.AnnouncedRate, secondsToDuration(j.AnnouncedFor), j.EffectiveRate, j.Source,
+		secondsToDuration(j.CursorAhead), j.Slowdowns}
+	return nil
 }
 
 // States reads every platform's pacer state, ordered by platform name.

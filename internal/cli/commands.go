@@ -71,8 +71,9 @@ func (a *app) platformsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "platforms", Short: "Configure destinations and their rate ceilings"}
 
 	var (
-		p      sources.Platform
-		asJSON bool
+		p                       sources.Platform
+		asJSON                  bool
+		probe, headers, respace bool
 	)
 	set := &cobra.Command{
 		Use:   "set NAME --rate R",
@@ -87,6 +88,7 @@ func (a *app) platformsCmd() *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p.Name = args[0]
+			p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
 			if !cmd.Flags().Changed("rate") {
 				return usagef("platforms set: --rate is required")
 			}
@@ -101,8 +103,9 @@ func (a *app) platformsCmd() *cobra.Command {
 				if err != nil {
 					return dbError(err)
 				}
-				fmt.Fprintf(a.stdout, "platform %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, decay after %d\n",
-					saved.Name, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.DecayAfter)
+				fmt.Fprintf(a.stdout, "platform %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, backoff ×%g, recovery ÷%g per %d clean, probe %v, rate-limit headers %v\n",
+					saved.Name, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.BackoffFactor,
+					saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe, !saved.IgnoreHeaders)
 				return nil
 			})
 		},
@@ -112,7 +115,12 @@ func (a *app) platformsCmd() *cobra.Command {
 	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, "requests allowed back to back (≥ 1)")
 	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, "pause after the platform says stop (> 0)")
 	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, "largest shared backoff multiplier (≥ 1)")
-	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, "consecutive clean responses, fleet-wide, that halve the multiplier (≥ 1)")
+	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, fmt.Sprintf("clean responses, fleet-wide, per recovery step of the multiplier (1 to %d)", sources.MaxDecayAfter))
+	f.Float64Var(&p.BackoffFactor, "backoff-factor", sources.DefaultBackoffFactor, fmt.Sprintf("rate pressure multiplies the multiplier by this, once per episode (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
+	f.Float64Var(&p.RecoveryFactor, "recovery-factor", sources.DefaultRecoveryFactor, fmt.Sprintf("every --decay-after clean responses divide the multiplier by this (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
+	f.BoolVar(&probe, "probe", true, "recover carefully: stop just short of where the last pressure began, then climb in small steps (false: the plain schedule)")
+	f.BoolVar(&headers, "rate-limit-headers", true, "pace the fleet by the destination's RateLimit / X-RateLimit-* headers (Retry-After is always honoured)")
+	f.BoolVar(&respace, "respace", true, "on a slow-down, re-space slots already granted, fleet-wide, at once (false: a benchmark baseline)")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -128,9 +136,10 @@ func (a *app) platformsCmd() *cobra.Command {
 					return writeJSON(a.stdout, ps)
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tDECAY AFTER")
+				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tBACKOFF\tRECOVERY\tDECAY AFTER\tPROBE\tHEADERS")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t%d\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown, p.MaxMultiplier, p.DecayAfter)
+					fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t×%g\t÷%g\t%d\t%v\t%v\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown,
+						p.MaxMultiplier, p.BackoffFactor, p.RecoveryFactor, p.DecayAfter, !p.NoProbe, !p.IgnoreHeaders)
 				}
 				return tw.Flush()
 			})
@@ -146,6 +155,7 @@ func (a *app) platformsCmd() *cobra.Command {
 var platformFlags = map[string]string{
 	"name": "NAME", "rate_per_sec": "--rate", "burst": "--burst", "cooldown": "--cooldown",
 	"max_multiplier": "--max-multiplier", "decay_after": "--decay-after",
+	"backoff_factor": "--backoff-factor", "recovery_factor": "--recovery-factor",
 }
 
 // sourceFlags names the flags of `sources` commands by the fields of their
