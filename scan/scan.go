@@ -102,7 +102,7 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	var locked bool
-	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked, new(string)); err != nil {
+	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked, nil, nil); err != nil {
 		return nil, fmt.Errorf("tick: lock: %w", err)
 	}
 	if !locked {
@@ -168,13 +168,13 @@ func interleave(due []Due) []int64 {
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)
 // minus what it already has queued, at most PerPlatformCap; platforms cooling
 // down get nothing. It returns the due query's arguments.
-func plan(ctx context.Context, db sources.DBTX, cfg Config) (args []any, cooling []string, err error) {
+func plan(ctx context.Context, db sources.DBTX, cfg Config) (args dueArgs, cooling []string, err error) {
 	rows, err := db.Query(ctx, planSQL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	defer rows.Close()
-	args = []any{cfg.Limit}
+	args = dueArgs{limit: cfg.Limit}
 	for rows.Next() {
 		var (
 			name   string
@@ -183,20 +183,17 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config) (args []any, cooling
 			until  *time.Time
 		)
 		if err := rows.Scan(&name, &rate, &queued, &until); err != nil {
-			return nil, nil, fmt.Errorf("tick: plan: %w", err)
+			return args, nil, fmt.Errorf("tick: plan: %w", err)
 		}
 		if until != nil {
 			cooling = append(cooling, name)
 			continue
 		}
 		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
-		share = min(share, int64(cfg.PerPlatformCap), int64(cfg.Limit))
-		if share > 0 {
-			args = append(args, name, share)
-		}
+		args.add(name, int(min(share, int64(cfg.PerPlatformCap))))
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	return args, cooling, nil
 }

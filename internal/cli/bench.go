@@ -106,12 +106,12 @@ func (a *app) benchScanCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Sources, "sources", bench.DefaultScanSources, "sources to create")
-	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultScanPlatforms, "platforms sharing them")
+	f.IntSliceVar(&cfg.Platforms, "platforms", []int{bench.DefaultScanPlatforms}, "platforms sharing them; several sizes (20,1000,10000) run one after the other, each on fresh data")
 	f.IntVar(&cfg.CoolingDown, "cooling-down", bench.DefaultScanCoolingDown, "platforms in cooldown")
 	f.IntVar(&cfg.Select, "select", bench.DefaultScanSelect, "sources selected by the due query and each tick")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultScanRuns, "repetitions of each measurement (ticks: a third, at least 5)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	zeroIsDefault(f, "sources", "platforms", "select", "runs")
+	zeroIsDefault(f, "sources", "select", "runs")
 	return cmd
 }
 
