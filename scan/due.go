@@ -39,8 +39,8 @@ type DueOptions struct {
 type DueQuery struct{ args dueArgs }
 
 // PrepareDue works out the due query's arguments for opts in tx. Like a
-// tick, it takes the tick lock (waiting for a tick in progress) and makes tx
-// use generic plans.
+// tick, it takes the tick lock (waiting for a tick in progress) and sets
+// the tick's planner settings for tx.
 func PrepareDue(ctx context.Context, tx pgx.Tx, opts DueOptions) (*DueQuery, error) {
 	if _, err := tx.Exec(ctx, tickLockSQL, tickLockKey); err != nil {
 		return nil, fmt.Errorf("due: lock: %w", err)

@@ -19,20 +19,19 @@ import (
 // overlapping ticks (cron plus workers) do not both scan.
 const tickLockKey int64 = 0x2f1e_7ac3_5d90_4b62
 
-const tryTickLockSQL = `SELECT pg_try_advisory_xact_lock($1), ` + useGenericPlan
+const tryTickLockSQL = `SELECT pg_try_advisory_xact_lock($1), ` + tickSettings
 
 // tickLockSQL waits for the tick lock: the due query refreshes the heads
 // only while holding it (a tick holds it already).
-const tickLockSQL = `SELECT pg_advisory_xact_lock($1), ` + useGenericPlan
+const tickLockSQL = `SELECT pg_advisory_xact_lock($1), ` + tickSettings
 
-// useGenericPlan makes the rest of the transaction use generic plans for
-// prepared statements: the due query's statements are the same for every
-// tick, their parameters arrays, and planning them afresh each time costs
-// more than the plan's choice is worth. It also turns JIT compilation off:
-// a generic plan's cost estimate (arrays of unknown length, per-platform
-// walks) easily passes jit_above_cost, and compiling costs ~100 times what
-// the statements take to run.
-const useGenericPlan = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
+// tickSettings are the planner settings of a tick's transaction. Custom
+// plans: the due query's arguments are arrays, one element per platform,
+// and only a plan made for the actual arrays (thousands of platforms: hash
+// joins; twenty: nested loops) fits both; planning costs a few ms. No JIT:
+// the estimated cost of a walk per platform easily passes jit_above_cost,
+// and compiling costs far more than the statements take to run.
+const tickSettings = `set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)`
 
 const platformNamesSQL = `SELECT name FROM fleetpace_platform ORDER BY name`
 
