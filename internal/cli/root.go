@@ -114,6 +114,7 @@ var flagNames = map[string]string{
 	"worker.Config.MaxWait":                "--max-pacer-wait",
 	"worker.Config.MinFleetSize":           "--min-fleet-size",
 	"worker.Config.Heartbeat":              "--heartbeat",
+	"worker.Config.MaxConns":               "--max-conns",
 	"poller.Config.Base":                   "--poll-base",
 	"poller.Config.Max":                    "--poll-max",
 	"poller.Config.JitterRatio":            "--poll-jitter",
