@@ -6,7 +6,9 @@ import (
 )
 
 // takeFromBlock hands out the next slot kept from a block, if one is neither
-// too late nor further away than maxWait. Slots too late are discarded.
+// too late nor further away than maxWait. Slots too late for the lateness
+// rule (lateTolerance, as Sleep applies it) are discarded: sent now, they
+// would crowd the slots after them.
 func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservation, bool) {
 	if p.blockSlots.Load() == 0 {
 		return Reservation{}, false
@@ -18,7 +20,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 		return Reservation{}, false
 	}
 	now := p.clock.Now()
-	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.cfg.MaxLate {
+	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(secondsToDuration(st.block[0].interval)) {
 		st.block = st.block[1:]
 		p.blockSlots.Add(-1)
 		p.blockDiscarded.Add(1)
@@ -59,9 +61,28 @@ func (p *Pacer) observeRTT(d time.Duration) {
 	p.rtt.Store(old + (int64(d)-old)/8)
 }
 
+// lateTolerance is how late after its slot a request may still go: half
+// the spacing the slot was granted at, or Config.MaxLate when that is more.
+// A request later than its interval lands in the next slot's time: with
+// slots one interval apart, a destination counting a second's requests then
+// sees one more than the slots it granted, beyond rate + burst for a
+// platform of burst 1; half an interval leaves the other half to what
+// happens between the wake-up and the destination (the request being
+// written and carried). Config.MaxLate (1 ms by default, about a timer's
+// precision) is what a platform so fast that a millisecond is several
+// intervals must absorb with its burst.
+func (p *Pacer) lateTolerance(interval time.Duration) time.Duration {
+	return max(p.cfg.MaxLate, interval/2)
+}
+
 // blockSize is how many slots the next reservation statement of platform
 // takes: one while the platform's interval is longer than a round trip,
-// otherwise enough to cover one round trip, at most Config.MaxBlock.
+// otherwise what this process's callers use in one round trip — its share
+// of the platform's slots, the fleet's being split among the fleet's
+// processes — at most Config.MaxBlock. A slot of a block that no caller of
+// this process takes before it is too late is lost to the whole fleet (the
+// shared cursor went past it): a block sized for the fleet's rate, in each
+// process, lost up to (fleet − 1)/fleet of its slots.
 func (p *Pacer) blockSize(platform string) int {
 	if p.cfg.MaxBlock <= 1 {
 		return 1
@@ -74,8 +95,9 @@ func (p *Pacer) blockSize(platform string) int {
 		interval = st.interval
 	}
 	p.mu.Unlock()
-	if interval <= 0 || rtt <= interval {
+	share := interval * float64(max(p.fleet.Load(), 1))
+	if interval <= 0 || rtt <= share {
 		return 1
 	}
-	return int(math.Min(math.Ceil(rtt/interval), float64(p.cfg.MaxBlock)))
+	return int(math.Min(math.Ceil(rtt/share), float64(p.cfg.MaxBlock)))
 }

@@ -85,6 +85,10 @@ type Result struct {
 	ByPlatform  map[string]int `json:"by_platform"`
 	CoolingDown []string       `json:"cooling_down"` // platforms left out for an active cooldown
 	Released    int            `json:"released"`     // sources released after their job ended without a check
+	// Saturated: the tick filled its Limit, or a platform got its whole
+	// PerPlatformCap while its rate allowed more; another tick now would
+	// queue more. A scan loop runs the next one at once.
+	Saturated bool `json:"saturated"`
 }
 
 // Tick runs one scan: select due sources and enqueue one fetch job each, all
@@ -116,7 +120,7 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 	}
 	res.Released = int(tag.RowsAffected())
 
-	args, cooling, err := plan(ctx, tx, cfg)
+	args, capped, cooling, err := plan(ctx, tx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +137,10 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 		res.ByPlatform[q.Platform]++
 	}
 	res.Enqueued = len(queued)
+	res.Saturated = res.Enqueued >= cfg.Limit
+	for name, limit := range capped {
+		res.Saturated = res.Saturated || res.ByPlatform[name] >= limit
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("tick: commit: %w", err)
 	}
@@ -167,14 +175,16 @@ func interleave(due []Due) []int64 {
 
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)
 // minus what it already has queued, at most PerPlatformCap; platforms cooling
-// down get nothing. It returns the due query's arguments.
-func plan(ctx context.Context, db sources.DBTX, cfg Config) (args dueArgs, cooling []string, err error) {
+// down get nothing. It returns the due query's arguments, and the platforms
+// whose share PerPlatformCap or Limit cut (with their cap).
+func plan(ctx context.Context, db sources.DBTX, cfg Config) (args dueArgs, capped map[string]int, cooling []string, err error) {
 	rows, err := db.Query(ctx, planSQL)
 	if err != nil {
-		return args, nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	defer rows.Close()
 	args = dueArgs{limit: cfg.Limit}
+	capped = map[string]int{}
 	for rows.Next() {
 		var (
 			name   string
@@ -183,17 +193,21 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config) (args dueArgs, cooli
 			until  *time.Time
 		)
 		if err := rows.Scan(&name, &rate, &queued, &until); err != nil {
-			return args, nil, fmt.Errorf("tick: plan: %w", err)
+			return args, nil, nil, fmt.Errorf("tick: plan: %w", err)
 		}
 		if until != nil {
 			cooling = append(cooling, name)
 			continue
 		}
 		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
-		args.add(name, int(min(share, int64(cfg.PerPlatformCap))))
+		limit := int(min(share, int64(cfg.PerPlatformCap), int64(cfg.Limit)))
+		if share > int64(limit) {
+			capped[name] = limit
+		}
+		args.add(name, limit)
 	}
 	if err := rows.Err(); err != nil {
-		return args, nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, nil, fmt.Errorf("tick: plan: %w", err)
 	}
-	return args, cooling, nil
+	return args, capped, cooling, nil
 }

@@ -467,23 +467,39 @@ func AppName(purpose string) string {
 	return fmt.Sprintf("fleetpace-%s %d", purpose, os.Getpid())
 }
 
-// scanCycle is one cycle of the scan loop: a tick, counted in the metrics.
+// maxTicksPerCycle bounds the ticks one cycle of the scan loop runs back to
+// back while they come back saturated.
+const maxTicksPerCycle = 20
+
+// scanCycle is one cycle of the scan loop: a tick, counted in the metrics,
+// and at once another while the last one was saturated (a tick queues at
+// most --limit sources, and each platform at most --per-platform-cap: a
+// platform whose rate × look-ahead is more than that would otherwise get
+// one cap per cycle, below its ceiling at a high rate), up to
+// maxTicksPerCycle.
 func (rt *runtime) scanCycle(cfg Config) poller.Cycle {
 	return func(ctx context.Context) (bool, error) {
-		res, err := scan.Tick(ctx, rt.pool, rt.client, cfg.Tick)
-		switch {
-		case err != nil:
-			rt.metrics.tick("failed", nil, nil)
-			return false, err
-		case res.Skipped:
-			rt.metrics.tick("skipped", nil, nil)
-			return false, nil
+		found := false
+		for range maxTicksPerCycle {
+			res, err := scan.Tick(ctx, rt.pool, rt.client, cfg.Tick)
+			switch {
+			case err != nil:
+				rt.metrics.tick("failed", nil, nil)
+				return found, err
+			case res.Skipped:
+				rt.metrics.tick("skipped", nil, nil)
+				return found, nil
+			}
+			rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
+			if res.Enqueued > 0 {
+				found = true
+				cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform, "saturated", res.Saturated)
+			}
+			if !res.Saturated || ctx.Err() != nil {
+				break
+			}
 		}
-		rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
-		if res.Enqueued > 0 {
-			cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform)
-		}
-		return res.Enqueued > 0, nil
+		return found, nil
 	}
 }
 

@@ -221,3 +221,50 @@ nothing about the cost of a job.`,
 	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
 	return cmd
 }
+
+func (a *app) benchFleetCmd() *cobra.Command {
+	var (
+		cfg    bench.FleetConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "The whole path at a ceiling: worker processes, scan, River, pacer, a destination enforcing the ceiling, the database near or far",
+		Long: `Runs --workers fleetpace worker processes (their scan loops, River, the
+pacer, the check recorder) against a fake destination, at each ceiling of
+--rates (the platform's burst: --burst), for each rate and each round trip added between the workers and PostgreSQL
+(--rtt: a delaying proxy in this process; 0: direct). The destination
+answers everything (--enforce: it refuses what exceeds the ceiling, and
+every refusal makes the pacer back off). Reports, over the steady part of
+each run, what the destination saw: requests/s, goodput (accepted
+requests/s ÷ the rate), the largest number of requests in any 1-s window,
+refusals; and the scan's supply (jobs queued/s) and the pacer's blocks
+(reservations served from blocks, slots discarded).
+Targets: the largest window ≤ rate + burst, goodput ≥ 0.95.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Fleet(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultFleetWorkers, "worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultFleetConcurrency, "each worker's --concurrency")
+	f.Float64SliceVar(&cfg.Rates, "rates", bench.DefaultFleetRates, "ceilings to run, requests/s")
+	f.IntVar(&cfg.Burst, "burst", 0, "the platform's burst (default: rate / 50, at least 1)")
+	f.DurationSliceVar(&cfg.RTTs, "rtt", bench.DefaultFleetRTTs, "round trips added between the workers and PostgreSQL (0: direct)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultFleetDuration, "length of one run (the first 8 s and the last second are not counted)")
+	f.IntVar(&cfg.Runs, "runs", 1, "runs of each rate × round trip; medians are reported")
+	f.BoolVar(&cfg.Enforce, "enforce", false, "the destination refuses (429) what exceeds rate + burst (default: it answers everything, and the benchmark counts)")
+	f.StringSliceVar(&cfg.WorkerArgs, "worker-arg", nil, "extra worker flag (repeatable), for experiments")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "workers", "concurrency", "duration", "runs")
+	return cmd
+}
