@@ -264,7 +264,52 @@ Targets: the largest window ≤ rate + burst, goodput ≥ 0.95.`,
 	f.IntVar(&cfg.Runs, "runs", 1, "runs of each rate × round trip; medians are reported")
 	f.BoolVar(&cfg.Enforce, "enforce", false, "the destination refuses (429) what exceeds rate + burst (default: it answers everything, and the benchmark counts)")
 	f.StringSliceVar(&cfg.WorkerArgs, "worker-arg", nil, "extra worker flag (repeatable), for experiments")
+	f.StringVar(&cfg.Dir, "log-dir", "", "keep the workers' logs in this directory (default: a temporary one, removed)")
+	f.StringVar(&cfg.Executable, "worker-bin", "", "run the workers from this fleetpace binary (default: this one), to compare builds")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	zeroIsDefault(f, "workers", "concurrency", "duration", "runs")
+	return cmd
+}
+
+func (a *app) benchSoakCmd() *cobra.Command {
+	var (
+		cfg    bench.SoakConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Minutes of sustained load on several platforms: each one's busiest second at the destination, staleness, worker memory",
+		Long: `Runs --workers fleetpace worker processes for --duration (at least 5 min)
+against a fake destination that answers everything, with --platforms
+platforms at --rate and --burst each and --sources sources due again every
+--interval. Reports, per platform, the largest number of requests the
+destination saw in any 1-s window (target: ≤ rate + burst), how late the
+most overdue source was (sampled every 10 s after the first minute), and
+each worker's resident memory after the first minute and at the end.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Soak(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultSoakWorkers, "worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultSoakConcurrency, "each worker's --concurrency")
+	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultSoakPlatforms, "platforms")
+	f.Float64Var(&cfg.Rate, "rate", bench.DefaultSoakRate, "every platform's rate, requests/s")
+	f.IntVar(&cfg.Burst, "burst", bench.DefaultSoakBurst, "every platform's burst")
+	f.IntVar(&cfg.Sources, "sources", bench.DefaultSoakSources, "sources in all, spread evenly over the platforms")
+	f.DurationVar(&cfg.Interval, "interval", bench.DefaultSoakInterval, "every source's check interval")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultSoakDuration, "length of the soak (at least 5m)")
+	f.StringVar(&cfg.Executable, "worker-bin", "", "run the workers from this fleetpace binary (default: this one), to compare builds")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "workers", "concurrency", "platforms", "rate", "burst", "sources", "interval", "duration")
 	return cmd
 }
