@@ -76,27 +76,38 @@ func (p *Pacer) lateTolerance(interval time.Duration) time.Duration {
 }
 
 // blockSize is how many slots the next reservation statement of platform
-// takes: one while the platform's interval is longer than a round trip,
-// otherwise what this process's callers use in one round trip — its share
-// of the platform's slots, the fleet's being split among the fleet's
-// processes — at most Config.MaxBlock. A slot of a block that no caller of
-// this process takes before it is too late is lost to the whole fleet (the
-// shared cursor went past it): a block sized for the fleet's rate, in each
-// process, lost up to (fleet − 1)/fleet of its slots.
+// takes: one while the platform's interval is longer than a round trip, or
+// while this process's callers already sleep on slots further ahead than a
+// round trip (the cursor is ahead: a reservation's round trip is hidden in
+// the wait its caller has anyway, and a block could only hold slots the
+// process cannot hand out in time); otherwise what this process's callers
+// use in one round trip — its share of the platform's slots, the fleet's
+// being split among the fleet's processes — at most Config.MaxBlock. A slot
+// of a block that no caller of this process takes before it is too late is
+// lost to the whole fleet (the shared cursor went past it): a block sized
+// for the fleet's rate, in each process, lost up to (fleet − 1)/fleet of its
+// slots.
 func (p *Pacer) blockSize(platform string) int {
 	if p.cfg.MaxBlock <= 1 {
 		return 1
 	}
 	rtt := float64(p.rtt.Load()) / float64(time.Second)
+	now := p.clock.Now()
 	p.mu.Lock()
 	st := p.local[platform]
-	var interval float64
+	var interval, ahead float64
 	if st != nil {
 		interval = st.interval
+		for w := range st.waiters {
+			ahead = max(ahead, w.due.Sub(now).Seconds())
+		}
+		if n := len(st.block); n > 0 {
+			ahead = max(ahead, st.block[n-1].at.Sub(now).Seconds())
+		}
 	}
 	p.mu.Unlock()
 	share := interval * float64(max(p.fleet.Load(), 1))
-	if interval <= 0 || rtt <= share {
+	if interval <= 0 || rtt <= share || ahead > rtt {
 		return 1
 	}
 	return int(math.Min(math.Ceil(rtt/share), float64(p.cfg.MaxBlock)))

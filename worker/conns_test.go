@@ -17,8 +17,8 @@ func TestSplitConns(t *testing.T) {
 			}
 		}
 	}
-	if got := splitConns(DefaultMaxConns, false); got != (connShares{main: 7, pacer: 2}) {
-		t.Fatalf("default split = %+v, want main 7, pacer 2 (+ the pacer's listener)", got)
+	if got := splitConns(DefaultMaxConns, false); got != (connShares{main: 5, pacer: 4}) {
+		t.Fatalf("default split = %+v, want main 5, pacer 4 (+ the pacer's listener)", got)
 	}
 	bad := Config{MaxConns: MinMaxConns(false) - 1}
 	if err := bad.Validate(); err == nil {

@@ -99,7 +99,7 @@ type Config struct {
 
 	// MaxConns is the most PostgreSQL connections this process holds, all
 	// of them: the pacer's listener (none with PollOnly), the pacer's pool
-	// (a quarter of the rest, 1 to 4) and the main pool (the rest: River's
+	// (half of the rest, 1 to 4) and the main pool (the rest: River's
 	// fetches, completions and maintenance, the check recorder, the scan
 	// tick, the heartbeat, the HTTP endpoints). Jobs hold no connection
 	// while they fetch, so the budget does not grow with Concurrency. Pool
@@ -449,12 +449,12 @@ func (connShares) listeners(pollOnly bool) int {
 }
 
 // splitConns divides a budget of total connections: the listeners first,
-// a quarter of the rest (1 to 4) to the pacer's pool — a reservation takes
-// a fraction of a millisecond, and a fast platform's come in blocks — and
-// the rest to the main pool.
+// half of the rest (1 to 4) to the pacer's pool — every job reserves, and
+// with the database a round trip away a fast platform's reservations
+// overlap — and the rest, at least 2, to the main pool.
 func splitConns(total int, pollOnly bool) connShares {
 	rest := total - connShares{}.listeners(pollOnly)
-	p := min(max(rest/4, 1), 4)
+	p := min(max(rest/2, 1), 4, rest-2)
 	return connShares{main: rest - p, pacer: p}
 }
 
