@@ -219,3 +219,18 @@ CREATE TABLE IF NOT EXISTS fleetpace_worker (
 -- Added later: each worker's fleetpace version, from its binary's build
 -- information ("dev" when unknown).
 ALTER TABLE fleetpace_worker ADD COLUMN IF NOT EXISTS version text NOT NULL DEFAULT '';
+
+-- The dashboard's per-platform figures, one index range per platform shown
+-- (never a scan of every source): sources due and how late they are
+-- (enabled, due_at <= now(); queued_at tells due from queued without the
+-- heap), and the most overdue first.
+CREATE INDEX IF NOT EXISTS fleetpace_source_platform_due_at_idx
+    ON fleetpace_source (platform, due_at) INCLUDE (queued_at)
+    WHERE enabled;
+
+-- Failing sources (consecutive failures): counted per platform and listed,
+-- latest check first (keyset pages), by the dashboard. Only failing sources
+-- are in it.
+CREATE INDEX IF NOT EXISTS fleetpace_source_failing_idx
+    ON fleetpace_source (platform, last_checked_at DESC, id DESC)
+    WHERE consecutive_failures > 0;

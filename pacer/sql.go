@@ -264,8 +264,14 @@ UPDATE fleetpace_pace AS s SET rate = p.rate_per_sec, burst = p.burst,
 FROM fleetpace_platform AS p
 WHERE s.platform = $1 AND p.name = s.platform`
 
-// statesSQL reads every platform's pacer state for humans.
-const statesSQL = `
+// statesSQL reads every platform's pacer state for humans; statesOfSQL
+// those of the platforms in $1 (primary-key lookups).
+const (
+	statesSQL   = statesSelect + `ORDER BY s.platform`
+	statesOfSQL = statesSelect + `WHERE s.platform = ANY($1::text[]) ORDER BY s.platform`
+)
+
+const statesSelect = `
 SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
        s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace,
        s.multiplier, s.clean_streak, s.pressure_mult,
@@ -276,4 +282,4 @@ SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
        GREATEST(s.cursor_at - n.now, 0), s.event_seq
 FROM fleetpace_pace AS s
 CROSS JOIN (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
-ORDER BY s.platform`
+`

@@ -1,7 +1,7 @@
 // Package worker is the fleetpace runtime: a River client working fetch jobs
 // through the shared pacer, a jittered scan loop that queues due sources, a
 // heartbeat that tells the pacer the fleet size, and an HTTP server with
-// health, readiness, metrics, status and River UI.
+// health, readiness, metrics, status, River UI and the dashboard.
 //
 // Every connection follows one rule: one attempt, fail fast. When the
 // database is unreachable the scan loop backs off on its jittered schedule,
@@ -108,6 +108,10 @@ type Config struct {
 	// HTTPAddr is the address of the health/metrics/status server.
 	// Default "" (no server); the CLI's default is DefaultHTTPAddr.
 	HTTPAddr string
+	// AdminToken turns the dashboard's actions on (pause, resume, clear a
+	// cooldown, change rate and burst, disable and enable a source), behind
+	// a sign-in with it. Default "": the dashboard is read-only.
+	AdminToken string
 	// MetricsMaxAge is how old the fleet-wide figures of /metrics may be
 	// (see status.Cache). Default status.DefaultMaxAge.
 	MetricsMaxAge time.Duration
@@ -232,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The HTTP server runs from the start, so health checks answer during the
 	// startup jitter too.
 	if cfg.HTTPAddr != "" {
-		srv, serr := startServer(ctx, cfg.HTTPAddr, pool, client, rt.metrics, log)
+		srv, serr := startServer(ctx, cfg, pool, client, rt.pacer, rt.metrics, log)
 		if serr != nil {
 			return serr
 		}

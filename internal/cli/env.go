@@ -19,7 +19,9 @@ import (
 // (--http-addr: FLEETPACE_HTTP_ADDR). Which flags have one:
 //
 //   - every global flag (the root's persistent flags), for every command;
-//   - every flag of the commands a service runs: envCommands.
+//   - every flag of the commands a service runs: envCommands (the
+//     dashboard's --admin-token is best given as FLEETPACE_ADMIN_TOKEN,
+//     out of the process list).
 //
 // The flags of per-invocation commands (`sources add --url`, `platforms set
 // --rate`, `status --json`, …) have none: a variable left in a shell or a
@@ -35,7 +37,7 @@ const envPrefix = "FLEETPACE_"
 
 // envCommands are the commands, by path below the root, whose own flags are
 // read from the environment too.
-var envCommands = []string{"worker", "drain", "scan"}
+var envCommands = []string{"worker", "drain", "scan", "dashboard"}
 
 // envAliases are variables read for a flag after its FLEETPACE_ one, in
 // order: the first variable that is set wins.

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/bench"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
@@ -94,7 +95,8 @@ func exitCode(err error) int {
 		errors.Is(err, sources.ErrInvalid), errors.Is(err, scan.ErrInvalidConfig),
 		errors.Is(err, queue.ErrInvalidConfig), errors.Is(err, poller.ErrInvalidConfig),
 		errors.Is(err, fetch.ErrInvalidConfig), errors.Is(err, worker.ErrInvalidConfig),
-		errors.Is(err, bench.ErrInvalidConfig), errors.Is(err, demo.ErrInvalidConfig):
+		errors.Is(err, bench.ErrInvalidConfig), errors.Is(err, demo.ErrInvalidConfig),
+		errors.Is(err, dashboard.ErrInvalidConfig):
 		return ExitUsage
 	}
 	return ExitFailure
@@ -254,6 +256,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 		a.drainCmd(),
 		a.statusCmd(),
 		a.workerCmd(),
+		a.dashboardCmd(),
 		a.embeddedCmd(),
 		a.demoCmd(),
 		a.simulateCmd(),

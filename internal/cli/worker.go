@@ -103,7 +103,8 @@ func (a *app) workerCmd() *cobra.Command {
 the same PostgreSQL: River shares the jobs out and the pacer rows keep every
 platform under its fleet-wide ceiling.
 
-The worker serves, on --http-addr: /healthz, /readyz (503 with Retry-After
+The worker serves, on --http-addr: the dashboard at / (see ` + "`fleetpace dashboard --help`" + `;
+its actions need --admin-token), /healthz, /readyz (503 with Retry-After
 while the database is unreachable), /metrics (Prometheus), /status (JSON)
 and /riverui/ (River's job dashboard).
 
@@ -137,7 +138,8 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f := cmd.Flags()
 	addJobFlags(f, &cfg)
 	addTickFlags(cmd, &cfg.Tick)
-	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of the dashboard (/), /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "turns the dashboard's actions on, behind a sign-in with this token (default: read-only)")
 	f.DurationVar(&cfg.SoftStop, "soft-stop", worker.DefaultSoftStop, "on SIGTERM, time running fetches get to finish before they are cancelled")
 	f.DurationVar(&cfg.Poll.Base, "poll-base", poller.DefaultBase, "scan loop: sleep after a tick that found work")
 	f.DurationVar(&cfg.Poll.Max, "poll-max", poller.DefaultMax, "scan loop: longest sleep (doubling from --poll-base after empty or failed ticks)")

@@ -1,0 +1,216 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// MaxReasonLength is the longest pause reason accepted, in characters.
+const MaxReasonLength = 500
+
+// DefaultPauseReason is a pause's reason when the form gives none.
+const DefaultPauseReason = "paused from the dashboard"
+
+// notices are the messages shown after an action (?done=…): a fixed set,
+// so a link cannot put words on the page.
+var notices = map[string]string{
+	"paused":   "Paused: no request leaves for this platform from any worker until it is resumed or the pause ends.",
+	"resumed":  "Resumed.",
+	"cleared":  "Cooldown and hold cleared: the platform is fetched again at once, fleet-wide.",
+	"limits":   "Rate and burst changed; every worker paces by them from its next reservation.",
+	"enabled":  "Source enabled.",
+	"disabled": "Source disabled: it is no longer scanned.",
+}
+
+// actionFunc carries out one action and returns its notice's key.
+type actionFunc func(ctx context.Context, r *http.Request) (done string, err error)
+
+// action serves a POST action: refused (403) when the dashboard has no
+// admin token, for a cross-site request, without a signed-in session or
+// without the session's CSRF token; then bad input is a 400 naming the
+// field (nothing written), a missing platform or source a 404. A done
+// action redirects (303) back to the page it came from.
+func (h *Handler) action(fn actionFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b := h.base(w, r)
+		b.Title = "Action refused"
+		if h.session == nil {
+			h.fail(w, r, b, http.StatusForbidden, "actions are off: start the server with --admin-token (or FLEETPACE_ADMIN_TOKEN) to turn them on")
+			return
+		}
+		if crossSite(r) {
+			h.fail(w, r, b, http.StatusForbidden, "cross-site request refused")
+			return
+		}
+		s, ok := h.session.read(r)
+		if !ok {
+			h.fail(w, r, b, http.StatusForbidden, "sign in with the admin token first")
+			return
+		}
+		if !h.session.checkCSRF(s, r.PostFormValue("csrf")) {
+			h.fail(w, r, b, http.StatusForbidden, "the form's CSRF token is missing or wrong: reload the page and try again")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
+		defer cancel()
+		done, err := fn(ctx, r)
+		var bad *badRequest
+		switch {
+		case err == nil:
+		case errors.As(err, &bad), errors.Is(err, sources.ErrInvalid):
+			b.Title = "Bad input"
+			h.fail(w, r, b, http.StatusBadRequest, err.Error())
+			return
+		case errors.Is(err, errNotFound), errors.Is(err, sources.ErrNotFound), errors.Is(err, pacer.ErrUnknownPlatform):
+			b.Title = "Not found"
+			h.fail(w, r, b, http.StatusNotFound, err.Error())
+			return
+		case dbconn.IsUnavailable(err):
+			b.Title = "Database unreachable"
+			w.Header().Set("Retry-After", "1")
+			h.fail(w, r, b, http.StatusServiceUnavailable, "nothing was done: the database is unreachable: "+dbconn.Redact(err.Error()))
+			return
+		default:
+			h.cfg.Logger.Error("dashboard: action failed", "path", r.URL.Path, "err", dbconn.Redact(err.Error()))
+			b.Title = "Action failed"
+			h.fail(w, r, b, http.StatusInternalServerError, dbconn.Redact(err.Error()))
+			return
+		}
+		h.cfg.Logger.Info("dashboard: action", "path", r.URL.Path, "done", done, "remote", r.RemoteAddr)
+		http.Redirect(w, r, withNotice(localPath(r.PostFormValue("back")), done), http.StatusSeeOther)
+	}
+}
+
+// withNotice adds ?done=key to a local path.
+func withNotice(p, key string) string {
+	u, err := url.Parse(p)
+	if err != nil {
+		return "/"
+	}
+	q := u.Query()
+	q.Set("done", key)
+	u.RawQuery = q.Encode()
+	return u.RequestURI()
+}
+
+// pause pauses a platform fleet-wide: for a duration (form field "for",
+// empty: until resumed) with a reason. The end is counted from the
+// database's clock, not this process's (a laptop's clock may be off).
+func (h *Handler) pause(ctx context.Context, r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	switch {
+	case reason == "":
+		reason = DefaultPauseReason
+	case utf8.RuneCountInString(reason) > MaxReasonLength:
+		return "", badf("reason must be at most %d characters, got %d", MaxReasonLength, utf8.RuneCountInString(reason))
+	case !utf8.ValidString(reason):
+		return "", badf("reason must be valid UTF-8")
+	}
+	var d time.Duration
+	if s := strings.TrimSpace(r.PostFormValue("for")); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil || d <= 0 {
+			return "", badf("for must be a positive duration such as 30m or 2h (empty: until resumed), got %q", s)
+		}
+	}
+	var until time.Time
+	if d > 0 {
+		var now time.Time
+		if err := h.cfg.DB.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			return "", err
+		}
+		until = now.Add(d)
+	}
+	if err := pacer.Pause(ctx, h.cfg.DB, name, until, reason); err != nil {
+		return "", err
+	}
+	return "paused", nil
+}
+
+func (h *Handler) resume(ctx context.Context, r *http.Request) (string, error) {
+	if err := pacer.Resume(ctx, h.cfg.DB, r.PathValue("name")); err != nil {
+		return "", err
+	}
+	return "resumed", nil
+}
+
+// setLimits changes a platform's rate and burst (either may be left
+// empty: unchanged), keeping every other setting, in one transaction that
+// locks the platform's row.
+func (h *Handler) setLimits(ctx context.Context, r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	rateS, burstS := strings.TrimSpace(r.PostFormValue("rate")), strings.TrimSpace(r.PostFormValue("burst"))
+	if rateS == "" && burstS == "" {
+		return "", badf("give a rate, a burst or both")
+	}
+	var (
+		rate  float64
+		burst int
+		err   error
+	)
+	if rateS != "" {
+		if rate, err = strconv.ParseFloat(rateS, 64); err != nil {
+			return "", badf("rate must be a number of requests/s, got %q", rateS)
+		}
+	}
+	if burstS != "" {
+		if burst, err = strconv.Atoi(burstS); err != nil {
+			return "", badf("burst must be a whole number, got %q", burstS)
+		}
+	}
+	tx, err := h.cfg.DB.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if tag, err := tx.Exec(ctx, lockPlatformSQL, name); err != nil {
+		return "", err
+	} else if tag.RowsAffected() == 0 {
+		return "", notFoundf("platform %q", name)
+	}
+	p, err := sources.GetPlatform(ctx, tx, name)
+	if err != nil {
+		return "", err
+	}
+	if rateS != "" {
+		p.RatePerSec = rate
+	}
+	if burstS != "" {
+		p.Burst = burst
+		if burst == 0 {
+			return "", badf("burst must be ≥ 1, got 0")
+		}
+	}
+	if _, err := sources.SetPlatform(ctx, tx, p); err != nil {
+		return "", err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return "", err
+	}
+	return "limits", nil
+}
+
+// sourceID reads the {id} of a source action.
+func sourceID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		return 0, badf("source id must be a positive number, got %q", r.PathValue("id"))
+	}
+	return id, nil
+}
+
+func notFoundf(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, errNotFound)...)
+}

@@ -1,0 +1,98 @@
+package dashboard
+
+import "github.com/fleetpace/fleetpace/sources"
+
+// Every SQL statement of the dashboard lives here. Each reads a bounded
+// number of rows through an index: a page of platforms by primary key, and
+// per platform of the page one index range (fleetpace_source_platform_due_at_idx,
+// fleetpace_source_failing_idx, fleetpace_source_queued_at_idx).
+
+// platformsPageSQL is a page of platforms after the name $1, by name, at
+// most $2 rows (the primary key's order). Columns as sources.Platform.
+const platformsPageSQL = `
+SELECT name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
+       backoff_factor, recovery_factor, probe, use_headers, respace
+FROM fleetpace_platform
+WHERE name > $1
+ORDER BY name
+LIMIT $2`
+
+// platformPositionSQL counts the platforms, and those up to the name $1:
+// where a page starts (index-only scans of the primary key).
+const platformPositionSQL = `
+SELECT (SELECT count(*) FROM fleetpace_platform),
+       (SELECT count(*) FROM fleetpace_platform WHERE name <= $1)`
+
+// countsOfSQL is, for each platform in $1, its sources due now (as
+// sources.DueSQL says), queued, failing (consecutive failures), and how
+// late its late enabled sources are (max and p95, seconds; as
+// sources.Counts computes them). Each figure is one index range of the
+// platform's; queued sources are counted in one pass of the (small)
+// partial index of queued sources.
+var countsOfSQL = `
+WITH p AS (SELECT DISTINCT unnest($1::text[]) AS name),
+q AS (
+    SELECT s.platform, count(*) AS queued
+    FROM fleetpace_source s
+    WHERE s.queued_at IS NOT NULL AND s.platform = ANY($1::text[])
+    GROUP BY s.platform
+)
+SELECT p.name, d.due, COALESCE(q.queued, 0), f.failing, d.stale_max, d.stale_p95
+FROM p
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE ` + sources.DueSQL + `) AS due,
+           COALESCE(EXTRACT(EPOCH FROM now() - min(s.due_at)), 0)::float8 AS stale_max,
+           COALESCE(percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM now() - s.due_at)), 0)::float8 AS stale_p95
+    FROM fleetpace_source s
+    WHERE s.platform = p.name AND s.enabled AND s.due_at <= now()
+) d
+CROSS JOIN LATERAL (
+    SELECT count(*) AS failing FROM fleetpace_source s
+    WHERE s.platform = p.name AND s.consecutive_failures > 0
+) f
+LEFT JOIN q ON q.platform = p.name`
+
+// sourceTotalsSQL counts a platform's sources and the disabled ones (an
+// index-only scan of its range of the (platform, url) key, and of the
+// enabled ones' range of fleetpace_source_platform_due_at_idx).
+const sourceTotalsSQL = `
+SELECT (SELECT count(*) FROM fleetpace_source WHERE platform = $1),
+       (SELECT count(*) FROM fleetpace_source WHERE platform = $1 AND enabled)`
+
+// cooldownsOfSQL is the active cooldowns of the platforms in $1 (primary
+// key lookups), as sources.ActiveCooldowns reads them.
+const cooldownsOfSQL = `
+SELECT platform, until, reason, count, started_at, until - now()
+FROM fleetpace_cooldown
+WHERE platform = ANY($1::text[]) AND until > now()`
+
+// sourceSummaryColumns are what lists of sources show.
+const sourceSummaryColumns = `id, url, enabled, due_at, last_checked_at, consecutive_failures,
+       last_status, last_outcome, last_error, queued_at, queued_job_id`
+
+// failingPageSQL is a page of platform $1's failing sources, latest check
+// first, after the keyset ($2, $3) (last_checked_at, id), at most $4.
+const failingPageSQL = `
+SELECT ` + sourceSummaryColumns + `
+FROM fleetpace_source
+WHERE platform = $1 AND consecutive_failures > 0
+  AND (last_checked_at, id) < ($2, $3)
+ORDER BY last_checked_at DESC, id DESC
+LIMIT $4`
+
+// overdueSQL is platform $1's most overdue enabled sources (queued or
+// not), at most $2.
+const overdueSQL = `
+SELECT ` + sourceSummaryColumns + `
+FROM fleetpace_source
+WHERE platform = $1 AND enabled AND due_at <= now()
+ORDER BY due_at
+LIMIT $2`
+
+// sourceByURLSQL finds platform $1's source with the URL $2 (the
+// (platform, url) key).
+const sourceByURLSQL = `SELECT id FROM fleetpace_source WHERE platform = $1 AND url = $2`
+
+// lockPlatformSQL locks a platform's row for a read-modify-write of its
+// settings.
+const lockPlatformSQL = `SELECT 1 FROM fleetpace_platform WHERE name = $1 FOR UPDATE`
