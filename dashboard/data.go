@@ -83,7 +83,7 @@ func (h *Handler) overview(ctx context.Context, r *http.Request, b *Base) (view,
 			platforms = platforms[:n]
 			v.Next = platforms[n-1].Name
 		}
-		if v.Platforms, err = h.platformRows(ctx, tx, platforms); err != nil {
+		if v.Platforms, err = h.platformRows(ctx, tx, platforms, true); err != nil {
 			return err
 		}
 		if len(platforms) > 0 {
@@ -104,8 +104,8 @@ func (h *Handler) overview(ctx context.Context, r *http.Request, b *Base) (view,
 }
 
 // platformRows completes platforms with their pacer state, cooldown and
-// counts.
-func (h *Handler) platformRows(ctx context.Context, tx pgx.Tx, platforms []sources.Platform) ([]PlatformRow, error) {
+// (withCounts) their counts.
+func (h *Handler) platformRows(ctx context.Context, tx pgx.Tx, platforms []sources.Platform, withCounts bool) ([]PlatformRow, error) {
 	out := make([]PlatformRow, len(platforms))
 	if len(platforms) == 0 {
 		return out, nil
@@ -137,6 +137,9 @@ func (h *Handler) platformRows(ctx context.Context, tx pgx.Tx, platforms []sourc
 	}
 	for i := range cooldowns {
 		out[idx[cooldowns[i].Platform]].Cooldown = &cooldowns[i]
+	}
+	if !withCounts {
+		return out, nil
 	}
 	rows, err = tx.Query(ctx, countsOfSQL, names)
 	if err != nil {
@@ -219,7 +222,7 @@ func (h *Handler) platform(ctx context.Context, r *http.Request, b *Base) (view,
 		if err != nil {
 			return err
 		}
-		rows, err := h.platformRows(ctx, tx, []sources.Platform{p})
+		rows, err := h.platformRows(ctx, tx, []sources.Platform{p}, true)
 		if err != nil {
 			return err
 		}
@@ -297,7 +300,7 @@ func (h *Handler) source(ctx context.Context, r *http.Request, b *Base) (view, e
 			return err
 		}
 		v.Source = s
-		rows, err := h.platformRows(ctx, tx, []sources.Platform{{Name: s.Platform}})
+		rows, err := h.platformRows(ctx, tx, []sources.Platform{{Name: s.Platform}}, false)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -296,13 +297,13 @@ func fillScanData(ctx context.Context, pool *pgxpool.Pool, cfg ScanConfig) error
 		}
 	}
 	for i := 0; i < cfg.Platforms; i++ {
-		if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: fmt.Sprintf("bench-%02d", i), RatePerSec: float64(5 + 5*(i%10))}); err != nil {
+		if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: benchPlatform(i, cfg.Platforms), RatePerSec: float64(5 + 5*(i%10))}); err != nil {
 			return err
 		}
 	}
 	_, err := pool.Exec(ctx, `
 INSERT INTO fleetpace_source (platform, url, check_interval, last_checked_at, due_at, queued_at)
-SELECT format('bench-%s', lpad((g % $2)::text, 2, '0')),
+SELECT format('bench-%s', lpad((g % $2)::text, $3, '0')),
        'https://bench.example/' || g,
        iv,
        lc,
@@ -311,12 +312,12 @@ SELECT format('bench-%s', lpad((g % $2)::text, 2, '0')),
 FROM generate_series(1, $1) AS g,
      LATERAL (SELECT (ARRAY[interval '30 minutes', interval '1 hour', interval '2 hours'])[1 + g % 3] AS iv) i,
      LATERAL (SELECT CASE WHEN g % 100 = 50 THEN NULL
-                          ELSE now() - iv * (random() * 1.0989) END AS lc) l`, cfg.Sources, cfg.Platforms)
+                          ELSE now() - iv * (random() * 1.0989) END AS lc) l`, cfg.Sources, cfg.Platforms, platformDigits(cfg.Platforms))
 	if err != nil {
 		return fmt.Errorf("bench: sources: %w", err)
 	}
 	for i := 0; i < cfg.CoolingDown; i++ {
-		if _, _, err := sources.SetCooldown(ctx, pool, fmt.Sprintf("bench-%02d", i), time.Hour, "bench", 0.5); err != nil {
+		if _, _, err := sources.SetCooldown(ctx, pool, benchPlatform(i, cfg.Platforms), time.Hour, "bench", 0.5); err != nil {
 			return err
 		}
 	}
@@ -325,6 +326,14 @@ FROM generate_series(1, $1) AS g,
 	}
 	return nil
 }
+
+// benchPlatform is the name of the i-th of n benchmark platforms: bench-00,
+// bench-01, … (as many digits as n needs, at least two).
+func benchPlatform(i, n int) string {
+	return fmt.Sprintf("bench-%0*d", platformDigits(n), i)
+}
+
+func platformDigits(n int) int { return max(2, len(strconv.Itoa(n-1))) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

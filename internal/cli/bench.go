@@ -115,6 +115,42 @@ func (a *app) benchScanCmd() *cobra.Command {
 	return cmd
 }
 
+func (a *app) benchDashboardCmd() *cobra.Command {
+	var (
+		cfg    bench.DashboardConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dashboard",
+		Short: "Server time of each dashboard page on 1,000,000 sources and 10,000 platforms",
+		Long: `Fill a throwaway database with the scan benchmark's data set (--sources
+spread evenly over --platforms, about 10 % due, 0.5 % queued, two platforms
+cooling down, 1 % failing) and serve each dashboard page --runs times
+through the handler a worker serves, reporting the time of its SQL and of
+the whole answer (Server-Timing), median and 95th percentile. Target: the
+overview's SQL under 100 ms on 10,000 platforms and 1,000,000 sources. With
+--platforms 20 it is the scan benchmark's own data set.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(pool *pgxpool.Pool, _ string) (benchResult, error) {
+				cfg.Pool = pool
+				cfg.Progress = a.stderr
+				return bench.Dashboard(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Sources, "sources", bench.DefaultDashboardSources, "sources to create")
+	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultDashboardPlatforms, "platforms sharing them")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultDashboardRuns, "times each page is served")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "sources", "platforms", "runs")
+	return cmd
+}
+
 func (a *app) benchPacerCmd() *cobra.Command {
 	var (
 		cfg    bench.PacerConfig

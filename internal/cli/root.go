@@ -144,6 +144,9 @@ var flagNames = map[string]string{
 	"bench.WorkerConfig.Jobs":              "--jobs",
 	"bench.WorkerConfig.Runs":              "--runs",
 	"bench.WorkerConfig.FetchCooldown":     "--fetch-cooldown",
+	"bench.DashboardConfig.Sources":        "--sources",
+	"bench.DashboardConfig.Platforms":      "--platforms",
+	"bench.DashboardConfig.Runs":           "--runs",
 	"demo.Config.Workers":                  "--workers",
 	"demo.Config.Duration":                 "--duration",
 	"demo.Config.Sources":                  "--sources",
@@ -265,6 +268,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 			a.benchPacerCmd(),
 			a.benchPacerChildCmd(),
 			a.benchWorkerCmd(),
+			a.benchDashboardCmd(),
 		),
 	)
 	a.addVersion(root)
