@@ -23,7 +23,7 @@ import (
 // envCommands are the commands whose own flags have FLEETPACE_ variables
 // (the README's configuration reference says so); every other command has
 // only the global flags' variables.
-var envCommands = []string{"worker", "drain", "scan"}
+var envCommands = []string{"worker", "drain", "scan", "dashboard"}
 
 // cleanEnv is this process's environment without DATABASE_URL and any
 // FLEETPACE_ variable, plus extra.
