@@ -394,11 +394,11 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 // Notifications from another process's report are parsed strictly.
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
-	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity")
-	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.hold, 1) {
+	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|Infinity")
+	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || !math.IsInf(ev.hold, 1) {
 		t.Fatalf("parse: %q %+v %v", p, ev, ok)
 	}
-	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1", "feeds|1|NaN|1|1", "|1|1|1|1", "a|1|1|1|1|1", "feeds|1|1|1"} {
+	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1", "feeds|1|NaN|1|1|1", "|1|1|1|1|1", "a|1|1|1|1|1|1", "feeds|1|1|1|1", "feeds|1|1|1|-1|1"} {
 		if _, _, ok := parseEvent(bad); ok {
 			t.Fatalf("%q parsed", bad)
 		}
@@ -459,5 +459,56 @@ func TestStateJSONRoundTrip(t *testing.T) {
 	var back State
 	if err := json.Unmarshal(b, &back); err != nil || back != s {
 		t.Fatalf("round trip: %+v %v, want %+v", back, err, s)
+	}
+}
+
+// A hold moves granted slots only as far as it must: the earliest waiting
+// slot lands at the hold and the rest keep their spacing behind it (not a
+// whole hold's length later each).
+func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "shift", rate: 2})
+	clk := clocktest.New()
+	b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.MaxLate = time.Hour })
+	ctx := context.Background()
+	var rs []Reservation
+	for range 3 {
+		r, err := b.Reserve(ctx, "shift", 10*time.Second)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		rs = append(rs, r)
+	}
+	waitFor(t, "listener", func() bool { return b.Stats().Listening })
+	done := make(chan Reservation, 2)
+	for k := 1; k < 3; k++ {
+		go func() {
+			r := rs[k]
+			if err := b.Sleep(ctx, &r); err != nil {
+				t.Errorf("slot %d: %v", k, err)
+			}
+			done <- r
+		}()
+	}
+	clocktest.WaitSleepers(t, clk, 2)
+	until := rs[0].Slot.Add(2 * time.Second)
+	if err := Hold(ctx, pool, "shift", until, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-spacing", func() bool { return b.Stats().Respaced == 2 })
+	clk.Advance(time.Hour)
+	got := []Reservation{<-done, <-done}
+	if got[0].Slot.After(got[1].Slot) {
+		got[0], got[1] = got[1], got[0]
+	}
+	if d := got[0].Slot.Sub(until); d < -5*time.Millisecond || d > 5*time.Millisecond {
+		t.Fatalf("earliest granted slot %v from the hold, want at the hold (was %v before it)", d, until.Sub(rs[1].Slot))
+	}
+	if gap := got[1].Slot.Sub(got[0].Slot); gap < 499*time.Millisecond || gap > 501*time.Millisecond {
+		t.Fatalf("slots %v apart after the hold, want the spacing, 500 ms", gap)
+	}
+	if r := readAdapt(t, pool, "shift"); r.holdReason != "test" || r.seq != 1 {
+		t.Fatalf("row after the hold: %+v", r)
 	}
 }

@@ -212,7 +212,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		r                                   ReportResult
 		effect                              int16
 		streak                              int32
-		holdLeft, eventAt, interval, holdAt float64
+		holdLeft, eventAt, interval, shift, holdAt float64
 		seq                                 int64
 		quiet                               bool
 		announced, quotaHold                *float64
@@ -232,7 +232,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		err := p.pool.QueryRow(qctx, reportSQL, platform, rep.pressure, rep.reservedAt, rep.retry, rep.n,
 			announced, ttl, quotaHold, reason).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
-				&seq, &eventAt, &interval, &holdAt, &r.Slowed, &quiet)
+				&seq, &eventAt, &interval, &shift, &holdAt, &r.Slowed, &quiet)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
@@ -259,7 +259,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	r.Stale = effect == effectStale
 	r.Relaxed = effect == effectRelaxed
 	if r.Slowed {
-		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, hold: holdAt})
+		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, shift: shift, hold: holdAt})
 	}
 
 	localNow := p.clock.Now()

@@ -125,7 +125,8 @@ type event struct {
 	seq      int64
 	at       float64 // database time of the slow-down
 	interval float64 // effective spacing after it, seconds
-	hold     float64 // the later of the hold and the pause after it (+Inf: paused until resumed)
+	shift    float64 // seconds every stretched slot moves later (+Inf: paused; give every slot back)
+	hold     float64 // the later of the hold and the pause after it (database time)
 }
 
 // applyEvent brings this process in line with a slow-down it learnt of (its
@@ -160,10 +161,11 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 }
 
 // respace moves one waiter's slot after a slow-down, as reportSQL moved the
-// shared cursor: a slot later than the event keeps its distance from the
+// shared cursor: a slot later than the event has its distance from the
 // event stretched by the ratio of the new spacing to the one it was granted
-// at, counted from the later of the event and the hold. A slot due at or
-// before the event goes as it is. Call with p.mu held.
+// at, then moves later by the event's shift (what puts the fleet's earliest
+// granted slot at the hold). A slot due at or before the event goes as it
+// is. Call with p.mu held.
 func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
@@ -176,7 +178,7 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if w.interval > 0 && ev.interval > w.interval {
 		ratio = ev.interval / w.interval
 	}
-	slot := math.Max(ev.at, ev.hold) + (w.slot-ev.at)*ratio
+	slot := ev.at + (w.slot-ev.at)*ratio + ev.shift
 	if !(slot > w.slot) {
 		return
 	}

@@ -18,7 +18,7 @@ const (
 
 // NotifyChannel is the PostgreSQL channel every slow-down is announced on
 // (pg_notify, delivered at commit). The payload is
-// "platform|event_seq|event_at|interval|hold" (see parseEvent).
+// "platform|event_seq|event_at|interval|shift|hold" (see parseEvent).
 const NotifyChannel = "fleetpace_pace"
 
 // probeMargin and probeSteps shape probing recovery: after pressure began at
@@ -129,19 +129,25 @@ WITH u AS (
 UPDATE fleetpace_pace AS s SET
     (multiplier, clean_streak, doubled_at, pressure_mult, hold_until, hold_reason,
      announced_interval, announced_until, cursor_at, last_interval,
-     event_seq, event_at, last_respaced, last_effect) = (
+     event_seq, event_at, event_shift, last_respaced, last_effect) = (
         SELECT q.m, q.streak, q.doubled_at, q.mp, q.hold, q.hold_reason,
                q.ann_i, q.ann_until,
                CASE WHEN q.event AND s.cursor_at > q.now
-                    THEN GREATEST(q.now, q.hold, s.paused_until) + (s.cursor_at - q.now) * GREATEST(q.i_new / q.i_old, 1)
+                    THEN q.now + (s.cursor_at - q.now) * q.ratio + q.shift
                     ELSE s.cursor_at END,
                q.i_new,
                s.event_seq + q.event::int,
                CASE WHEN q.event THEN q.now ELSE s.event_at END,
+               CASE WHEN q.event THEN q.shift ELSE s.event_shift END,
                q.event,
                q.effect
-        FROM (SELECT r.*, s.respace AND (r.i_new > r.i_old * 1.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event
-              FROM (SELECT p.*,
+        FROM (SELECT r.*, s.respace AND (r.ratio > 1.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
+                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.now + (r.first - r.now) * r.ratio), 0) AS shift
+              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio,
+                           CASE WHEN s.cursor_at > p.now
+                                THEN s.cursor_at - floor((s.cursor_at - p.now) / p.i_old) * p.i_old
+                                ELSE p.now END AS first
+                    FROM (SELECT p.*,
                            CASE WHEN p.now < s.announced_until
                                 THEN GREATEST(p.m0 / s.rate, s.announced_interval) ELSE p.m0 / s.rate END AS i_old,
                            CASE WHEN p.now < p.ann_until
@@ -181,18 +187,20 @@ UPDATE fleetpace_pace AS s SET
                                 ) AS n
                           ) AS d
                     ) AS p OFFSET 0
+                    ) AS p
               ) AS r
         ) AS q
     )
 WHERE s.platform = $1 AND s.rate > 0
 RETURNING s.platform, s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
           GREATEST(s.hold_until - date_part('epoch', clock_timestamp()), 0) AS hold_left,
-          s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
+          s.event_seq, s.event_at, s.last_interval, s.event_shift, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
 )
 SELECT u.multiplier, u.max_multiplier, u.clean_streak, u.last_effect, u.hold_left,
-       u.event_seq, u.event_at, u.last_interval, u.hold_at, u.last_respaced,
+       u.event_seq, u.event_at, u.last_interval, u.event_shift, u.hold_at, u.last_respaced,
        CASE WHEN u.last_respaced
-            THEN pg_notify('%[7]s', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|' || u.hold_at)
+            THEN pg_notify('%[7]s', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
+                                    || '|' || u.event_shift || '|' || u.hold_at)
        END IS NULL
 FROM u`,
 	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel)
@@ -205,12 +213,14 @@ FROM u`,
 var pauseSQL = `
 WITH u AS (
 UPDATE fleetpace_pace AS s SET paused_until = $2::float8, pause_reason = $3,
-    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now, last_respaced = true
+    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now,
+    event_shift = 'Infinity', last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1
-RETURNING s.platform, s.event_seq, s.event_at, s.last_interval
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at
 )
-SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|Infinity') IS NULL
+SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
+                 || '|Infinity|' || u.hold_at) IS NULL
 FROM u`
 
 // holdSQL raises a platform's hold to $2 (a timestamptz, converted to the
@@ -221,17 +231,26 @@ FROM u`
 const holdSQL = `
 WITH n AS (SELECT date_part('epoch', clock_timestamp()) AS now, date_part('epoch', $2::timestamptz) AS until),
 u AS (
-UPDATE fleetpace_pace AS s SET hold_until = n.until, hold_reason = $3,
-    cursor_at = CASE WHEN s.respace AND s.cursor_at > n.now THEN n.until + (s.cursor_at - n.now) ELSE s.cursor_at END,
-    event_seq = s.event_seq + s.respace::int,
-    event_at = CASE WHEN s.respace THEN n.now ELSE s.event_at END,
-    last_respaced = s.respace
+UPDATE fleetpace_pace AS s SET
+    (hold_until, hold_reason, cursor_at, event_seq, event_at, event_shift, last_respaced) = (
+        SELECT n.until, $3::text,
+               CASE WHEN s.respace AND s.cursor_at > n.now THEN s.cursor_at + f.shift ELSE s.cursor_at END,
+               s.event_seq + s.respace::int,
+               CASE WHEN s.respace THEN n.now ELSE s.event_at END,
+               CASE WHEN s.respace THEN f.shift ELSE s.event_shift END,
+               s.respace
+        FROM (SELECT GREATEST(n.until - CASE WHEN s.cursor_at > n.now AND s.last_interval > 0
+                                             THEN s.cursor_at - floor((s.cursor_at - n.now) / s.last_interval) * s.last_interval
+                                             ELSE n.now END, 0) AS shift) AS f
+    )
 FROM n
 WHERE s.platform = $1 AND n.until > GREATEST(s.hold_until, n.now)
-RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.event_shift,
+          GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
 )
 SELECT CASE WHEN u.last_respaced
-            THEN pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval || '|' || u.hold_at)
+            THEN pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
+                                             || '|' || u.event_shift || '|' || u.hold_at)
        END IS NULL
 FROM u`
 
