@@ -103,11 +103,16 @@ RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.la
 // new hold.
 //
 // The multiplier (the controller; see docs/design.md "Adaptive pacing"):
-//   - Pressure for a request reserved at or after the latest increase
-//     multiplies it by backoff_factor (at most max_multiplier) and remembers
-//     the multiplier it came from (pressure_mult); older pressure is stale
-//     and does not increase it again (one increase per episode). Any
-//     pressure resets the fleet-wide clean streak.
+//   - Pressure for a request reserved at or after the latest slow-down (an
+//     increase, an announced lower rate, a hold: doubled_at) multiplies it by
+//     backoff_factor (at most max_multiplier) and remembers the multiplier
+//     it came from (pressure_mult); older pressure is stale and does not
+//     increase it again (one increase per episode). Any pressure resets the
+//     fleet-wide clean streak.
+//   - While the destination's announced spacing is in force, a completed
+//     clean streak relaxes the multiplier at least down to the announced
+//     level (rate × announced spacing): the destination says what it allows,
+//     and the streak confirms it.
 //   - Every decay_after clean responses, fleet-wide, divide it by
 //     recovery_factor, never below 1. With probe, the division stops at
 //     pressure_mult × (1 + probeMargin); from there each step divides by
@@ -130,7 +135,9 @@ UPDATE fleetpace_pace AS s SET
     (multiplier, clean_streak, doubled_at, pressure_mult, hold_until, hold_reason,
      announced_interval, announced_until, cursor_at, last_interval,
      event_seq, event_at, event_shift, last_respaced, last_effect) = (
-        SELECT q.m, q.streak, q.doubled_at, q.mp, q.hold, q.hold_reason,
+        SELECT q.m, q.streak,
+               CASE WHEN q.event AND (q.ratio > 1.000001 OR q.shift > 0) THEN q.now ELSE q.doubled_at END,
+               q.mp, q.hold, q.hold_reason,
                q.ann_i, q.ann_until,
                CASE WHEN q.event AND s.cursor_at > q.now
                     THEN q.now + (s.cursor_at - q.now) * q.ratio + q.shift
@@ -141,9 +148,9 @@ UPDATE fleetpace_pace AS s SET
                CASE WHEN q.event THEN q.shift ELSE s.event_shift END,
                q.event,
                q.effect
-        FROM (SELECT r.*, s.respace AND (r.ratio > 1.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
+        FROM (SELECT r.*, s.respace AND (abs(r.ratio - 1) > 0.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
                      GREATEST(GREATEST(r.hold, s.paused_until) - (r.now + (r.first - r.now) * r.ratio), 0) AS shift
-              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio,
+              FROM (SELECT p.*, p.i_new / p.i_old AS ratio,
                            CASE WHEN s.cursor_at > p.now
                                 THEN s.cursor_at - floor((s.cursor_at - p.now) / p.i_old) * p.i_old
                                 ELSE p.now END AS first
@@ -160,6 +167,8 @@ UPDATE fleetpace_pace AS s SET
                           FROM (SELECT n.now, n.m0, n.fresh, n.steps,
                                        CASE WHEN n.fresh THEN LEAST(n.m0 * s.backoff_factor, s.max_multiplier)
                                             WHEN n.steps = 0 THEN n.m0
+                                            WHEN n.ann_i > 0
+                                                 THEN GREATEST(LEAST(n.m0 / power(s.recovery_factor, n.steps), n.ann_i * s.rate), 1.0)
                                             WHEN NOT s.probe OR s.pressure_mult <= 0
                                                  THEN GREATEST(n.m0 / power(s.recovery_factor, n.steps), 1.0)
                                             WHEN n.m0 > s.pressure_mult * (1 + %[5]g)
@@ -178,6 +187,9 @@ UPDATE fleetpace_pace AS s SET
                                             WHEN n.steps > 0 AND n.m0 > 1 THEN %[4]d
                                             ELSE 0 END AS effect
                                 FROM (SELECT c.*, $2::bool AND NOT c.stale AND c.m0 < s.max_multiplier AS fresh,
+                                             CASE WHEN s.use_headers AND $6::float8 IS NOT NULL THEN $6::float8
+                                                  WHEN c.now < s.announced_until THEN s.announced_interval
+                                                  ELSE 0 END AS ann_i,
                                              CASE WHEN $2::bool THEN 0 ELSE LEAST(c.streak / GREATEST(s.decay_after, 1), 64) END AS steps
                                       FROM (SELECT date_part('epoch', clock_timestamp()) AS now,
                                                    GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m0,

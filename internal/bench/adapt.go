@@ -20,6 +20,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -496,6 +497,30 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 		}
 	}
 done:
+	if states, err := pacer.States(ctx, pool); err == nil {
+		for _, st := range states {
+			fmt.Fprintf(cfg.Progress, "run %d: %-24s multiplier %.3f (pressure %.3f), announced %.2f/s, effective %.2f/s (%s), slow-downs %d\n",
+				run, st.Platform, st.Multiplier, st.PressureMultiplier, st.AnnouncedRate, st.EffectiveRate, st.Source, st.Slowdowns)
+		}
+	}
+	if os.Getenv("FLEETPACE_BENCH_ADAPT_TRACE") != "" {
+		for _, c := range cells {
+			prefix := "/" + c.platform + "/"
+			var ok, lim []time.Time
+			for _, r := range dest.Requests() {
+				if strings.HasPrefix(r.Path, prefix) {
+					if r.Limited {
+						lim = append(lim, r.Time)
+					} else {
+						ok = append(ok, r.Time)
+					}
+				}
+			}
+			okS, limS := fakedest.RateSeries(ok, start, time.Second), fakedest.RateSeries(lim, start, time.Second)
+			fmt.Fprintf(cfg.Progress, "run %d: %s per second ok:  %v\n", run, c.platform, okS)
+			fmt.Fprintf(cfg.Progress, "run %d: %s per second 429: %v\n", run, c.platform, limS)
+		}
+	}
 	if err := fleet.Stop(ctx); err != nil {
 		cfg.Logger.Warn("bench adapt: stopping the workers", "err", err)
 	}
