@@ -38,9 +38,10 @@ type AdaptConfig struct {
 	Executable string
 	// Workers is how many worker processes. Default DefaultAdaptWorkers.
 	Workers int
-	// Concurrency is each worker's --concurrency. Default 50: enough job
-	// slots that no platform waits for one (every platform's jobs sleep on
-	// the pacer at once).
+	// Concurrency is each worker's --concurrency. Default: enough job slots
+	// that no platform waits for one — every platform's jobs sleep on the
+	// pacer at once, each up to the workers' --max-pacer-wait (1 s):
+	// 1.5 × platforms × ceiling × 1 s / workers, at least 50.
 	Concurrency int
 	// Ceiling is every platform's configured rate, requests/s. Default 20.
 	Ceiling float64
@@ -92,9 +93,6 @@ func (c *AdaptConfig) setDefaults() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultAdaptWorkers
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultAdaptConcurrency
 	}
 	if c.Ceiling == 0 {
 		c.Ceiling = DefaultAdaptCeiling
@@ -329,7 +327,7 @@ const (
 	adaptSettleShare          = 0.10
 	adaptDropQuietSpan        = 10 * time.Second
 	adaptProgressEvery        = 10 * time.Second
-	adaptWorkerMaxPacerWait   = "2s"
+	adaptMaxPacerWait         = time.Second
 	adaptWorkerPollBase       = "200ms"
 	adaptWorkerPollMax        = "1s"
 	adaptWorkerHeartbeat      = "2s"
@@ -375,6 +373,10 @@ func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
 		for _, s := range cfg.schedules() {
 			cells = append(cells, cell{model: m, schedule: s, platform: m.Name + "." + s.Name})
 		}
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = max(DefaultAdaptConcurrency,
+			int(math.Ceil(1.5*float64(len(cells))*cfg.Ceiling*adaptMaxPacerWait.Seconds()/float64(cfg.Workers))))
 	}
 	res := &AdaptResult{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Ceiling: cfg.Ceiling,
 		Duration: cfg.Duration.String(), Runs: cfg.Runs, Sweep: cfg.Sweep, Schedules: cfg.schedules()}
@@ -436,7 +438,7 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: []string{
 		"worker", "--database-url", cfg.DatabaseURL, "-q", "--log-level", "warn",
 		"--allow-private-networks", "--http-addr", "", "--startup-jitter", "0",
-		"--concurrency", fmt.Sprint(cfg.Concurrency), "--max-pacer-wait", adaptWorkerMaxPacerWait,
+		"--concurrency", fmt.Sprint(cfg.Concurrency), "--max-pacer-wait", adaptMaxPacerWait.String(),
 		"--poll-base", adaptWorkerPollBase, "--poll-max", adaptWorkerPollMax, "--heartbeat", adaptWorkerHeartbeat,
 		"--rate-limited-after", adaptWorkerRateLimitAfter,
 	}})
@@ -553,7 +555,12 @@ func analyze(c cell, reqs []fakedest.Request, start time.Time, d time.Duration, 
 	// over its whole windows inside the steady half.
 	from, to := start.Add(d/2), start.Add(d)
 	if w := c.model.Window; w > time.Second {
+		// Whole windows of the steady half; at least the last whole window
+		// of the run.
 		from, to = from.Add(w-1).Truncate(w), to.Truncate(w)
+		if !from.Before(to) {
+			from = to.Add(-w)
+		}
 	}
 	var accepted, limited, total int
 	allowed := 0.0

@@ -38,7 +38,7 @@ func (a *app) benchDB(ctx context.Context, maxConns int32) (*pgxpool.Pool, strin
 	cleanup := func() {}
 	if url == "" {
 		fmt.Fprintln(a.stderr, "fleetpace: starting a throwaway embedded PostgreSQL for the benchmark")
-		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'"}})
+		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'", "max_connections": "1000"}})
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -217,14 +217,14 @@ headers. The README's table of defaults comes from them.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Workers, "workers", bench.DefaultAdaptWorkers, "worker processes")
-	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultAdaptConcurrency, "each worker's --concurrency")
+	f.IntVar(&cfg.Concurrency, "concurrency", 0, "each worker's --concurrency (default: enough for every platform's jobs to sleep on the pacer at once)")
 	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultAdaptCeiling, "every platform's rate, requests/s")
 	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run (the steady half is measured)")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultAdaptRuns, "runs; every figure is the median")
 	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run (default: all; see --help of the models in the README)")
 	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the adaptation settings instead of seed vs defaults")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	zeroIsDefault(f, "workers", "concurrency", "ceiling", "duration", "runs")
+	zeroIsDefault(f, "workers", "ceiling", "duration", "runs")
 	return cmd
 }
 
