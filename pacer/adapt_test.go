@@ -126,12 +126,14 @@ func TestQuotaSpacing(t *testing.T) {
 			0, 100 * time.Millisecond, 2 * time.Minute, 0},
 		{"fixed window, quota used up early", ratelimit.Info{Limit: 600, Remaining: 10, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
 			time.Minute, 2727272727, 90 * time.Second, 0},
-		{"token bucket half full", ratelimit.Info{Limit: 10, Remaining: 4, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
+		{"fixed window, behind its pace: no faster than the window's rate", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 100 * time.Millisecond, 90 * time.Second, 0},
+		{"token bucket half full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 5, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
 			time.Second, 100 * time.Millisecond, time.Minute, 0},
-		{"token bucket nearly empty: tapered", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
+		{"token bucket nearly empty: what is left until full", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
 			time.Second, 450 * time.Millisecond, time.Minute, 0},
-		{"token bucket nearly full", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
-			time.Second, 10 * time.Millisecond, time.Minute, 0},
+		{"token bucket nearly full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, time.Minute, 0},
 		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 0, 2 * time.Second, time.Minute, 0},
 		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0, 0},
 		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, 0, time.Second, time.Minute, time.Second},
@@ -517,5 +519,39 @@ func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
 	}
 	if r := readAdapt(t, pool, "shift"); r.holdReason != "test" || r.seq != 1 {
 		t.Fatalf("row after the hold: %+v", r)
+	}
+}
+
+// ClearHold ends a hold at once: the next reservation goes now, and a slot
+// granted for after the hold is given back (its caller reserves again).
+func TestClearHoldGoesNow(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "clear", rate: 20})
+	clk := clocktest.New()
+	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
+	ctx := context.Background()
+	if _, err := p.Reserve(ctx, "clear", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "listener", func() bool { return p.Stats().Listening })
+	if err := Hold(ctx, pool, "clear", time.Now().Add(5*time.Second), "test"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Reserve(ctx, "clear", time.Minute)
+	if err != nil || !r.Granted || r.Wait < 4*time.Second {
+		t.Fatalf("during the hold: %+v %v, want a slot after it", r, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Sleep(ctx, &r) }()
+	clocktest.WaitSleepers(t, clk, 1)
+	if err := ClearHold(ctx, pool, "clear"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrGivenBack) {
+		t.Fatalf("a slot placed after a cleared hold: %v, want ErrGivenBack", err)
+	}
+	if r, err := p.Reserve(ctx, "clear", 0); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
+		t.Fatalf("after ClearHold: %+v %v, want a slot now", r, err)
 	}
 }

@@ -59,19 +59,18 @@ const MaxHold = ratelimit.MaxWait
 // seen from the platform lately (a token bucket's time to refill from
 // empty, a fixed window's length); 0 if unknown.
 //
-// Two readings of a quota, and the pace is the faster of them:
+// Two readings of a quota, and the pace is the slower of them:
 //   - what is left, spread evenly until it resets: (Remaining + 1) / Reset
-//     (the +1 counts the request that reported it). For a fixed window that
-//     is the window's rate whatever has been used; for a strict limiter
-//     (Remaining 0, Reset the next token) one request per Reset.
-//   - the long-run rate, Limit / window, tapered while less than half of
-//     the quota is left (× Remaining / (Limit / 2)): a token bucket whose
-//     Reset counts until full would otherwise be drained to zero and held
-//     until full; tapered, it settles about half full, at its refill rate.
+//     (the +1 counts the request that reported it). For a strict limiter
+//     (Remaining 0, Reset the next token) that is one request per Reset;
+//     for a fixed window used ahead of its pace, it slows the fleet down.
+//   - the long-run rate, Limit / window: a token bucket's refill rate (its
+//     Reset counting until full), a fixed window's quota per window.
+// Together they settle a token bucket about half full at its refill rate
+// (below half, what is left spread until full is slower than the refill;
+// above, the refill is the slower), and never drain it to zero — where the
+// fleet would be held until the bucket is full again.
 //
-// Remaining below 1 holds the fleet until Reset. The announcement holds for
-// max(Reset + window, 1 minute), so a destination that stops announcing
-// eventually stops constraining.
 func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window
@@ -81,11 +80,9 @@ func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.D
 		rate = (max(q.Remaining, 0) + 1) / q.Reset.Seconds()
 	}
 	if q.Limit > 0 && window > 0 {
-		lr := q.Limit / window.Seconds()
-		if q.HasRemaining {
-			lr *= min(max(q.Remaining, 0)/(q.Limit/2), 1)
+		if lr := q.Limit / window.Seconds(); rate == 0 || lr < rate {
+			rate = lr
 		}
-		rate = max(rate, lr)
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
 		interval = clampDuration(secondsToDuration(1 / rate))

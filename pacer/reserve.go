@@ -220,7 +220,7 @@ func catchUpShift(st *localState, ev event) float64 {
 			continue
 		}
 		ratio := 1.0
-		if w.interval > 0 && ev.interval > 0 {
+		if w.interval > 0 && ev.interval > w.interval {
 			ratio = ev.interval / w.interval
 		}
 		first = math.Min(first, ev.at+(w.slot-ev.at)*ratio)

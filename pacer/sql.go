@@ -148,9 +148,9 @@ UPDATE fleetpace_pace AS s SET
                CASE WHEN q.event THEN q.shift ELSE s.event_shift END,
                q.event,
                q.effect
-        FROM (SELECT r.*, s.respace AND (abs(r.ratio - 1) > 0.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
+        FROM (SELECT r.*, s.respace AND (r.ratio > 1.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
                      GREATEST(GREATEST(r.hold, s.paused_until) - (r.now + (r.first - r.now) * r.ratio), 0) AS shift
-              FROM (SELECT p.*, p.i_new / p.i_old AS ratio,
+              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio,
                            CASE WHEN s.cursor_at > p.now
                                 THEN s.cursor_at - floor((s.cursor_at - p.now) / p.i_old) * p.i_old
                                 ELSE p.now END AS first
@@ -271,8 +271,21 @@ FROM u`
 const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1`
 
 // clearHoldSQL ends a platform's fleet-wide hold (Retry-After, quota or
-// cooldown) at once.
-const clearHoldSQL = `UPDATE fleetpace_pace SET hold_until = 0, hold_reason = '' WHERE platform = $1`
+// cooldown) at once. Slots granted during the hold were placed after it:
+// the cursor comes back to now and they are given back (an event with an
+// infinite shift), so their callers reserve again and go now.
+var clearHoldSQL = `
+WITH u AS (
+UPDATE fleetpace_pace AS s SET hold_until = 0, hold_reason = '',
+    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now,
+    event_shift = 'Infinity', last_respaced = true
+FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
+WHERE s.platform = $1
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.paused_until AS hold_at
+)
+SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
+                 || '|Infinity|' || u.hold_at) IS NULL
+FROM u`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
 // platform trigger has made it). No row affected and no row present means
