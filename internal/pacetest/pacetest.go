@@ -1,0 +1,206 @@
+// Package pacetest drives and checks, from the destination's side, the
+// multi-process tests of the pacer's adapters (pacer.Transport, the River
+// middleware): child processes send to an internal/fakedest server, each
+// with a User-Agent naming it (UserAgent), and these functions read the
+// fleet's behaviour off the server's records — the largest 1-s window
+// against the ceiling, and how long one Retry-After held every process.
+package pacetest
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+)
+
+// UserAgent is the User-Agent child i sends, which tells the destination
+// who sent each request.
+func UserAgent(i int) string { return fmt.Sprintf("pacetest-child-%d", i) }
+
+// Poll calls cond until it is true, failing the test after timeout.
+func Poll(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// Ceiling is what the destination saw of a fleet held to a ceiling.
+type Ceiling struct {
+	Requests  int
+	MaxWindow int // the most requests in any 1-s window
+	Bound     int // ceiling + burst
+	Span      time.Duration
+	PerChild  []int
+}
+
+func (c Ceiling) String() string {
+	return fmt.Sprintf("%d requests over %s (%.1f/s), largest 1-s window %d (bound %d), per process %v",
+		c.Requests, c.Span.Round(time.Millisecond), float64(c.Requests-1)/c.Span.Seconds(), c.MaxWindow, c.Bound, c.PerChild)
+}
+
+// MeasureCeiling reads the requests under prefix from n children.
+func MeasureCeiling(dest *fakedest.Server, prefix string, n int, ratePerSec float64, burst int) Ceiling {
+	var times []time.Time
+	c := Ceiling{Bound: int(ratePerSec) + burst, PerChild: make([]int, n)}
+	for _, r := range requests(dest, prefix) {
+		times = append(times, r.Time)
+		for i := range n {
+			if r.UserAgent == UserAgent(i) {
+				c.PerChild[i]++
+			}
+		}
+	}
+	c.Requests = len(times)
+	c.MaxWindow = fakedest.MaxInWindow(times, time.Second)
+	if len(times) > 1 {
+		c.Span = times[len(times)-1].Sub(times[0])
+	}
+	return c
+}
+
+// CheckCeiling fails the test unless every child sent, no 1-s window held
+// more than ceiling + burst, and the fleet still delivered at least 90 % of
+// the ceiling (a fleet that is merely slow proves nothing).
+func CheckCeiling(t testing.TB, c Ceiling, ratePerSec float64, burst int) {
+	t.Helper()
+	for i, k := range c.PerChild {
+		if k == 0 {
+			t.Fatalf("vacuous: process %d sent nothing (%s)", i, c)
+		}
+	}
+	if c.MaxWindow > c.Bound {
+		t.Fatalf("fleet-wide ceiling broken: %s", c)
+	}
+	minSpan := time.Duration(float64(c.Requests-burst) / (0.9 * ratePerSec) * float64(time.Second))
+	if c.Span > minSpan {
+		t.Fatalf("the fleet delivered under 90 %% of the ceiling: %s", c)
+	}
+}
+
+// HoldAfter answers every request under prefix with 429 and
+// `Retry-After: d` (whole seconds) until the first such answer, then lets
+// requests through again; it returns when that answer was sent (its
+// arrival time). Requests already on their way in the meantime are answered
+// 429 too.
+func HoldAfter(t testing.TB, dest *fakedest.Server, prefix string, d time.Duration) time.Time {
+	t.Helper()
+	if err := dest.SetRule(prefix, fakedest.Blocked(d)); err != nil {
+		t.Fatal(err)
+	}
+	Poll(t, 30*time.Second, "the first 429", func() bool { return dest.CountStatus(prefix, http.StatusTooManyRequests) > 0 })
+	if err := dest.SetRule(prefix, fakedest.Rule{}); err != nil {
+		t.Fatal(err)
+	}
+	return dest.Arrivals(prefix, http.StatusTooManyRequests)[0]
+}
+
+// Hold is what the destination saw around a Retry-After.
+type Hold struct {
+	First429  time.Time
+	Limited   int           // requests answered 429
+	InFlight  int           // requests arriving within the reaction allowance after the first 429
+	Held      time.Duration // from the first 429 to the next request after the allowance
+	Before    []int         // per child: requests before the first 429
+	After     []int         // per child: requests at least `hold` after it
+	Violators []string      // requests inside the hold: "child-1 at +1.2s"
+}
+
+func (h Hold) String() string {
+	return fmt.Sprintf("first 429 then nothing for %s (%d answered 429, %d more in flight within the allowance); per process before %v, after %v",
+		h.Held.Round(time.Millisecond), h.Limited, h.InFlight, h.Before, h.After)
+}
+
+// MeasureHold reads the requests under prefix of n children around a 429
+// first answered at first429: requests may still arrive within reaction of
+// it (sent before the fleet could know), none after that until hold has
+// passed.
+func MeasureHold(dest *fakedest.Server, prefix string, n int, first429 time.Time, hold, reaction time.Duration) Hold {
+	h := Hold{First429: first429, Before: make([]int, n), After: make([]int, n)}
+	quietFrom, quietUntil := first429.Add(reaction), first429.Add(hold)
+	for _, r := range requests(dest, prefix) {
+		child := -1
+		for i := range n {
+			if r.UserAgent == UserAgent(i) {
+				child = i
+			}
+		}
+		if r.Status == http.StatusTooManyRequests {
+			h.Limited++
+		}
+		switch {
+		case r.Time.Before(first429):
+			if child >= 0 {
+				h.Before[child]++
+			}
+		case r.Time.Before(quietFrom):
+			if r.Time.After(first429) {
+				h.InFlight++
+			}
+		default:
+			if h.Held == 0 {
+				h.Held = r.Time.Sub(first429)
+			}
+			if r.Time.Before(quietUntil) {
+				h.Violators = append(h.Violators, fmt.Sprintf("%s at +%s", r.UserAgent, r.Time.Sub(first429).Round(time.Millisecond)))
+			} else if child >= 0 {
+				h.After[child]++
+			}
+		}
+	}
+	return h
+}
+
+// CheckHold fails the test unless every child sent before the 429 and
+// after the hold, and none inside it.
+func CheckHold(t testing.TB, h Hold) {
+	t.Helper()
+	for i := range h.Before {
+		if h.Before[i] == 0 || h.After[i] == 0 {
+			t.Fatalf("vacuous: process %d did not send both before the 429 and after the hold (%s)", i, h)
+		}
+	}
+	if len(h.Violators) > 0 {
+		t.Fatalf("the fleet was not held: %d requests inside the hold (%v); %s", len(h.Violators), h.Violators, h)
+	}
+}
+
+// AllAfter reports whether each of n children has a request under prefix
+// that arrived at or after at.
+func AllAfter(dest *fakedest.Server, prefix string, n int, at time.Time) bool {
+	seen := make([]bool, n)
+	for _, r := range requests(dest, prefix) {
+		for i := range n {
+			if r.UserAgent == UserAgent(i) && !r.Time.Before(at) {
+				seen[i] = true
+			}
+		}
+	}
+	for _, s := range seen {
+		if !s {
+			return false
+		}
+	}
+	return true
+}
+
+// requests returns the recorded requests under prefix by arrival time.
+func requests(dest *fakedest.Server, prefix string) []fakedest.Request {
+	var out []fakedest.Request
+	for _, r := range dest.Requests() {
+		if len(r.Path) >= len(prefix) && r.Path[:len(prefix)] == prefix {
+			out = append(out, r)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out
+}
