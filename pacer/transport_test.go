@@ -4,8 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
+		"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -117,14 +116,6 @@ func (n *naiveTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
-// transportFleet runs three processes against a fresh destination: each
-// sends GETs to /t from 8 goroutines through the given mode's client. The
-// platform (paced mode) is the destination's host, 127.0.0.1.
-type transportFleet struct {
-	dest  *fakedest.Server
-	group *testproc.Group
-}
-
 const (
 	fleetProcs      = 3
 	fleetRate       = 20.0
@@ -132,7 +123,10 @@ const (
 	fleetGoroutines = 8
 )
 
-func startTransportFleet(t *testing.T, mode string) *transportFleet {
+// startTransportFleet runs three processes against a fresh destination:
+// each sends GETs to /t from 8 goroutines through the given mode's client.
+// The platform (paced mode) is the destination's host, 127.0.0.1.
+func startTransportFleet(t *testing.T, mode string) pacetest.Fleet {
 	t.Helper()
 	env := map[string]string{
 		"TRANSPORT_MODE":       mode,
@@ -140,85 +134,37 @@ func startTransportFleet(t *testing.T, mode string) *transportFleet {
 		"TRANSPORT_BURST":      strconv.Itoa(fleetBurst),
 		"TRANSPORT_GOROUTINES": strconv.Itoa(fleetGoroutines),
 	}
-	if mode == "paced" {
+	if mode == pacetest.Paced {
 		url, pool := setup(t)
 		addPlatform(t, pool, platformSpec{name: "127.0.0.1", rate: fleetRate, burst: fleetBurst, backoff: 1.5, recovery: 1.1})
 		env["TRANSPORT_DATABASE_URL"] = url
 	}
-	dest := startDest(t)
+	dest := pacetest.StartDest(t)
 	env["TRANSPORT_TARGET"] = dest.URL() + "/t"
 	g := testproc.Start(t, testproc.Config{Run: "TestTransportChild", N: fleetProcs, Env: env})
-	return &transportFleet{dest: dest, group: g}
-}
-
-func (f *transportFleet) stop(t *testing.T) []transportChild {
-	t.Helper()
-	out := make([]transportChild, fleetProcs)
-	f.group.Stop(t, func(i int, b []byte) error { return json.Unmarshal(b, &out[i]) })
-	for i, r := range out {
-		if r.Err != "" {
-			t.Fatalf("process %d: %s (%+v)", i, r.Err, r)
+	return pacetest.Fleet{Dest: dest, Prefix: "/t", N: fleetProcs, Stop: func(t testing.TB) {
+		t.Helper()
+		out := make([]transportChild, fleetProcs)
+		g.Stop(t, func(i int, b []byte) error { return json.Unmarshal(b, &out[i]) })
+		for i, r := range out {
+			if r.Err != "" {
+				t.Fatalf("process %d: %s (%+v)", i, r.Err, r)
+			}
 		}
-	}
-	return out
-}
-
-func startDest(t *testing.T) *fakedest.Server {
-	t.Helper()
-	dest, err := fakedest.New(fakedest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dest.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dest.Close()
-		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	return dest
+	}}
 }
 
 // Three processes sending through pacer.Transport keep the destination
 // under the platform's ceiling; per-process limiters at the same rate, in
 // the same setup, do not.
 func TestTransportThreeProcessesShareOneCeiling(t *testing.T) {
-	const requests = 160
-	f := startTransportFleet(t, "paced")
-	pacetest.Poll(t, time.Minute, fmt.Sprintf("%d requests", requests), func() bool { return f.dest.Count("/t") >= requests })
-	f.stop(t)
-	c := pacetest.MeasureCeiling(f.dest, "/t", fleetProcs, fleetRate, fleetBurst)
-	pacetest.CheckCeiling(t, c, fleetRate, fleetBurst)
-	t.Logf("pacer.Transport: %s", c)
-
-	t.Run("naive per-process limiter exceeds it", func(t *testing.T) {
-		f := startTransportFleet(t, "naive")
-		pacetest.Poll(t, time.Minute, fmt.Sprintf("%d requests", requests), func() bool { return f.dest.Count("/t") >= requests })
-		f.stop(t)
-		c := pacetest.MeasureCeiling(f.dest, "/t", fleetProcs, fleetRate, fleetBurst)
-		if c.MaxWindow <= c.Bound {
-			t.Fatalf("the negative control held the ceiling: %s", c)
-		}
-		t.Logf("naive x/time/rate per process: %s", c)
-	})
+	pacetest.RunCeiling(t, fleetRate, fleetBurst, 160, startTransportFleet)
 }
 
 // A 429 with Retry-After: 5 answered to one process holds all three for
 // 5 s, measured at the destination.
 func TestTransportRetryAfterHoldsThreeProcesses(t *testing.T) {
-	const hold, reaction = 5 * time.Second, 500 * time.Millisecond
-	f := startTransportFleet(t, "paced")
-	pacetest.Poll(t, time.Minute, "every process sending", func() bool {
-		return pacetest.AllAfter(f.dest, "/t", fleetProcs, time.Time{}) && f.dest.Count("/t") >= 40
-	})
-	first := pacetest.HoldAfter(t, f.dest, "/t", hold)
-	pacetest.Poll(t, time.Minute, "every process sending after the hold", func() bool {
-		return pacetest.AllAfter(f.dest, "/t", fleetProcs, first.Add(hold+500*time.Millisecond))
-	})
-	f.stop(t)
-	h := pacetest.MeasureHold(f.dest, "/t", fleetProcs, first, hold, reaction)
-	pacetest.CheckHold(t, h)
-	t.Logf("pacer.Transport, Retry-After: 5: %s", h)
+	pacetest.RunHold(t, 5*time.Second, 500*time.Millisecond, startTransportFleet)
 }
 
 // newTransportClient is an http.Client through a Transport on p, for the
@@ -252,7 +198,7 @@ func TestTransportDeadlineShorterThanWait(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "127.0.0.1", rate: 0.5, burst: 1}) // one every 2 s
-	dest := startDest(t)
+	dest := pacetest.StartDest(t)
 	p := newPacer(t, url, nil)
 	client := newTransportClient(p, nil)
 
@@ -315,7 +261,7 @@ func TestTransportDeadlineShorterThanWait(t *testing.T) {
 func TestTransportPlatforms(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
-	dest := startDest(t)
+	dest := pacetest.StartDest(t)
 	p := newPacer(t, url, nil)
 	local := strings.Replace(dest.URL(), "127.0.0.1", "localhost", 1)
 
@@ -359,7 +305,7 @@ func TestTransportReports(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "127.0.0.1", rate: 50, burst: 1})
-	dest := startDest(t)
+	dest := pacetest.StartDest(t)
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = -1 })
 	client := newTransportClient(p, nil)
 
@@ -375,7 +321,7 @@ func TestTransportReports(t *testing.T) {
 	}
 
 	// A refused connection is neutral.
-	closed := startDest(t)
+	closed := pacetest.StartDest(t)
 	gone := closed.URL()
 	closed.Close()
 	if _, err := get(ctx, client, gone+"/"); err == nil {
@@ -412,23 +358,29 @@ func TestTransportReports(t *testing.T) {
 	if res.Granted || res.Wait < 3500*time.Millisecond || res.Wait > 5*time.Second {
 		t.Fatalf("another pacer after Retry-After as a date: granted %v, wait %s; want a hold of 4–5 s", res.Granted, res.Wait)
 	}
-	if err := ClearHold(ctx, pool, "127.0.0.1"); err != nil {
-		t.Fatal(err)
-	}
 
-	// Announced quota headers pace the fleet: 5/s under a ceiling of 50/s.
+	// Announced quota headers pace the fleet: 5/s under a ceiling of 50/s
+	// (on a platform of its own, beyond the hold).
+	addPlatform(t, pool, platformSpec{name: "quota", rate: 50, burst: 1})
 	if err := dest.SetRule("/quota", fakedest.Rule{Rate: 5, Burst: 1, Headers: fakedest.XRateLimit}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := get(ctx, client, dest.URL()+"/quota"); err != nil {
+	quota := newTransportClient(p, func(tr *Transport) { tr.Platform = func(*http.Request) string { return "quota" } })
+	if _, err := get(ctx, quota, dest.URL()+"/quota"); err != nil {
 		t.Fatal(err)
 	}
 	states, err := States(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(states) != 1 || states[0].AnnouncedRate <= 0 || states[0].AnnouncedRate > 5.5 {
-		t.Fatalf("after an announced 5/s: %+v, want the announced rate in force", states)
+	announced := 0.0
+	for _, st := range states {
+		if st.Platform == "quota" {
+			announced = st.AnnouncedRate
+		}
+	}
+	if announced <= 0 || announced > 5.5 {
+		t.Fatalf("after an announced 5/s: announced rate %g, want 5/s in force (%+v)", announced, states)
 	}
 }
 

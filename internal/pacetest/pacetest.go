@@ -204,3 +204,85 @@ func requests(dest *fakedest.Server, prefix string) []fakedest.Request {
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out
 }
+
+// StartDest starts a fake destination with no rules, closed when the test
+// ends (with the default transport's idle connections to it).
+func StartDest(t testing.TB) *fakedest.Server {
+	t.Helper()
+	dest, err := fakedest.New(fakedest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dest.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dest.Close()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	return dest
+}
+
+// Fleet is a running group of child processes sending to Dest under
+// Prefix, each as UserAgent(i).
+type Fleet struct {
+	Dest   *fakedest.Server
+	Prefix string
+	N      int
+	// Stop stops the children and checks what they reported.
+	Stop func(t testing.TB)
+}
+
+// Modes of a fleet: the adapter under test, or per-process limiters at the
+// same rate (the negative control).
+const (
+	Paced = "paced"
+	Naive = "naive"
+)
+
+// RunCeiling checks that a paced fleet keeps the destination under
+// ceiling + burst in every 1-s window while delivering the ceiling, and
+// that a naive one, started the same way, does not. It returns both
+// measurements.
+func RunCeiling(t *testing.T, ratePerSec float64, burst, requests int, start func(t *testing.T, mode string) Fleet) (paced, naive Ceiling) {
+	t.Helper()
+	run := func(t *testing.T, mode string) Ceiling {
+		t.Helper()
+		f := start(t, mode)
+		Poll(t, time.Minute, fmt.Sprintf("%d requests", requests), func() bool { return f.Dest.Count(f.Prefix) >= requests })
+		f.Stop(t)
+		return MeasureCeiling(f.Dest, f.Prefix, f.N, ratePerSec, burst)
+	}
+	paced = run(t, Paced)
+	CheckCeiling(t, paced, ratePerSec, burst)
+	t.Logf("paced: %s", paced)
+	t.Run("naive per-process limiter exceeds it", func(t *testing.T) {
+		naive = run(t, Naive)
+		if naive.MaxWindow <= naive.Bound {
+			t.Fatalf("the negative control held the ceiling: %s", naive)
+		}
+		t.Logf("naive x/time/rate per process: %s", naive)
+	})
+	return paced, naive
+}
+
+// RunHold lets a paced fleet send, answers one request 429 with
+// `Retry-After: hold`, and checks at the destination that no process sent
+// from reaction after that answer until hold after it, and that every
+// process sent before and after.
+func RunHold(t *testing.T, hold, reaction time.Duration, start func(t *testing.T, mode string) Fleet) Hold {
+	t.Helper()
+	f := start(t, Paced)
+	Poll(t, time.Minute, "every process sending", func() bool {
+		return AllAfter(f.Dest, f.Prefix, f.N, time.Time{}) && f.Dest.Count(f.Prefix) >= 40
+	})
+	first := HoldAfter(t, f.Dest, f.Prefix, hold)
+	Poll(t, time.Minute, "every process sending after the hold", func() bool {
+		return AllAfter(f.Dest, f.Prefix, f.N, first.Add(hold+500*time.Millisecond))
+	})
+	f.Stop(t)
+	h := MeasureHold(f.Dest, f.Prefix, f.N, first, hold, reaction)
+	CheckHold(t, h)
+	t.Logf("Retry-After: %s: %s", hold, h)
+	return h
+}

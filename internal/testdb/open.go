@@ -37,8 +37,8 @@ type noTB struct {
 	cleanups []func()
 }
 
-func (n *noTB) Helper()            {}
-func (n *noTB) Cleanup(f func())   { n.cleanups = append(n.cleanups, f) }
+func (n *noTB) Helper()          {}
+func (n *noTB) Cleanup(f func()) { n.cleanups = append(n.cleanups, f) }
 func (n *noTB) Fatalf(format string, args ...any) {
 	n.err = fmt.Errorf(format, args...)
 	runtime.Goexit()

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"golang.org/x/time/rate"
 
-	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pacetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/internal/testproc"
@@ -67,9 +67,9 @@ func (w *callWorker) Work(ctx context.Context, job *river.Job[callArgs]) error {
 
 // riverChild is what a TestRiverChild process reports.
 type riverChild struct {
-	Worked int          `json:"worked"` // jobs whose Work ran
+	Worked int         `json:"worked"` // jobs whose Work ran
 	Stats  pacer.Stats `json:"stats"`
-	Err    string       `json:"err,omitempty"`
+	Err    string      `json:"err,omitempty"`
 }
 
 // TestRiverChild is not a test: it is the body of the processes the fleet
@@ -154,13 +154,6 @@ func runRiverChild() (res riverChild) {
 	return res
 }
 
-// riverFleet is three River client processes working callArgs jobs against
-// a fresh destination, /call.
-type riverFleet struct {
-	dest  *fakedest.Server
-	group *testproc.Group
-}
-
 const (
 	fleetProcs   = 3
 	fleetRate    = 20.0
@@ -168,20 +161,29 @@ const (
 	fleetWorkers = 10
 )
 
-// startRiverFleet creates platform "dest" (paced mode), inserts jobs
-// callArgs jobs and starts the processes.
-func startRiverFleet(t *testing.T, mode string, jobs int) *riverFleet {
+// startRiverFleet runs three River client processes working callArgs jobs
+// (1000 of them) against a fresh destination, /call; in paced mode, on
+// platform "dest".
+func startRiverFleet(t *testing.T, mode string) pacetest.Fleet {
 	t.Helper()
 	ctx := context.Background()
 	url := testdb.URL(t)
 	pool := newPool(t, url)
-	if mode == "paced" {
+	if mode == pacetest.Paced {
 		if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "dest", RatePerSec: fleetRate, Burst: fleetBurst}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	insertJobs(t, pool, jobs, nil)
-	dest := startDest(t)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := make([]river.InsertManyParams, 1000)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: callArgs{N: i}}
+	}
+	insert(t, client, params)
+	dest := pacetest.StartDest(t)
 	g := testproc.Start(t, testproc.Config{Run: "TestRiverChild", N: fleetProcs, Env: map[string]string{
 		"RIVER_MODE":         mode,
 		"RIVER_DATABASE_URL": url,
@@ -190,19 +192,16 @@ func startRiverFleet(t *testing.T, mode string, jobs int) *riverFleet {
 		"RIVER_BURST":        strconv.Itoa(fleetBurst),
 		"RIVER_WORKERS":      strconv.Itoa(fleetWorkers),
 	}})
-	return &riverFleet{dest: dest, group: g}
-}
-
-func (f *riverFleet) stop(t *testing.T) []riverChild {
-	t.Helper()
-	out := make([]riverChild, fleetProcs)
-	f.group.Stop(t, func(i int, b []byte) error { return json.Unmarshal(b, &out[i]) })
-	for i, r := range out {
-		if r.Err != "" {
-			t.Fatalf("process %d: %s", i, r.Err)
+	return pacetest.Fleet{Dest: dest, Prefix: "/call", N: fleetProcs, Stop: func(t testing.TB) {
+		t.Helper()
+		out := make([]riverChild, fleetProcs)
+		g.Stop(t, func(i int, b []byte) error { return json.Unmarshal(b, &out[i]) })
+		for i, r := range out {
+			if r.Err != "" {
+				t.Fatalf("process %d: %s", i, r.Err)
+			}
 		}
-	}
-	return out
+	}}
 }
 
 func newPool(t *testing.T, url string) *pgxpool.Pool {
@@ -215,17 +214,9 @@ func newPool(t *testing.T, url string) *pgxpool.Pool {
 	return pool
 }
 
-// insertJobs inserts n callArgs jobs with an insert-only client.
-func insertJobs(t *testing.T, pool *pgxpool.Pool, n int, opts *river.InsertOpts) []int64 {
+// insert inserts jobs and returns their ids.
+func insert(t *testing.T, client *river.Client[pgx.Tx], params []river.InsertManyParams) []int64 {
 	t.Helper()
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	params := make([]river.InsertManyParams, n)
-	for i := range params {
-		params[i] = river.InsertManyParams{Args: callArgs{N: i}, InsertOpts: opts}
-	}
 	res, err := client.InsertMany(context.Background(), params)
 	if err != nil {
 		t.Fatal(err)
@@ -237,60 +228,15 @@ func insertJobs(t *testing.T, pool *pgxpool.Pool, n int, opts *river.InsertOpts)
 	return ids
 }
 
-func startDest(t *testing.T) *fakedest.Server {
-	t.Helper()
-	dest, err := fakedest.New(fakedest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dest.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dest.Close()
-		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	return dest
-}
-
 // Three River client processes with the middleware on a job kind keep the
 // destination under the platform's ceiling; per-process limiters at the
 // same rate, in the same setup, do not.
 func TestThreeRiverClientsShareOneCeiling(t *testing.T) {
-	const jobs = 160
-	f := startRiverFleet(t, "paced", 400)
-	pacetest.Poll(t, time.Minute, fmt.Sprintf("%d requests", jobs), func() bool { return f.dest.Count("/call") >= jobs })
-	f.stop(t)
-	c := pacetest.MeasureCeiling(f.dest, "/call", fleetProcs, fleetRate, fleetBurst)
-	pacetest.CheckCeiling(t, c, fleetRate, fleetBurst)
-	t.Logf("riverpace: %s", c)
-
-	t.Run("naive per-process limiter exceeds it", func(t *testing.T) {
-		f := startRiverFleet(t, "naive", 400)
-		pacetest.Poll(t, time.Minute, fmt.Sprintf("%d requests", jobs), func() bool { return f.dest.Count("/call") >= jobs })
-		f.stop(t)
-		c := pacetest.MeasureCeiling(f.dest, "/call", fleetProcs, fleetRate, fleetBurst)
-		if c.MaxWindow <= c.Bound {
-			t.Fatalf("the negative control held the ceiling: %s", c)
-		}
-		t.Logf("naive x/time/rate per process: %s", c)
-	})
+	pacetest.RunCeiling(t, fleetRate, fleetBurst, 160, startRiverFleet)
 }
 
 // A 429 with Retry-After: 5 answered to one River process's job holds the
 // jobs of all three for 5 s, measured at the destination.
 func TestRetryAfterHoldsThreeRiverClients(t *testing.T) {
-	const hold, reaction = 5 * time.Second, 500 * time.Millisecond
-	f := startRiverFleet(t, "paced", 1000)
-	pacetest.Poll(t, time.Minute, "every process sending", func() bool {
-		return pacetest.AllAfter(f.dest, "/call", fleetProcs, time.Time{}) && f.dest.Count("/call") >= 40
-	})
-	first := pacetest.HoldAfter(t, f.dest, "/call", hold)
-	pacetest.Poll(t, time.Minute, "every process sending after the hold", func() bool {
-		return pacetest.AllAfter(f.dest, "/call", fleetProcs, first.Add(hold+500*time.Millisecond))
-	})
-	f.stop(t)
-	h := pacetest.MeasureHold(f.dest, "/call", fleetProcs, first, hold, reaction)
-	pacetest.CheckHold(t, h)
-	t.Logf("riverpace, Retry-After: 5: %s", h)
+	pacetest.RunHold(t, 5*time.Second, 500*time.Millisecond, startRiverFleet)
 }

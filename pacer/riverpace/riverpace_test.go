@@ -154,15 +154,7 @@ func insertTasks(t *testing.T, client *river.Client[pgx.Tx], opts *river.InsertO
 	for i, p := range platforms {
 		params[i] = river.InsertManyParams{Args: taskArgs{Platform: p}, InsertOpts: opts}
 	}
-	res, err := client.InsertMany(context.Background(), params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]int64, len(res))
-	for i, r := range res {
-		ids[i] = r.Job.ID
-	}
-	return ids
+	return insert(t, client, params)
 }
 
 // waitState polls the jobs until every one is in state.
