@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-		"io"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
