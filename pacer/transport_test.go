@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -412,5 +413,56 @@ func TestAcquireGivenBackBeyondBound(t *testing.T) {
 	}
 	if p.Stats().GivenBack == 0 {
 		t.Fatalf("the slot was not given back: %+v", p.Stats())
+	}
+}
+
+// While the database is unreachable, requests through a Transport still go,
+// paced locally at rate / (fleet size + 1); a platform never seen gets no
+// slot before a short deadline (without a known rate the only safe answer
+// is "not now").
+func TestTransportWhileTheDatabaseIsDown(t *testing.T) {
+	dbURL, pool := setup(t)
+	ctx := context.Background()
+	addPlatform(t, pool, platformSpec{name: "127.0.0.1", rate: 20, burst: 1})
+	addPlatform(t, pool, platformSpec{name: "unseen", rate: 20, burst: 1})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.addr()
+	p := newPacer(t, u.String(), func(c *Config) { c.PollOnly = true })
+	dest := pacetest.StartDest(t)
+	client := newTransportClient(p, nil)
+	if _, err := get(ctx, client, dest.URL()+"/shared"); err != nil {
+		t.Fatal(err)
+	}
+
+	px.setCut(true)
+	for range 5 {
+		if _, err := get(ctx, client, dest.URL()+"/local"); err != nil {
+			t.Fatalf("a request failed while the database was down: %v", err)
+		}
+	}
+	if st := p.Stats(); st.Degraded < 5 {
+		t.Fatalf("%d degraded reservations, want 5 (%+v)", st.Degraded, st)
+	}
+	// Fleet size 1: 20/s / 2 = one every 100 ms.
+	arrivals := dest.Arrivals("/local")
+	for i := 1; i < len(arrivals); i++ {
+		if gap := arrivals[i].Sub(arrivals[i-1]); gap < 80*time.Millisecond {
+			t.Fatalf("degraded requests %d and %d %s apart, want about 100 ms", i-1, i, gap)
+		}
+	}
+
+	unseen := newTransportClient(p, func(tr *Transport) { tr.Platform = func(*http.Request) string { return "unseen" } })
+	dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	var we *WaitError
+	if _, err := get(dctx, unseen, dest.URL()+"/unseen"); !errors.As(err, &we) || !we.Degraded {
+		t.Fatalf("got %v, want a *WaitError decided locally", err)
+	}
+	if n := dest.Count(""); n != 6 {
+		t.Fatalf("destination saw %d requests, want 6", n)
 	}
 }
