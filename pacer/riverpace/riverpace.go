@@ -35,6 +35,10 @@
 //     nothing about rate) and goes back to River as it is. Quota headers a
 //     job passes to Announce or RateLimitedBy pace the fleet by what the
 //     destination announced.
+//   - A job interrupted while it waits for its slot returns the context's
+//     error (wrapped), so River's own rules apply: a client stopping puts it
+//     back without using up an attempt; a job cancelled remotely is
+//     cancelled.
 //   - A job whose platform does not exist fails (an error wrapping
 //     pacer.ErrUnknownPlatform; River retries it on its schedule) without
 //     running: a job is never run unpaced by accident. Config.CreatePlatform

@@ -228,6 +228,44 @@ func TestSnoozedJobsKeepTheirAttempt(t *testing.T) {
 	t.Logf("3 jobs, %d snoozes, every job completed on attempt 1", total)
 }
 
+// A job interrupted while it waits for its slot (the client stops) never
+// ran: River puts it back without using up an attempt, because the
+// middleware's error still says context.Canceled.
+func TestInterruptedWhileWaitingUsesNoAttempt(t *testing.T) {
+	e := newEnv(t)
+	e.platform(t, "rare", 0.1) // one job every 10 s
+	w := &taskWorker{}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	client := e.start(t, []rivertype.Middleware{e.middleware(t, func(c *riverpace.Config) { c.MaxWait = time.Minute })}, ws)
+	ids := insertTasks(t, client, nil, "rare", "rare")
+	pacetest.Poll(t, time.Minute, "both jobs holding slots", func() bool { return e.pacer.Stats().Granted >= 2 })
+	pacetest.Poll(t, time.Minute, "the first job's run", func() bool { return w.runs.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.StopAndCancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiting := 0
+	for _, id := range ids {
+		row, err := client.JobGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.State == rivertype.JobStateCompleted {
+			continue
+		}
+		waiting++
+		if row.State != rivertype.JobStateAvailable || row.Attempt != 0 || len(row.Errors) != 0 {
+			t.Fatalf("job interrupted while waiting: state %s, attempt %d, errors %v; want available, attempt 0, no error",
+				row.State, row.Attempt, row.Errors)
+		}
+	}
+	if waiting != 1 || w.runs.Load() != 1 {
+		t.Fatalf("%d jobs left waiting, %d runs; want 1 and 1", waiting, w.runs.Load())
+	}
+}
+
 // A job returning RateLimited is reported as pressure (the multiplier
 // rises, Retry-After holds the platform fleet-wide) and is snoozed,
 // using up no attempt; a job returning another error is neutral and goes
