@@ -125,13 +125,14 @@ type event struct {
 	seq      int64
 	at       float64 // database time of the slow-down
 	interval float64 // effective spacing after it, seconds
-	hold     float64 // the later of the hold and the pause after it (+Inf: paused until resumed)
+	shift    float64 // seconds every stretched slot moves later (+Inf: paused; give every slot back)
+	hold     float64 // the later of the hold and the pause after it (database time)
 }
 
-// applyEvent brings this process in line with a slow-down it learnt of (its
-// own report, a notification, or a reservation that found a newer
-// sequence): slots kept from blocks are given back, and every waiter of the
-// platform is re-spaced. Events are applied once each, in any order (an
+// applyEvent brings this process in line with a change of spacing it learnt
+// of (its own report, a notification, or a reservation that found a newer
+// sequence): on a slow-down slots kept from blocks are given back, and every
+// waiter of the platform is re-spaced. Events are applied once each, in any order (an
 // older one than the last applied is ignored).
 func (p *Pacer) applyEvent(platform string, ev event) {
 	now := p.clock.Now()
@@ -143,6 +144,11 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	}
 	p.events.Add(1)
 	st.last = ev
+	if ev.shift > 0 || ev.interval > st.interval {
+		// Slots kept from blocks were spaced for less; on a speed-up they
+		// are merely cautious and stay.
+		p.dropBlock(st)
+	}
 	if ev.interval > 0 {
 		st.interval = ev.interval
 	}
@@ -151,7 +157,6 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	if ev.hold > ev.at {
 		st.hold = maxTime(st.hold, now.Add(secondsToDuration(ev.hold-ev.at)))
 	}
-	p.dropBlock(st)
 	for w := range st.waiters {
 		if w.shared {
 			p.respace(w, ev, now)
@@ -159,11 +164,13 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	}
 }
 
-// respace moves one waiter's slot after a slow-down, as reportSQL moved the
-// shared cursor: a slot later than the event keeps its distance from the
-// event stretched by the ratio of the new spacing to the one it was granted
-// at, counted from the later of the event and the hold. A slot due at or
-// before the event goes as it is. Call with p.mu held.
+// respace moves one waiter's slot after a change of spacing, as reportSQL
+// moved the shared cursor: a slot later than the event has its distance
+// from the event scaled by the ratio of the new spacing to the one it was
+// granted at (later on a slow-down, earlier on a speed-up), then moves later
+// by the event's shift (what puts the fleet's earliest granted slot at the
+// hold). A slot due at or before the event goes as it is. Call with p.mu
+// held.
 func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
@@ -173,16 +180,21 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 		return
 	}
 	ratio := 1.0
-	if w.interval > 0 && ev.interval > w.interval {
+	if w.interval > 0 && ev.interval > 0 {
 		ratio = ev.interval / w.interval
 	}
-	slot := math.Max(ev.at, ev.hold) + (w.slot-ev.at)*ratio
-	if !(slot > w.slot) {
+	slot := ev.at + (w.slot-ev.at)*ratio + ev.shift
+	if slot == w.slot || math.IsNaN(slot) {
 		return
 	}
+	if slot > w.slot {
+		w.reservedAt = ev.at // a 429 for it now speaks of the new spacing
+	}
 	w.due = w.due.Add(secondsToDuration(slot - w.slot))
-	w.slot, w.reservedAt = slot, ev.at
-	w.interval = math.Max(w.interval, ev.interval)
+	w.slot = slot
+	if ev.interval > 0 {
+		w.interval = ev.interval
+	}
 	p.respaced.Add(1)
 	if w.due.Sub(now) > w.maxWait {
 		w.givenBack = true
