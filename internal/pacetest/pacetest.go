@@ -69,8 +69,9 @@ func MeasureCeiling(dest *fakedest.Server, prefix string, n int, ratePerSec floa
 }
 
 // CheckCeiling fails the test unless every child sent, no 1-s window held
-// more than ceiling + burst, and the fleet still delivered at least 90 % of
-// the ceiling (a fleet that is merely slow proves nothing).
+// more than ceiling + burst, and the fleet still delivered at least 80 % of
+// the ceiling (a fleet that is merely slow proves nothing; the margin is
+// for a loaded machine).
 func CheckCeiling(t testing.TB, c Ceiling, ratePerSec float64, burst int) {
 	t.Helper()
 	for i, k := range c.PerChild {
@@ -81,9 +82,9 @@ func CheckCeiling(t testing.TB, c Ceiling, ratePerSec float64, burst int) {
 	if c.MaxWindow > c.Bound {
 		t.Fatalf("fleet-wide ceiling broken: %s", c)
 	}
-	minSpan := time.Duration(float64(c.Requests-burst) / (0.9 * ratePerSec) * float64(time.Second))
-	if c.Span > minSpan {
-		t.Fatalf("the fleet delivered under 90 %% of the ceiling: %s", c)
+	maxSpan := time.Duration(float64(c.Requests-burst) / (0.8 * ratePerSec) * float64(time.Second))
+	if c.Span > maxSpan {
+		t.Fatalf("the fleet delivered under 80 %% of the ceiling: %s", c)
 	}
 }
 
