@@ -79,25 +79,25 @@ func (p *Pacer) listenOnce(ctx context.Context) error {
 	}
 }
 
-// parseEvent reads a notification's payload: "platform|seq|at|interval|hold"
-// (a platform name cannot contain '|'; floats as PostgreSQL prints them,
-// "Infinity" included).
+// parseEvent reads a notification's payload:
+// "platform|seq|at|interval|shift|hold" (a platform name cannot contain '|';
+// floats as PostgreSQL prints them, "Infinity" included).
 func parseEvent(payload string) (string, event, bool) {
 	f := strings.Split(payload, "|")
-	if len(f) != 5 || f[0] == "" {
+	if len(f) != 6 || f[0] == "" {
 		return "", event{}, false
 	}
 	seq, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
 		return "", event{}, false
 	}
-	var v [3]float64
+	var v [4]float64
 	for i, s := range f[2:] {
 		x, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(x) {
+		if err != nil || math.IsNaN(x) || x < 0 {
 			return "", event{}, false
 		}
 		v[i] = x
 	}
-	return f[0], event{seq: seq, at: v[0], interval: v[1], hold: v[2]}, true
+	return f[0], event{seq: seq, at: v[0], interval: v[1], shift: v[2], hold: v[3]}, true
 }

@@ -119,6 +119,9 @@ type localState struct {
 	tat      time.Time   // local GCRA cursor (burst 1) for degraded pacing
 	block    []blockSlot // slots reserved in a block, not handed out yet, in time order
 	waiters  map[*waiter]struct{}
+
+	maxReset   time.Duration // the longest quota Reset announced lately (announce)
+	maxResetAt time.Time
 }
 
 // New creates a Pacer with its own small pool. It does not connect: the

@@ -268,6 +268,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 			a.benchPacerCmd(),
 			a.benchPacerChildCmd(),
 			a.benchWorkerCmd(),
+			a.benchAdaptCmd(),
 			a.benchDashboardCmd(),
 		),
 	)
