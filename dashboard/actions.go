@@ -45,12 +45,7 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b := h.base(w, r)
 		b.Title = "Action refused"
-		if h.session == nil {
-			h.fail(w, r, b, http.StatusForbidden, "actions are off: start the server with --admin-token (or FLEETPACE_ADMIN_TOKEN) to turn them on")
-			return
-		}
-		if crossSite(r) {
-			h.fail(w, r, b, http.StatusForbidden, "cross-site request refused")
+		if h.refused(w, r, b) {
 			return
 		}
 		s, ok := h.session.read(r)
@@ -90,6 +85,20 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 		h.cfg.Logger.Info("dashboard: action", "path", r.URL.Path, "done", done, "remote", r.RemoteAddr)
 		http.Redirect(w, r, withNotice(localPath(r.PostFormValue("back")), done), http.StatusSeeOther)
 	}
+}
+
+// refused answers 403 to a POST when actions are off or the request is
+// cross-site, and reports whether it did.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, b *Base) bool {
+	switch {
+	case h.session == nil:
+		h.fail(w, r, b, http.StatusForbidden, "actions are off: start the server with --admin-token (or FLEETPACE_ADMIN_TOKEN) to turn them on")
+	case crossSite(r):
+		h.fail(w, r, b, http.StatusForbidden, "cross-site request refused")
+	default:
+		return false
+	}
+	return true
 }
 
 // withNotice adds ?done=key to a local path.

@@ -130,12 +130,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	b := h.base(w, r)
 	b.Title = "Sign in"
-	if h.session == nil {
-		h.fail(w, r, b, http.StatusForbidden, "actions are off: start the server with --admin-token (or FLEETPACE_ADMIN_TOKEN) to turn them on")
-		return
-	}
-	if crossSite(r) {
-		h.fail(w, r, b, http.StatusForbidden, "cross-site request refused")
+	if h.refused(w, r, b) {
 		return
 	}
 	back := localPath(r.PostFormValue("back"))
