@@ -701,3 +701,68 @@ func TestAssetsAndHeaders(t *testing.T) {
 		t.Errorf("/nowhere: %d", status)
 	}
 }
+
+// The history parts: requests/s over the last 15 minutes on the overview
+// (aggregated in SQL, against the ceiling), by outcome over the last hour
+// on the platform page, a source's checks with their reasons, newest
+// first.
+func TestHistory(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	fleetData(t, pool)
+	var src int64
+	if err := pool.QueryRow(context.Background(), `SELECT id FROM fleetpace_source WHERE url = 'https://a.example/6'`).Scan(&src); err != nil {
+		t.Fatal(err)
+	}
+	// alpha: 240 checks in the last 15 minutes (900 s), 60 of them in the
+	// last 30 s; 3 more an hour ago (outside both windows). Source src: three
+	// checks with different outcomes.
+	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker)
+		SELECT 1, 'alpha', now() - make_interval(secs => 31 + (g % 860)), 'ok', 200, 12, 100, NULL, 'w-1' FROM generate_series(1, 180) g
+		UNION ALL SELECT 1, 'alpha', now() - make_interval(secs => g % 29 + 0.5), 'not_modified', 304, 5, 0, NULL, 'w-1' FROM generate_series(1, 60) g
+		UNION ALL SELECT 1, 'alpha', now() - interval '70 minutes', 'ok', 200, 1, 1, NULL, 'w-1' FROM generate_series(1, 3) g`)
+	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker) VALUES
+		($1, 'alpha', now() - interval '3 minutes', 'ok', 200, 40, 2048, NULL, 'w-1'),
+		($1, 'alpha', now() - interval '2 minutes', 'rate_pressure', 429, 3, 0, 'HTTP 429 Too Many Requests <script>x</script>', 'w-2'),
+		($1, 'alpha', now() - interval '1 minute', 'failed', 404, 7, 0, 'HTTP 404 Not Found', 'w-1')`, src)
+	s := newSite(t, pool, dashboard.Config{})
+
+	_, page := s.get("/")
+	m := regexp.MustCompile(`(?s)<tr data-platform="alpha".*?aria-label="([^"]*)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no requests/s chart in alpha's row:\n%s", page)
+	}
+	// The last 30-s bucket holds the 60 not-modified checks: 2/s, the peak
+	// (the 180 ok checks are one a second, 1/s).
+	if want := "requests/s over the last 15m in 30s buckets: peak 2/s, now 2/s, ceiling 8/s"; html.UnescapeString(m[1]) != want {
+		t.Errorf("alpha's chart says %q, want %q", html.UnescapeString(m[1]), want)
+	}
+	if beta := regexp.MustCompile(`(?s)<tr data-platform="beta".*?aria-label="([^"]*)"`).FindStringSubmatch(page); beta == nil || !strings.Contains(beta[1], "peak 0/s") {
+		t.Errorf("beta's chart: %q, want no requests", beta)
+	}
+
+	_, page = s.get("/platforms/alpha")
+	for _, w := range []string{`class="area ok"`, `class="area not_modified"`, `class="area rate_limited"`, `class="area failed"`, `class="ceiling"`, "ceiling 8/s"} {
+		if !strings.Contains(page, w) {
+			t.Errorf("the platform chart lacks %s", w)
+		}
+	}
+	if !strings.Contains(page, "requests/s over the last 1h in 1m buckets") {
+		t.Errorf("no one-hour chart on the platform page")
+	}
+
+	_, page = s.get(fmt.Sprintf("/sources/%d", src))
+	hist := regexp.MustCompile(`(?s)<table class="history">.*?</table>`).FindString(page)
+	var outcomes []string
+	for _, r := range regexp.MustCompile(`<span class="outcome (\w+)">`).FindAllStringSubmatch(hist, -1) {
+		outcomes = append(outcomes, r[1])
+	}
+	if strings.Join(outcomes, ",") != "failed,rate_pressure,ok" {
+		t.Errorf("history outcomes %v, want failed, rate_pressure, ok (newest first)", outcomes)
+	}
+	for _, w := range []string{"HTTP 404 Not Found", "HTTP 429 Too Many Requests &lt;script&gt;x&lt;/script&gt;", "2048", "w-2"} {
+		if !strings.Contains(hist, w) {
+			t.Errorf("history lacks %q:\n%s", w, hist)
+		}
+	}
+}

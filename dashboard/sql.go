@@ -103,3 +103,40 @@ const sourceByURLSQL = `SELECT id FROM fleetpace_source WHERE platform = $1 AND 
 // lockPlatformSQL locks a platform's row for a read-modify-write of its
 // settings.
 const lockPlatformSQL = `SELECT 1 FROM fleetpace_platform WHERE name = $1 FOR UPDATE`
+
+// The history's statements (history.go). Each walks an index range of the
+// history table per platform or source shown.
+
+// hasHistorySQL: does the database have the history table?
+const hasHistorySQL = `SELECT to_regclass('fleetpace_check') IS NOT NULL`
+
+// activityOfSQL counts the checks of each platform in $1 per time bucket
+// ($3 seconds wide, numbered from 0 at now() − $2 seconds): one range of
+// fleetpace_check_platform_idx per platform.
+const activityOfSQL = `
+SELECT p.name, a.bucket, a.checks
+FROM unnest($1::text[]) AS p(name)
+CROSS JOIN (SELECT now() - make_interval(secs => $2) AS since) n
+CROSS JOIN LATERAL (
+    SELECT floor(EXTRACT(EPOCH FROM c.checked_at - n.since) / $3)::int AS bucket, count(*) AS checks
+    FROM fleetpace_check c
+    WHERE c.platform = p.name AND c.checked_at >= n.since
+    GROUP BY 1
+) a`
+
+// activityByOutcomeSQL counts platform $1's checks per time bucket (as
+// activityOfSQL numbers them) and outcome.
+const activityByOutcomeSQL = `
+SELECT floor(EXTRACT(EPOCH FROM c.checked_at - n.since) / $3)::int, c.outcome, count(*)
+FROM (SELECT now() - make_interval(secs => $2) AS since) n
+JOIN fleetpace_check c ON c.platform = $1 AND c.checked_at >= n.since
+GROUP BY 1, 2`
+
+// sourceHistorySQL is source $1's last $2 checks, newest first (a backward
+// walk of fleetpace_check_source_idx).
+const sourceHistorySQL = `
+SELECT checked_at, outcome, status, duration_ms, bytes, reason, worker
+FROM fleetpace_check
+WHERE source_id = $1
+ORDER BY checked_at DESC
+LIMIT $2`
