@@ -83,6 +83,10 @@ type DashboardResult struct {
 	Sources   int          `json:"sources"`
 	Platforms int          `json:"platforms"`
 	Failing   int64        `json:"failing_sources"`
+	// HistoryRows is the fetch history of the last hour: as many checks as
+	// the sources' intervals make (every source once per its interval, on
+	// average 1 h 10 min), spread over the platforms like the sources.
+	HistoryRows int64 `json:"history_rows_last_hour"`
 	Runs      int          `json:"runs"`
 	Pages     []PageTiming `json:"pages"`
 }
@@ -118,6 +122,22 @@ func Dashboard(ctx context.Context, cfg DashboardConfig) (*DashboardResult, erro
 	}
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE fleetpace_source`); err != nil {
 		return nil, fmt.Errorf("bench: analyze: %w", err)
+	}
+	var history bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('fleetpace_check') IS NOT NULL`).Scan(&history); err != nil {
+		return nil, fmt.Errorf("bench: history: %w", err)
+	}
+	if history {
+		steps := []string{`TRUNCATE fleetpace_check`, benchHistorySQL, `VACUUM ANALYZE fleetpace_check`}
+		for i, step := range steps {
+			tag, err := pool.Exec(ctx, step, [][]any{nil, {cfg.Sources, cfg.Platforms, platformDigits(cfg.Platforms)}, nil}[i]...)
+			if err != nil {
+				return nil, fmt.Errorf("bench: history: %w", err)
+			}
+			if step == benchHistorySQL {
+				res.HistoryRows = tag.RowsAffected()
+			}
+		}
 	}
 	fmt.Fprintf(cfg.Progress, "bench dashboard: data ready in %s\n", time.Since(start).Round(time.Millisecond))
 
@@ -196,6 +216,22 @@ WITH u AS (
     RETURNING 1)
 SELECT count(*) FROM u`
 
+// benchHistorySQL fills the fetch history of the last hour ($1 sources
+// over $2 platforms named with $3 digits): $1 × 3600 / 4200 checks (the
+// data set's intervals, 30 min, 1 h and 2 h, average 70 min), 80 % ok,
+// 15 % not modified, 3 % answered 429, 2 % failed, spread over the hour and
+// the platforms like the sources.
+const benchHistorySQL = `
+INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker)
+SELECT 1 + g % $1, format('bench-%s', lpad((g % $2)::text, $3, '0')), now() - random() * interval '1 hour',
+       o.outcome, o.status, 20, CASE WHEN o.outcome = 'ok' THEN 4096 ELSE 0 END, o.reason, 'bench-worker'
+FROM generate_series(1, $1::bigint * 3600 / 4200) AS g,
+     LATERAL (SELECT CASE WHEN g % 50 = 1 THEN 'failed' WHEN g % 33 = 2 THEN 'rate_pressure'
+                          WHEN g % 7 = 3 THEN 'not_modified' ELSE 'ok' END AS outcome) k,
+     LATERAL (SELECT k.outcome,
+                     CASE k.outcome WHEN 'failed' THEN 500 WHEN 'rate_pressure' THEN 429 WHEN 'not_modified' THEN 304 ELSE 200 END AS status,
+                     CASE k.outcome WHEN 'failed' THEN 'HTTP 500 Internal Server Error' WHEN 'rate_pressure' THEN 'HTTP 429 Too Many Requests' END AS reason) o`
+
 const benchWorkerSQL = `
 INSERT INTO fleetpace_worker (id, hostname, pid, version) VALUES ('bench-worker', 'bench', 1, 'bench')
 ON CONFLICT (id) DO UPDATE SET seen_at = now()`
@@ -203,7 +239,8 @@ ON CONFLICT (id) DO UPDATE SET seen_at = now()`
 // WriteText prints the result as a table with the target.
 func (r *DashboardResult) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "bench dashboard: %d sources, %d platforms, %d failing; %d runs per page\n\n", r.Sources, r.Platforms, r.Failing, r.Runs)
+	fmt.Fprintf(tw, "bench dashboard: %d sources, %d platforms, %d failing, %d checks in the history's last hour; %d runs per page\n\n",
+		r.Sources, r.Platforms, r.Failing, r.HistoryRows, r.Runs)
 	fmt.Fprintln(tw, "PAGE\tSQL P50 ms\tSQL P95 ms\tSERVER P50 ms\tSERVER P95 ms\tKB\tTARGET")
 	for _, p := range r.Pages {
 		target := ""
