@@ -63,13 +63,13 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 		var bad *badRequest
 		switch {
 		case err == nil:
-		case errors.As(err, &bad), errors.Is(err, sources.ErrInvalid):
-			b.Title = "Bad input"
-			h.fail(w, r, b, http.StatusBadRequest, err.Error())
-			return
 		case errors.Is(err, errNotFound), errors.Is(err, sources.ErrNotFound), errors.Is(err, pacer.ErrUnknownPlatform):
 			b.Title = "Not found"
 			h.fail(w, r, b, http.StatusNotFound, err.Error())
+			return
+		case errors.As(err, &bad), errors.Is(err, sources.ErrInvalid):
+			b.Title = "Bad input"
+			h.fail(w, r, b, http.StatusBadRequest, err.Error())
 			return
 		case dbconn.IsUnavailable(err):
 			b.Title = "Database unreachable"

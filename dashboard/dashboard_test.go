@@ -766,3 +766,73 @@ func TestHistory(t *testing.T) {
 		}
 	}
 }
+
+// Clearing a cooldown ends it and the pacer's hold at once: the platform
+// shows running.
+func TestClearCooldown(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	fleetData(t, pool)
+	s := newSite(t, pool, dashboard.Config{AdminToken: token})
+	csrf := s.signIn()
+	if _, page := s.get("/"); !strings.Contains(page, `action="/platforms/gamma/clear-cooldown"`) {
+		t.Fatalf("no clear-cooldown button for gamma")
+	}
+	res, body := s.post("/platforms/gamma/clear-cooldown", url.Values{"csrf": {csrf}, "back": {"/"}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("clear cooldown: %d\n%s", res.StatusCode, text(body))
+	}
+	if p := paceOf(t, pool, "gamma"); p.Hold != 0 {
+		t.Errorf("gamma still held for %s", p.Hold)
+	}
+	cooldowns, err := sources.ActiveCooldowns(context.Background(), pool)
+	if err != nil || len(cooldowns) != 0 {
+		t.Errorf("active cooldowns after clearing: %v, %v", cooldowns, err)
+	}
+	if _, page := s.get("/"); row(t, page, "gamma")[4] != "running" {
+		t.Errorf("gamma after clearing: %q", row(t, page, "gamma")[4])
+	}
+	if res, _ := s.post("/platforms/nope/clear-cooldown", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("clear cooldown of an unknown platform: %d, want 404", res.StatusCode)
+	}
+}
+
+// Disable and enable a source from its page.
+func TestEnableDisableSource(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	setPlatform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 1})
+	id := addSource(t, pool, "alpha", "https://a.example/x")
+	s := newSite(t, pool, dashboard.Config{AdminToken: token})
+	csrf := s.signIn()
+	path := fmt.Sprintf("/sources/%d", id)
+	enabled := func() bool {
+		src, err := sources.GetSource(context.Background(), pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return src.Enabled
+	}
+	if _, page := s.get(path); !strings.Contains(page, `action="`+path+`/disable"`) {
+		t.Fatalf("no disable button on the source page")
+	}
+	if res, body := s.post(path+"/disable", url.Values{"csrf": {csrf}, "back": {path}}); res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("disable: %d\n%s", res.StatusCode, text(body))
+	}
+	if enabled() {
+		t.Fatalf("the source is still enabled")
+	}
+	_, page := s.get(path + "?done=disabled")
+	if !strings.Contains(text(page), "enabled no : not scanned") || !strings.Contains(page, `action="`+path+`/enable"`) || !strings.Contains(text(page), "Source disabled") {
+		t.Errorf("the page does not show the source disabled with an enable button:\n%s", text(page))
+	}
+	if res, _ := s.post(path+"/enable", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusSeeOther || !enabled() {
+		t.Fatalf("enable: %d, enabled %v", res.StatusCode, enabled())
+	}
+	if res, _ := s.post("/sources/999999/disable", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("disable an unknown source: %d, want 404", res.StatusCode)
+	}
+	if res, _ := s.post("/sources/x/disable", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("disable source x: %d, want 400", res.StatusCode)
+	}
+}

@@ -142,3 +142,10 @@ FROM fleetpace_check
 WHERE source_id = $1
 ORDER BY checked_at DESC
 LIMIT $2`
+
+// Until main has issue 11's operations (operate.go): end a platform's
+// cooldown and forget its escalation; enable or disable a source.
+const (
+	clearCooldownSQL = `DELETE FROM fleetpace_cooldown WHERE platform = $1`
+	setEnabledSQL    = `UPDATE fleetpace_source SET enabled = $2 WHERE id = $1`
+)
