@@ -145,6 +145,9 @@ func TestQuotaSpacing(t *testing.T) {
 	}
 	for _, c := range cases {
 		i, ttl, h := spacing(c.q, c.window)
+		if c.interval > 0 && c.interval < MaxHold { // the fleet paces at 97 % of the announced rate
+			c.interval = secondsToDuration(c.interval.Seconds() / announcedShare)
+		}
 		if i != c.interval || ttl != c.ttl || h != c.hold {
 			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
 		}
@@ -179,7 +182,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 			}
 			slots = append(slots, r.Slot)
 		}
-		want := 200 * time.Millisecond
+		want := secondsToDuration(0.2 / announcedShare) // 5/s announced, paced at 97 %
 		if name == "deaf" {
 			want = 50 * time.Millisecond
 		}
@@ -196,7 +199,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	for _, s := range states {
 		switch s.Platform {
 		case "ann":
-			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5) || !near(s.EffectiveRate, 5) || s.AnnouncedFor < 50*time.Second {
+			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < 50*time.Second {
 				t.Fatalf("announced platform's state: %+v", s)
 			}
 		case "deaf":
@@ -403,11 +406,11 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 // Notifications from another process's report are parsed strictly.
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
-	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|Infinity")
-	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || !math.IsInf(ev.hold, 1) {
+	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|1796054015.5|Infinity")
+	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || ev.horizon != 1796054015.5 || !math.IsInf(ev.hold, 1) {
 		t.Fatalf("parse: %q %+v %v", p, ev, ok)
 	}
-	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1", "feeds|1|NaN|1|1|1", "|1|1|1|1|1", "a|1|1|1|1|1|1", "feeds|1|1|1|1", "feeds|1|1|1|-1|1"} {
+	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1|1", "feeds|1|NaN|1|1|1|1", "|1|1|1|1|1|1", "a|1|1|1|1|1|1|1", "feeds|1|1|1|1|1", "feeds|1|1|1|-1|1|1"} {
 		if _, _, ok := parseEvent(bad); ok {
 			t.Fatalf("%q parsed", bad)
 		}

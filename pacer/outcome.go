@@ -47,6 +47,9 @@ type Outcome struct {
 	Quota ratelimit.Info
 }
 
+// announcedShare is the part of an announced rate the fleet paces at.
+const announcedShare = 0.97
+
 // MaxHold caps every hold a destination can ask for (Retry-After, an
 // exhausted quota's reset) and every wait the pacer returns: 24 hours, the
 // cap of a cooldown and of every wait package ratelimit derives.
@@ -85,7 +88,7 @@ func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.D
 		}
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
-		interval = clampDuration(secondsToDuration(1 / rate))
+		interval = clampDuration(secondsToDuration(1 / (rate * announcedShare)))
 		ttl = clampDuration(max(q.Reset+window, time.Minute))
 	}
 	if q.Exhausted() && q.HasReset && q.Reset > 0 {

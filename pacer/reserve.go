@@ -145,7 +145,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	if st.last.seq < seq {
 		// Slow-downs this process has not heard of (no listener, or a
 		// notification still on its way): catch up with the row as it is.
-		ev := event{seq: seq, at: at, interval: interval, hold: hold}
+		ev := event{seq: seq, at: at, interval: interval, hold: hold, horizon: math.Inf(1)}
 		if st.rate > 0 {
 			p.events.Add(1)
 			p.dropBlock(st)

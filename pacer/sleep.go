@@ -126,6 +126,7 @@ type event struct {
 	at       float64 // database time of the slow-down
 	interval float64 // effective spacing after it, seconds
 	shift    float64 // seconds every stretched slot moves later (+Inf: paused; give every slot back)
+	horizon  float64 // a slot moved later than this (database time) is given back (+Inf: none)
 	hold     float64 // the later of the hold and the pause after it (database time)
 }
 
@@ -186,7 +187,7 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	w.slot, w.reservedAt = slot, ev.at // a 429 for it now speaks of the new spacing
 	w.interval = math.Max(w.interval, ev.interval)
 	p.respaced.Add(1)
-	if w.due.Sub(now) > w.maxWait {
+	if w.due.Sub(now) > w.maxWait || slot > ev.horizon {
 		w.givenBack = true
 		p.givenBack.Add(1)
 	}
