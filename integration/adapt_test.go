@@ -129,14 +129,14 @@ func TestPressureStopsEveryProcessSlots(t *testing.T) {
 	}
 }
 
-// A destination that announces 5/s (a token bucket of capacity 2 with
-// X-RateLimit headers) under a 20/s ceiling: across three processes, no
+// A destination that announces 5/s (X-RateLimit-Limit: 5 per 1-s window,
+// with Remaining and Reset) under a 20/s ceiling: across three processes, no
 // 1-s window holds more than 5 + burst (1) requests, and no request is
 // refused after the first answer told the fleet.
 func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 	t.Parallel()
 	url := newURL(t)
-	d := newDest(t, map[string]fakedest.Rule{"/ann/": {Rate: 5, Burst: 2, Headers: fakedest.XRateLimit}})
+	d := newDest(t, map[string]fakedest.Rule{"/ann/": {Window: time.Second, WindowLimit: 5, Headers: fakedest.XRateLimit}})
 	setPlatform(t, url, "ann", "--rate", "20")
 	importSources(t, url, "ann", d.URL(), pathsN("/ann/", 300))
 	var ws []*proc

@@ -145,6 +145,9 @@ func TestQuotaSpacing(t *testing.T) {
 	}
 	for _, c := range cases {
 		i, ttl, h := spacing(c.q, c.window)
+		if c.interval > 0 && c.interval < MaxHold { // the fleet paces at 97 % of the announced rate
+			c.interval = secondsToDuration(c.interval.Seconds() / announcedShare)
+		}
 		if i != c.interval || ttl != c.ttl || h != c.hold {
 			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
 		}
@@ -179,7 +182,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 			}
 			slots = append(slots, r.Slot)
 		}
-		want := 200 * time.Millisecond
+		want := secondsToDuration(0.2 / announcedShare) // 5/s announced, paced at 97 %
 		if name == "deaf" {
 			want = 50 * time.Millisecond
 		}
@@ -196,7 +199,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	for _, s := range states {
 		switch s.Platform {
 		case "ann":
-			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5) || !near(s.EffectiveRate, 5) || s.AnnouncedFor < 50*time.Second {
+			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < 50*time.Second {
 				t.Fatalf("announced platform's state: %+v", s)
 			}
 		case "deaf":
@@ -264,9 +267,9 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := setup(t)
-			// Slots 500 ms apart, so every one is still ahead when the
+			// Slots 2 s apart, so every one is still ahead when the
 			// pressure comes, however slow the machine.
-			addPlatform(t, pool, platformSpec{name: "resp", rate: 2})
+			addPlatform(t, pool, platformSpec{name: "resp", rate: 0.5})
 			a := newPacer(t, url, nil)
 			clk := clocktest.New()
 			b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.PollOnly = pollOnly; c.MaxLate = time.Hour })
@@ -274,7 +277,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			// b connects its listener with its first reservation.
 			var rs []Reservation
 			for range 4 {
-				r, err := b.Reserve(ctx, "resp", 10*time.Second)
+				r, err := b.Reserve(ctx, "resp", time.Minute)
 				if err != nil || !r.Granted {
 					t.Fatalf("%+v %v", r, err)
 				}
@@ -297,7 +300,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 				}()
 			}
 			clocktest.WaitSleepers(t, clk, 3)
-			rep := pressure(t, a, "resp", Outcome{}) // ×2: 500 ms → 1 s
+			rep := pressure(t, a, "resp", Outcome{}) // ×2: 2 s → 4 s
 			if !rep.Increased || !rep.Respaced {
 				t.Fatalf("pressure: %+v", rep)
 			}
@@ -323,22 +326,22 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			}
 			for k := 2; k < 4; k++ {
 				gap := got[k].Slot.Sub(got[k-1].Slot)
-				if gap < 999*time.Millisecond || gap > 1001*time.Millisecond {
-					t.Fatalf("re-spaced slots %d and %d are %v apart, want 1 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
+				if gap < 3999*time.Millisecond || gap > 4001*time.Millisecond {
+					t.Fatalf("re-spaced slots %d and %d are %v apart, want 4 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
 				}
-				if got[k].Interval != time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
+				if got[k].Interval != 4*time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
 					t.Fatalf("re-spaced slot %d: %+v", k, got[k])
 				}
 			}
 			if pollOnly {
 				return // the cursor has moved on by b's catch-up reservation
 			}
-			next, err := a.Reserve(ctx, "resp", time.Minute)
+			next, err := a.Reserve(ctx, "resp", 10*time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gap := next.Slot.Sub(got[3].Slot); gap < 999*time.Millisecond {
-				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 1 s: the cursor was not stretched alike", gap)
+			if gap := next.Slot.Sub(got[3].Slot); gap < 3999*time.Millisecond {
+				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 4 s: the cursor was not stretched alike", gap)
 			}
 		})
 	}
@@ -403,11 +406,11 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 // Notifications from another process's report are parsed strictly.
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
-	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|Infinity")
-	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || !math.IsInf(ev.hold, 1) {
+	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|1796054015.5|Infinity")
+	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || ev.horizon != 1796054015.5 || !math.IsInf(ev.hold, 1) {
 		t.Fatalf("parse: %q %+v %v", p, ev, ok)
 	}
-	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1", "feeds|1|NaN|1|1|1", "|1|1|1|1|1", "a|1|1|1|1|1|1", "feeds|1|1|1|1", "feeds|1|1|1|-1|1"} {
+	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1|1", "feeds|1|NaN|1|1|1|1", "|1|1|1|1|1|1", "a|1|1|1|1|1|1|1", "feeds|1|1|1|1|1", "feeds|1|1|1|-1|1|1"} {
 		if _, _, ok := parseEvent(bad); ok {
 			t.Fatalf("%q parsed", bad)
 		}
@@ -551,7 +554,7 @@ func TestClearHoldGoesNow(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrGivenBack) {
 		t.Fatalf("a slot placed after a cleared hold: %v, want ErrGivenBack", err)
 	}
-	if r, err := p.Reserve(ctx, "clear", 0); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
+	if r, err := p.Reserve(ctx, "clear", 100*time.Millisecond); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
 		t.Fatalf("after ClearHold: %+v %v, want a slot now", r, err)
 	}
 }

@@ -47,6 +47,9 @@ type Outcome struct {
 	Quota ratelimit.Info
 }
 
+// announcedShare is the part of an announced rate the fleet paces at.
+const announcedShare = 0.97
+
 // MaxHold caps every hold a destination can ask for (Retry-After, an
 // exhausted quota's reset) and every wait the pacer returns: 24 hours, the
 // cap of a cooldown and of every wait package ratelimit derives.
@@ -66,11 +69,11 @@ const MaxHold = ratelimit.MaxWait
 //     for a fixed window used ahead of its pace, it slows the fleet down.
 //   - the long-run rate, Limit / window: a token bucket's refill rate (its
 //     Reset counting until full), a fixed window's quota per window.
+//
 // Together they settle a token bucket about half full at its refill rate
 // (below half, what is left spread until full is slower than the refill;
 // above, the refill is the slower), and never drain it to zero — where the
 // fleet would be held until the bucket is full again.
-//
 func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window
@@ -85,7 +88,7 @@ func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.D
 		}
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
-		interval = clampDuration(secondsToDuration(1 / rate))
+		interval = clampDuration(secondsToDuration(1 / (rate * announcedShare)))
 		ttl = clampDuration(max(q.Reset+window, time.Minute))
 	}
 	if q.Exhausted() && q.HasReset && q.Reset > 0 {

@@ -75,9 +75,11 @@ type Pacer struct {
 	listenCtx     context.Context
 	stopListen    context.CancelFunc
 	listenDone    sync.WaitGroup
-	listening     atomic.Bool // connected and LISTENing
-	listenRunning bool        // a listener goroutine exists (mu)
-	listenRetry   time.Time   // no new listener before this (mu)
+	listening     atomic.Bool   // connected and LISTENing
+	listenRunning bool          // a listener goroutine exists (mu)
+	listenRetry   time.Time     // no new listener before this (mu)
+	listenUp      chan struct{} // closed when the current run LISTENs (mu)
+	listenEnd     chan struct{} // closed when the current run ends (mu)
 
 	reservations, granted, denied, degraded atomic.Uint64
 	fromBlock, blockDiscarded               atomic.Uint64

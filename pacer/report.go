@@ -112,8 +112,8 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 const resetMemory = 5 * time.Minute
 
 // slowsDown reports whether an announcement must be sent at once: it holds
-// the fleet, or asks for a spacing more than 10 % larger than this process
-// last saw in force.
+// the fleet, or asks for a spacing larger by more than respaceRatio than
+// this process last saw in force.
 func (p *Pacer) slowsDown(platform string, a *announcement) bool {
 	if a == nil {
 		return false
@@ -124,7 +124,7 @@ func (p *Pacer) slowsDown(platform string, a *announcement) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.local[platform]
-	return st == nil || a.interval > st.interval*1.1
+	return st == nil || a.interval > st.interval*respaceRatio
 }
 
 // send stores one statement's reports, or drops them when the database is
@@ -227,14 +227,14 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		r                                          ReportResult
-		effect                                     int16
-		streak                                     int32
-		holdLeft, eventAt, interval, shift, holdAt float64
-		seq                                        int64
-		quiet                                      bool
-		announced, quotaHold                       *float64
-		ttl                                        float64
+		r                                                   ReportResult
+		effect                                              int16
+		streak                                              int32
+		holdLeft, eventAt, interval, shift, horizon, holdAt float64
+		seq                                                 int64
+		quiet                                               bool
+		announced, quotaHold                                *float64
+		ttl                                                 float64
 	)
 	if a := rep.announce; a != nil {
 		if a.interval > 0 {
@@ -250,7 +250,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		err := p.pool.QueryRow(qctx, reportSQL, platform, rep.pressure, rep.reservedAt, rep.retry, rep.n,
 			announced, ttl, quotaHold, reason).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
-				&seq, &eventAt, &interval, &shift, &holdAt, &r.Respaced, &quiet)
+				&seq, &eventAt, &interval, &shift, &horizon, &holdAt, &r.Respaced, &quiet)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
@@ -277,7 +277,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	r.Stale = effect == effectStale
 	r.Relaxed = effect == effectRelaxed
 	if r.Respaced {
-		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, shift: shift, hold: holdAt})
+		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, shift: shift, horizon: horizon, hold: holdAt})
 	}
 
 	localNow := p.clock.Now()

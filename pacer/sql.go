@@ -1,6 +1,10 @@
 package pacer
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // All of the pacer's SQL. Times are epoch seconds of the database clock
 // (clock_timestamp(), read after the row lock is taken, inside the SET), so
@@ -18,7 +22,7 @@ const (
 
 // NotifyChannel is the PostgreSQL channel every slow-down is announced on
 // (pg_notify, delivered at commit). The payload is
-// "platform|event_seq|event_at|interval|shift|hold" (see parseEvent).
+// "platform|event_seq|event_at|interval|shift|horizon|hold" (see parseEvent).
 const NotifyChannel = "fleetpace_pace"
 
 // probeMargin and probeSteps shape probing recovery: after pressure began at
@@ -30,6 +34,25 @@ const (
 	probeMargin = 0.15
 	probeSteps  = 8
 )
+
+// respaceLead is how soon after an event a granted slot is left as it is,
+// by the database and by every process alike: a process may not have heard
+// of the event by then, and moving the slots around it (but not it) could
+// bring two of them closer than the spacing. Slots due later are
+// re-spaced around the pivot, event time + respaceLead. A notification
+// takes milliseconds; a process that hears of an event later than this can
+// still send one slot early of its new place.
+const respaceLead = 20 * time.Millisecond
+
+// leadSQL is respaceLead in seconds, for the statements.
+var leadSQL = strconv.FormatFloat(respaceLead.Seconds(), 'f', -1, 64)
+
+// respaceRatio is how much slower an announced spacing must be than the one
+// in force to re-space the slots already granted. Announcements move by a
+// few per cent from one response to the next; re-spacing on each would
+// stretch the granted slots again and again (a speed-up never draws them
+// back in), losing more than the announcement asks for.
+const respaceRatio = 1.2
 
 // reserveSQL takes up to $4 consecutive reservations (a block) in one
 // statement. $1 platform, $2 the longest wait the caller accepts, in seconds,
@@ -53,8 +76,9 @@ const (
 // platform's rate, burst and maximum multiplier are read from the pace row
 // itself (a trigger copies them from fleetpace_platform on every change);
 // the rate and maximum multiplier are returned for the degraded-mode cache,
-// the event sequence so the caller notices slow-downs it missed, and the
-// hold and pause so it can tell a hold from a pause.
+// the last event (sequence, time, shift, horizon) so the caller applies a
+// slow-down it has not heard of yet exactly as a notification would, and
+// the hold and pause so it can tell a hold from a pause.
 //
 // Every platform has a pace row. Should one be missing, the INSERT branch
 // creates it without configuration (rate 0, or a foreign-key error if the
@@ -69,8 +93,8 @@ const (
 const reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
 ON CONFLICT (platform) DO UPDATE SET
-    (cursor_at, last_slot, last_count, last_interval) = (
-        SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0)
+    (cursor_at, last_slot, last_count, last_interval, last_max_wait) = (
+        SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0), $2::float8
         FROM (SELECT f.b, f.i, f.first,
                      CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now THEN 0
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
@@ -90,7 +114,7 @@ ON CONFLICT (platform) DO UPDATE SET
     )
 RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.last_interval,
           s.cursor_at, s.rate, s.burst, s.max_multiplier, s.multiplier, s.event_seq,
-          GREATEST(s.hold_until, s.paused_until), s.paused_until`
+          GREATEST(s.hold_until, s.paused_until), s.paused_until, s.event_at, s.event_shift, s.event_horizon`
 
 // reportSQL applies $5 outcomes of one kind at once (a batch of clean
 // reports; pressure is always reported alone) and what the destination
@@ -122,8 +146,11 @@ RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.la
 // Announced spacing (use_headers only) replaces the previous one and holds
 // for $7 seconds; a quota hold ($8) extends hold_until like Retry-After.
 //
-// With respace (the default), a report that slows the platform down — a
-// larger effective spacing, or a hold extended past now — is an event: event_seq grows, the cursor's
+// With respace (the default), a report that slows the platform down — an
+// increase of the multiplier, any other larger effective spacing by more
+// than respaceRatio (an announced quota a little lower than the last is
+// noise: only new slots follow it), or a hold extended past now — is an
+// event: event_seq grows, the cursor's
 // granted-but-unused slots are re-spaced (stretched by the ratio of the
 // spacings after the later of now and the hold), and pg_notify tells every
 // process, which re-spaces the slots it holds the same way. UPDATE under READ
@@ -134,26 +161,28 @@ WITH u AS (
 UPDATE fleetpace_pace AS s SET
     (multiplier, clean_streak, doubled_at, pressure_mult, hold_until, hold_reason,
      announced_interval, announced_until, cursor_at, last_interval,
-     event_seq, event_at, event_shift, last_respaced, last_effect) = (
+     event_seq, event_at, event_shift, event_horizon, last_respaced, last_effect) = (
         SELECT q.m, q.streak,
                CASE WHEN q.event AND (q.ratio > 1.000001 OR q.shift > 0) THEN q.now ELSE q.doubled_at END,
                q.mp, q.hold, q.hold_reason,
                q.ann_i, q.ann_until,
-               CASE WHEN q.event AND s.cursor_at > q.now
-                    THEN q.now + (s.cursor_at - q.now) * q.ratio + q.shift
+               CASE WHEN q.event AND s.cursor_at > q.pivot
+                    THEN LEAST(q.pivot + (s.cursor_at - q.pivot) * q.ratio + q.shift, GREATEST(q.now + s.last_max_wait, q.pivot) + q.i_new)
                     ELSE s.cursor_at END,
                q.i_new,
                s.event_seq + q.event::int,
                CASE WHEN q.event THEN q.now ELSE s.event_at END,
                CASE WHEN q.event THEN q.shift ELSE s.event_shift END,
+               CASE WHEN q.event THEN GREATEST(q.now + s.last_max_wait, q.pivot) ELSE s.event_horizon END,
                q.event,
                q.effect
-        FROM (SELECT r.*, s.respace AND (r.ratio > 1.000001 OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
-                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.now + (r.first - r.now) * r.ratio), 0) AS shift
-              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio,
-                           CASE WHEN s.cursor_at > p.now
-                                THEN s.cursor_at - floor((s.cursor_at - p.now) / p.i_old) * p.i_old
-                                ELSE p.now END AS first
+        FROM (SELECT r.*, s.respace AND (r.effect = %[1]d AND r.ratio > 1.000001 OR r.ratio > %[8]g
+                                         OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
+                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.pivot + (r.first - r.pivot) * r.ratio), 0) AS shift
+              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio, p.now + %[9]g AS pivot,
+                           CASE WHEN s.cursor_at > p.now + %[9]g
+                                THEN s.cursor_at - floor((s.cursor_at - p.now - %[9]g) / p.i_old) * p.i_old
+                                ELSE p.now + %[9]g END AS first
                     FROM (SELECT p.*,
                            CASE WHEN p.now < s.announced_until
                                 THEN GREATEST(p.m0 / s.rate, s.announced_interval) ELSE p.m0 / s.rate END AS i_old,
@@ -206,16 +235,18 @@ UPDATE fleetpace_pace AS s SET
 WHERE s.platform = $1 AND s.rate > 0
 RETURNING s.platform, s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
           GREATEST(s.hold_until - date_part('epoch', clock_timestamp()), 0) AS hold_left,
-          s.event_seq, s.event_at, s.last_interval, s.event_shift, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
+          s.event_seq, s.event_at, s.last_interval, s.event_shift, s.event_horizon,
+          GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
 )
 SELECT u.multiplier, u.max_multiplier, u.clean_streak, u.last_effect, u.hold_left,
-       u.event_seq, u.event_at, u.last_interval, u.event_shift, u.hold_at, u.last_respaced,
+       u.event_seq, u.event_at, u.last_interval, u.event_shift, u.event_horizon, u.hold_at, u.last_respaced,
        CASE WHEN u.last_respaced
             THEN pg_notify('%[7]s', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
-                                    || '|' || u.event_shift || '|' || u.hold_at)
+                                    || '|' || u.event_shift || '|' || u.event_horizon || '|' || u.hold_at)
        END IS NULL
 FROM u`,
-	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel)
+	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel, respaceRatio,
+	respaceLead.Seconds())
 
 // pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
 // database clock; 'Infinity': until resumed) for the reason $3. It is an
@@ -225,14 +256,14 @@ FROM u`,
 var pauseSQL = `
 WITH u AS (
 UPDATE fleetpace_pace AS s SET paused_until = $2::float8, pause_reason = $3,
-    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now,
-    event_shift = 'Infinity', last_respaced = true
+    cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
+    event_shift = 'Infinity', event_horizon = n.now, last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1
 RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at
 )
 SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
-                 || '|Infinity|' || u.hold_at) IS NULL
+                 || '|Infinity|' || u.event_at || '|' || u.hold_at) IS NULL
 FROM u`
 
 // holdSQL raises a platform's hold to $2 (a timestamptz, converted to the
@@ -240,29 +271,32 @@ FROM u`
 // than the hold in place and than now. With respace it is an event: the
 // cursor's granted slots move past the hold, keeping their spacing, and
 // every process moves its own alike.
-const holdSQL = `
+var holdSQL = `
 WITH n AS (SELECT date_part('epoch', clock_timestamp()) AS now, date_part('epoch', $2::timestamptz) AS until),
 u AS (
 UPDATE fleetpace_pace AS s SET
-    (hold_until, hold_reason, cursor_at, event_seq, event_at, event_shift, last_respaced) = (
+    (hold_until, hold_reason, cursor_at, event_seq, event_at, event_shift, event_horizon, last_respaced) = (
         SELECT n.until, $3::text,
-               CASE WHEN s.respace AND s.cursor_at > n.now THEN s.cursor_at + f.shift ELSE s.cursor_at END,
+               CASE WHEN s.respace AND s.cursor_at > n.now + ` + leadSQL + `
+                    THEN LEAST(s.cursor_at + f.shift, GREATEST(n.now + GREATEST(s.last_max_wait, ` + leadSQL + `) + s.last_interval, n.until))
+                    ELSE s.cursor_at END,
                s.event_seq + s.respace::int,
                CASE WHEN s.respace THEN n.now ELSE s.event_at END,
                CASE WHEN s.respace THEN f.shift ELSE s.event_shift END,
+               CASE WHEN s.respace THEN n.now + GREATEST(s.last_max_wait, ` + leadSQL + `) ELSE s.event_horizon END,
                s.respace
-        FROM (SELECT GREATEST(n.until - CASE WHEN s.cursor_at > n.now AND s.last_interval > 0
-                                             THEN s.cursor_at - floor((s.cursor_at - n.now) / s.last_interval) * s.last_interval
-                                             ELSE n.now END, 0) AS shift) AS f
+        FROM (SELECT GREATEST(n.until - CASE WHEN s.cursor_at > n.now + ` + leadSQL + ` AND s.last_interval > 0
+                                             THEN s.cursor_at - floor((s.cursor_at - n.now - ` + leadSQL + `) / s.last_interval) * s.last_interval
+                                             ELSE n.now + ` + leadSQL + ` END, 0) AS shift) AS f
     )
 FROM n
 WHERE s.platform = $1 AND n.until > GREATEST(s.hold_until, n.now)
-RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.event_shift,
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.event_shift, s.event_horizon,
           GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
 )
 SELECT CASE WHEN u.last_respaced
             THEN pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
-                                             || '|' || u.event_shift || '|' || u.hold_at)
+                                             || '|' || u.event_shift || '|' || u.event_horizon || '|' || u.hold_at)
        END IS NULL
 FROM u`
 
@@ -277,14 +311,14 @@ const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = ''
 var clearHoldSQL = `
 WITH u AS (
 UPDATE fleetpace_pace AS s SET hold_until = 0, hold_reason = '',
-    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now,
-    event_shift = 'Infinity', last_respaced = true
+    cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
+    event_shift = 'Infinity', event_horizon = n.now, last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1
 RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.paused_until AS hold_at
 )
 SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
-                 || '|Infinity|' || u.hold_at) IS NULL
+                 || '|Infinity|' || u.event_at || '|' || u.hold_at) IS NULL
 FROM u`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
