@@ -419,6 +419,22 @@ func TestEscaping(t *testing.T) {
 	}
 }
 
+// A source URL's credentials are never shown.
+func TestURLCredentialsRedacted(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	setPlatform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
+	id := addSource(t, pool, "api", "https://bot:hunter2@api.example/feed?x=1")
+	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute' WHERE id = $1`, id)
+	s := newSite(t, pool, dashboard.Config{})
+	for _, path := range []string{"/platforms/api", fmt.Sprintf("/sources/%d", id)} {
+		_, page := s.get(path)
+		if strings.Contains(page, "hunter2") || !strings.Contains(page, "https://REDACTED@api.example/feed?x=1") {
+			t.Errorf("%s shows the URL's credentials, or not the URL:\n%s", path, text(page))
+		}
+	}
+}
+
 // Without an admin token every action is refused (403) and nothing
 // changes; the sign-in page says how to turn actions on.
 func TestActionsOffWithoutToken(t *testing.T) {
