@@ -80,15 +80,15 @@ type PageTiming struct {
 
 // DashboardResult is the outcome of the dashboard benchmark.
 type DashboardResult struct {
-	Sources   int          `json:"sources"`
-	Platforms int          `json:"platforms"`
-	Failing   int64        `json:"failing_sources"`
+	Sources   int   `json:"sources"`
+	Platforms int   `json:"platforms"`
+	Failing   int64 `json:"failing_sources"`
 	// HistoryRows is the fetch history of the last hour: as many checks as
 	// the sources' intervals make (every source once per its interval, on
 	// average 1 h 10 min), spread over the platforms like the sources.
-	HistoryRows int64 `json:"history_rows_last_hour"`
-	Runs      int          `json:"runs"`
-	Pages     []PageTiming `json:"pages"`
+	HistoryRows int64        `json:"history_rows_last_hour"`
+	Runs        int          `json:"runs"`
+	Pages       []PageTiming `json:"pages"`
 }
 
 // Dashboard fills the database with the scan benchmark's data set (the
