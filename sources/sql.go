@@ -114,7 +114,7 @@ WHERE s.id = $1
 RETURNING ` + sourceColumns
 
 // setEnabledSQL enables or disables ($1) the sources selected by ids ($2,
-// NULL: any), platform ($3, ”: any) and consecutive failures (at least $4),
+// NULL: any), platform ($3, empty: any) and consecutive failures (at least $4),
 // and returns the ids it selected.
 const setEnabledSQL = `
 UPDATE fleetpace_source s SET enabled = $1
@@ -314,7 +314,7 @@ WHERE ctid = ANY (ARRAY(
         LIMIT $2) h
     LIMIT $2))`
 
-// activitySQL counts checks per platform ($1: every platform when ”),
+// activitySQL counts checks per platform ($1: every platform when empty),
 // time bucket ($3 wide, from now() − $2) and outcome. Each platform's
 // window is a range of fleetpace_check_platform_idx: the cost is the rows in
 // the window, not the table.
