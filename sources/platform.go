@@ -248,7 +248,11 @@ func ConfigurePlatform(ctx context.Context, db Beginner, name string, u Platform
 	case err != nil:
 		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
 	}
+	// Validated as given: an explicit 0 is an error, not "the default".
 	p = u.Apply(cur)
+	if err := p.Validate(); err != nil {
+		return Platform{}, false, fmt.Errorf("platform: %w", err)
+	}
 	if p, err = SetPlatform(ctx, tx, p); err != nil {
 		return Platform{}, false, err
 	}
