@@ -328,7 +328,7 @@ func (a *app) sourcesEnableCmd(enabled bool) *cobra.Command {
 	)
 	verb := map[bool]string{true: "enable", false: "disable"}[enabled]
 	cmd := &cobra.Command{
-		Use:   verb + " ID... | --platform P | --failing N",
+		Use: verb + " ID... | --platform P | --failing N",
 		Short: map[bool]string{true: "Enable sources again (by id, by platform, or those failing more than N times in a row)",
 			false: "Stop queueing sources (by id, by platform, or those failing more than N times in a row)"}[enabled],
 		Long: `By id (all or nothing: an unknown id changes nothing), or every source of
