@@ -326,11 +326,13 @@ func (a *app) sourcesEnableCmd(enabled bool) *cobra.Command {
 		platform string
 		failing  int
 	)
-	verb := map[bool]string{true: "enable", false: "disable"}[enabled]
+	verb, short := "disable", "Stop queueing sources (by id, by platform, or those failing more than N times in a row)"
+	if enabled {
+		verb, short = "enable", "Queue sources again (by id, by platform, or those failing more than N times in a row)"
+	}
 	cmd := &cobra.Command{
-		Use: verb + " ID... | --platform P | --failing N",
-		Short: map[bool]string{true: "Enable sources again (by id, by platform, or those failing more than N times in a row)",
-			false: "Stop queueing sources (by id, by platform, or those failing more than N times in a row)"}[enabled],
+		Use:   verb + " ID... | --platform P | --failing N",
+		Short: short,
 		Long: `By id (all or nothing: an unknown id changes nothing), or every source of
 --platform, or every source failing more than --failing N times in a row
 (both together: those of the platform). A source already queued runs once
