@@ -61,27 +61,36 @@ func recordOne(ctx context.Context, db DBTX, sourceID int64, c Check, history bo
 		status = &c.Status
 	}
 	args := []any{sourceID, c.Outcome, status, c.Error, c.ETag, c.LastModified, c.ContentHash, c.JobID}
+	var hargs []any
 	if history {
-		hargs := append(args, durationMS(c.Duration), c.Bytes, c.Worker)
-		herr := withSavepoint(ctx, db, func(db DBTX) error {
-			_, err := db.Exec(ctx, recordCheckHistorySQL, hargs...)
-			return err
-		})
-		if !refused(ctx, herr) {
-			if herr != nil {
-				return fmt.Errorf("source %d: record check: %w", sourceID, herr)
-			}
-			return nil
-		}
-		if _, err := db.Exec(ctx, recordCheckSQL, args...); err != nil {
-			return fmt.Errorf("source %d: record check: %w", sourceID, err)
-		}
-		return fmt.Errorf("source %d: %w: %w", sourceID, ErrHistoryNotRecorded, herr)
+		hargs = append(args, durationMS(c.Duration), c.Bytes, c.Worker)
 	}
-	if _, err := db.Exec(ctx, recordCheckSQL, args...); err != nil {
+	if err := record(ctx, db, recordCheckSQL, args, recordCheckHistorySQL, hargs); err != nil {
 		return fmt.Errorf("source %d: record check: %w", sourceID, err)
 	}
 	return nil
+}
+
+// record runs the statement with history (hsql with hargs) unless hargs
+// is nil, and the statement without it (sql with args) instead of it, or
+// after it when the server refused it: then the error wraps
+// ErrHistoryNotRecorded and the history statement's error.
+func record(ctx context.Context, db DBTX, sql string, args []any, hsql string, hargs []any) error {
+	if hargs != nil {
+		herr := withSavepoint(ctx, db, func(db DBTX) error {
+			_, err := db.Exec(ctx, hsql, hargs...)
+			return err
+		})
+		if !refused(ctx, herr) {
+			return herr
+		}
+		if _, err := db.Exec(ctx, sql, args...); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrHistoryNotRecorded, herr)
+	}
+	_, err := db.Exec(ctx, sql, args...)
+	return err
 }
 
 // refused reports whether err is the server's refusal of a statement that
@@ -164,6 +173,7 @@ func recordMany(ctx context.Context, db DBTX, recs []CheckRecord, history bool) 
 		}
 	}
 	args := []any{ids, outcomes, statuses, errs, etags, lastModified, hashes, jobs}
+	var hargs []any
 	if history {
 		var (
 			durations = make([]float32, n)
@@ -173,23 +183,9 @@ func recordMany(ctx context.Context, db DBTX, recs []CheckRecord, history bool) 
 		for i, r := range recs {
 			durations[i], bytes[i], workers[i] = durationMS(r.Check.Duration), r.Check.Bytes, r.Check.Worker
 		}
-		hargs := append(args, durations, bytes, workers)
-		herr := withSavepoint(ctx, db, func(db DBTX) error {
-			_, err := db.Exec(ctx, recordChecksHistorySQL, hargs...)
-			return err
-		})
-		if !refused(ctx, herr) {
-			if herr != nil {
-				return fmt.Errorf("record checks of %d sources: %w", n, herr)
-			}
-			return nil
-		}
-		if _, err := db.Exec(ctx, recordChecksSQL, args...); err != nil {
-			return fmt.Errorf("record checks of %d sources: %w", n, err)
-		}
-		return fmt.Errorf("record checks of %d sources: %w: %w", n, ErrHistoryNotRecorded, herr)
+		hargs = append(args, durations, bytes, workers)
 	}
-	if _, err := db.Exec(ctx, recordChecksSQL, args...); err != nil {
+	if err := record(ctx, db, recordChecksSQL, args, recordChecksHistorySQL, hargs); err != nil {
 		return fmt.Errorf("record checks of %d sources: %w", n, err)
 	}
 	return nil

@@ -87,35 +87,21 @@ func (a *app) platformsCmd() *cobra.Command {
 			name := args[0]
 			f := cmd.Flags()
 			var u sources.PlatformUpdate
-			if f.Changed("rate") {
-				u.RatePerSec = &p.RatePerSec
-			}
-			if f.Changed("burst") {
-				u.Burst = &p.Burst
-			}
-			if f.Changed("cooldown") {
-				u.Cooldown = &p.Cooldown
-			}
-			if f.Changed("max-multiplier") {
-				u.MaxMultiplier = &p.MaxMultiplier
-			}
-			if f.Changed("decay-after") {
-				u.DecayAfter = &p.DecayAfter
-			}
-			if f.Changed("backoff-factor") {
-				u.BackoffFactor = &p.BackoffFactor
-			}
-			if f.Changed("recovery-factor") {
-				u.RecoveryFactor = &p.RecoveryFactor
-			}
-			if f.Changed("probe") {
-				u.Probe = &probe
-			}
-			if f.Changed("rate-limit-headers") {
-				u.UseHeaders = &headers
-			}
-			if f.Changed("respace") {
-				u.Respace = &respace
+			for flag, set := range map[string]func(){
+				"rate":               func() { u.RatePerSec = &p.RatePerSec },
+				"burst":              func() { u.Burst = &p.Burst },
+				"cooldown":           func() { u.Cooldown = &p.Cooldown },
+				"max-multiplier":     func() { u.MaxMultiplier = &p.MaxMultiplier },
+				"decay-after":        func() { u.DecayAfter = &p.DecayAfter },
+				"backoff-factor":     func() { u.BackoffFactor = &p.BackoffFactor },
+				"recovery-factor":    func() { u.RecoveryFactor = &p.RecoveryFactor },
+				"probe":              func() { u.Probe = &probe },
+				"rate-limit-headers": func() { u.UseHeaders = &headers },
+				"respace":            func() { u.Respace = &respace },
+			} {
+				if f.Changed(flag) {
+					set()
+				}
 			}
 			// Validate the values given before touching the database: bad
 			// input changes nothing. (A zero is an error here, not "default".)
