@@ -45,7 +45,7 @@ func (o PauseOptions) Validate() error {
 	case o.For < 0:
 		return &sources.FieldError{Field: "for", Value: o.For.String(), Reason: "must be > 0 (0: until resumed)"}
 	case len(o.Reason) > MaxReasonLen:
-		return &sources.FieldError{Field: "reason", Value: o.Reason[:40] + "…", Reason: fmt.Sprintf("must be at most %d bytes", MaxReasonLen)}
+		return &sources.FieldError{Field: "reason", Value: string([]rune(o.Reason)[:40]) + "…", Reason: fmt.Sprintf("must be at most %d bytes", MaxReasonLen)}
 	}
 	return nil
 }

@@ -55,6 +55,12 @@ func RecordCheck(ctx context.Context, db DBTX, sourceID int64, c Check) error {
 	return recordOne(ctx, db, sourceID, c, true)
 }
 
+// RecordCheckWithoutHistory records a fetch outcome as RecordCheck does,
+// without its history row: for a fleet that keeps no history.
+func RecordCheckWithoutHistory(ctx context.Context, db DBTX, sourceID int64, c Check) error {
+	return recordOne(ctx, db, sourceID, c, false)
+}
+
 func recordOne(ctx context.Context, db DBTX, sourceID int64, c Check, history bool) error {
 	var status *int
 	if c.Status != 0 {

@@ -42,7 +42,8 @@ type FetchWorker struct {
 	metrics  *Metrics
 	logger   *slog.Logger
 	worker   string
-	pushback episodes // platforms in a rate-limiting episode, logged once each
+	record   func(context.Context, sources.DBTX, int64, sources.Check) error // with or without history
+	pushback episodes                                                        // platforms in a rate-limiting episode, logged once each
 }
 
 // episodes remembers which platforms are pushing back (rate pressure or
@@ -105,6 +106,10 @@ type JobConfig struct {
 	// Worker names this process in the history of the checks it records
 	// without a Recorder (a Recorder stamps its own). Default: "".
 	Worker string
+	// NoHistory records checks without their history rows when a job
+	// records them itself (a Recorder has a setting of its own). Default:
+	// with history.
+	NoHistory bool
 }
 
 // DefaultMaxWait is JobConfig.MaxWait's default.
@@ -131,8 +136,12 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	record := sources.RecordCheck
+	if cfg.NoHistory {
+		record = sources.RecordCheckWithoutHistory
+	}
 	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
-		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger, worker: cfg.Worker}, nil
+		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger, worker: cfg.Worker, record: record}, nil
 }
 
 // Work runs one fetch job: reserve → fetch → report → record. Nothing comes
@@ -241,14 +250,14 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		if w.recorder != nil {
 			return w.recorder.Submit(ctx, args.SourceID, check)
 		}
-		return w.historyLost(sources.RecordCheck(ctx, w.pool, args.SourceID, check))
+		return w.historyLost(w.record(ctx, w.pool, args.SourceID, check))
 	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := w.historyLost(sources.RecordCheck(ctx, tx, args.SourceID, check)); err != nil {
+	if err := w.historyLost(w.record(ctx, tx, args.SourceID, check)); err != nil {
 		return err
 	}
 	reason := r.Reason

@@ -393,7 +393,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	}
 	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
 	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
-		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID})
+		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {
 		return nil, err
 	}
