@@ -109,9 +109,6 @@ func ClearCooldown(ctx context.Context, db Beginner, platform string) (*Cooldown
 	if err := pacer.ClearHold(ctx, tx, platform); err != nil && !errors.Is(err, pacer.ErrUnknownPlatform) {
 		return nil, fmt.Errorf("cooldown: %w", err)
 	}
-	if err := pullBackCursor(ctx, tx, platform); err != nil {
-		return nil, fmt.Errorf("cooldown: %w", err)
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
 	}
@@ -125,38 +122,4 @@ func scanCooldown(row pgx.CollectableRow) (Cooldown, error) {
 	var c Cooldown
 	err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining)
 	return c, err
-}
-
-// pullBackCursor brings the platform's pacer cursor back to now after its
-// hold was cleared. A hold pushes the slots already granted past its end
-// (pacer.Hold re-spaces them), and pacer.ClearHold leaves the cursor there:
-// without this, a cleared 15-minute cooldown would still deny every
-// reservation for 15 minutes. The pacer's own way to pull the cursor back
-// is a pause (pacer.Pause restarts the cursor from now and gives back the
-// slots granted, which the hold had pushed past its end anyway), so the
-// platform is paused as it already is — until the same time, for the same
-// reason — or, when it is not paused, paused and resumed at once.
-//
-// TODO(pacer): pacer.ClearHold should do this itself; this goes then.
-func pullBackCursor(ctx context.Context, tx pgx.Tx, platform string) error {
-	states, err := pacer.States(ctx, tx)
-	if err != nil {
-		return err
-	}
-	for _, st := range states {
-		if st.Platform != platform {
-			continue
-		}
-		var until time.Time // zero: until resumed
-		if !st.PausedIndefinitely {
-			until = time.Now().Add(st.Paused)
-		}
-		if err := pacer.Pause(ctx, tx, platform, until, st.PauseReason); err != nil {
-			return err
-		}
-		if st.Paused == 0 && !st.PausedIndefinitely {
-			return pacer.Resume(ctx, tx, platform)
-		}
-	}
-	return nil
 }
