@@ -47,11 +47,13 @@ type FetchWorker struct {
 }
 
 // episodes remembers which platforms are pushing back (rate pressure or
-// rate limited since their last clean response), so that an episode is
+// rate limited since their last clean response) and the escalation of the
+// last cooldown logged, so that an episode and each cooldown in it are
 // logged once, not once per job.
 type episodes struct {
-	mu sync.Mutex
-	on map[string]bool
+	mu       sync.Mutex
+	on       map[string]bool
+	cooldown map[string]int
 }
 
 // begin marks platform as pushing back and reports whether that is news.
@@ -68,6 +70,22 @@ func (e *episodes) begin(platform string) bool {
 	return true
 }
 
+// coolingDown notes that platform cools down at escalation count and
+// reports whether that is news (a first cooldown in the episode, or an
+// escalated one; not an active cooldown extended by a later answer).
+func (e *episodes) coolingDown(platform string, count int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cooldown[platform] == count {
+		return false
+	}
+	if e.cooldown == nil {
+		e.cooldown = map[string]int{}
+	}
+	e.cooldown[platform] = count
+	return true
+}
+
 // end ends platform's episode (a clean response) and reports whether one
 // was going on.
 func (e *episodes) end(platform string) bool {
@@ -75,6 +93,7 @@ func (e *episodes) end(platform string) bool {
 	defer e.mu.Unlock()
 	was := e.on[platform]
 	delete(e.on, platform)
+	delete(e.cooldown, platform)
 	return was
 }
 
@@ -271,7 +290,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	if count > 1 || w.pushback.begin(args.Platform+"\x00cooldown") {
+	if w.pushback.coolingDown(args.Platform, count) {
 		w.logger.Warn("platform cooling down", "platform", args.Platform, "until", until, "escalation", count, "reason", reason)
 	}
 	return nil
@@ -303,7 +322,6 @@ func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r 
 		}
 	case fetch.OK, fetch.NotModified:
 		if w.pushback.end(args.Platform) {
-			w.pushback.end(args.Platform + "\x00cooldown")
 			w.logger.Info("platform answers normally again", "platform", args.Platform)
 		}
 	}

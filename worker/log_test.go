@@ -55,6 +55,7 @@ func TestFetchWorkerLogs(t *testing.T) {
 	results := map[string][]fetch.Result{
 		"feeds":   {{Outcome: fetch.Failed, Status: 404, Reason: "HTTP 404 Not Found"}, {Outcome: fetch.Failed, Reason: "refused: 127.0.0.1 is a loopback address"}},
 		"limited": {{Outcome: fetch.RatePressure, Status: 429}, {Outcome: fetch.RatePressure, Status: 429}, {Outcome: fetch.OK, Status: 200}, {Outcome: fetch.RatePressure, Status: 503}},
+		"stop":    {{Outcome: fetch.RateLimited, Status: 429, Reason: "stop"}, {Outcome: fetch.RateLimited, Status: 429, Reason: "stop"}},
 	}
 	var mu sync.Mutex
 	fetcher := fetch.FetcherFunc(func(_ context.Context, req fetch.Request) fetch.Result {
@@ -83,6 +84,7 @@ func TestFetchWorkerLogs(t *testing.T) {
 	run("feeds", feeds, "https://user:secret@feeds.example/x")
 	limited := addSources(t, pool, "limited", 4)
 	run("limited", limited, "https://limited.example/x")
+	run("stop", addSources(t, pool, "stop", 2), "https://stop.example/x")
 
 	failed := logs.lines(`msg="fetch failed"`)
 	if len(failed) != 2 {
@@ -100,8 +102,11 @@ func TestFetchWorkerLogs(t *testing.T) {
 	if strings.Contains(all, "secret") || !strings.Contains(failed[0], "https://REDACTED@feeds.example/x") {
 		t.Errorf("the URL's credentials are not redacted:\n%s", all)
 	}
-	if n := len(logs.lines(`msg="platform is rate limiting"`)); n != 2 {
-		t.Errorf("%d 'rate limiting' lines for two episodes (429, 429, ok, 503), want 2:\n%s", n, all)
+	if n := len(logs.lines(`msg="platform is rate limiting"`)); n != 3 {
+		t.Errorf("%d 'rate limiting' lines for three episodes (429, 429, ok, 503 on one platform; 429, 429 on another), want 3:\n%s", n, all)
+	}
+	if n := len(logs.lines(`msg="platform cooling down"`)); n != 1 {
+		t.Errorf("%d 'cooling down' lines for one cooldown extended by a second answer, want 1:\n%s", n, all)
 	}
 	h, err := sources.History(ctx, pool, feeds[0], 0)
 	if err != nil || len(h) != 1 || h[0].Worker != "w-test" || h[0].Bytes != 99 || h[0].Duration.Milliseconds() != 42 {
