@@ -230,6 +230,41 @@ CREATE TABLE IF NOT EXISTS fleetpace_worker (
 -- information ("dev" when unknown).
 ALTER TABLE fleetpace_worker ADD COLUMN IF NOT EXISTS version text NOT NULL DEFAULT '';
 
+-- check: the fetch history, one row per fetch (every outcome, rate limited
+-- included), written by package sources in the same statement that records
+-- the check on its source (no extra round trip), pruned by the scan tick
+-- beyond the retention (scan.Config.HistoryRetention, 7 days by default).
+-- No foreign key: a key check per row would cost every write, and history
+-- outlives nothing for long: removing a source or a platform deletes its
+-- rows (package sources), the retention the rest.
+--   checked_at   when the check was recorded (database time)
+--   status       HTTP status, NULL when there was no response
+--   duration_ms  how long the fetch took
+--   bytes        body size of an ok fetch, else 0
+--   reason       why a fetch failed or was rate limited, else NULL
+--   worker       the worker process that fetched (fleetpace_worker.id)
+CREATE TABLE IF NOT EXISTS fleetpace_check (
+    source_id   bigint      NOT NULL,
+    platform    text        NOT NULL,
+    checked_at  timestamptz NOT NULL DEFAULT now(),
+    outcome     text        NOT NULL,
+    status      smallint,
+    duration_ms real        NOT NULL DEFAULT 0,
+    bytes       bigint      NOT NULL DEFAULT 0,
+    reason      text,
+    worker      text        NOT NULL DEFAULT ''
+);
+
+-- One source's recent checks, newest first (`sources show`).
+CREATE INDEX IF NOT EXISTS fleetpace_check_source_idx
+    ON fleetpace_check (source_id, checked_at);
+
+-- One platform's checks over a time window (status, charts of requests/s by
+-- outcome), and pruning: every platform's rows older than the retention are
+-- a range of this index, walked per platform.
+CREATE INDEX IF NOT EXISTS fleetpace_check_platform_idx
+    ON fleetpace_check (platform, checked_at);
+
 -- The dashboard's per-platform figures, one index range per platform shown
 -- (never a scan of every source): sources due and how late they are
 -- (enabled, due_at <= now(); queued_at tells due from queued without the

@@ -33,7 +33,13 @@ const (
 	// DefaultLookAhead is how much work a tick queues per platform, in time
 	// at its rate.
 	DefaultLookAhead = 30 * time.Second
+	// DefaultHistoryRetention is how long the fetch history is kept.
+	DefaultHistoryRetention = 7 * 24 * time.Hour
 )
+
+// NoHistory, as Config.HistoryRetention, keeps no fetch history: every tick
+// deletes what there is (and a worker with it writes none).
+const NoHistory time.Duration = -1
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("invalid config")
@@ -49,6 +55,13 @@ type Config struct {
 	// already has queued. There is no point queueing an hour of work for a
 	// 7/s destination. Default: DefaultLookAhead.
 	LookAhead time.Duration
+	// HistoryRetention is how long the fetch history (sources.History) is
+	// kept: every tick deletes older rows, at most PruneBatch of them.
+	// Default: DefaultHistoryRetention; NoHistory keeps none.
+	HistoryRetention time.Duration
+	// PruneBatch is the most history rows one tick deletes. Default
+	// sources.DefaultPruneBatch.
+	PruneBatch int
 }
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
@@ -60,6 +73,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PerPlatformCap)
 	case c.LookAhead < 0:
 		return fmt.Errorf("%w: scan.Config.LookAhead must be > 0 (0: default), got %s", ErrInvalidConfig, c.LookAhead)
+	case c.HistoryRetention < 0 && c.HistoryRetention != NoHistory:
+		return fmt.Errorf("%w: scan.Config.HistoryRetention must be > 0 (0: default; NoHistory: keep none), got %s", ErrInvalidConfig, c.HistoryRetention)
+	case c.PruneBatch < 0:
+		return fmt.Errorf("%w: scan.Config.PruneBatch must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PruneBatch)
 	}
 	return nil
 }
@@ -74,7 +91,19 @@ func (c Config) withDefaults() Config {
 	if c.LookAhead == 0 {
 		c.LookAhead = DefaultLookAhead
 	}
+	if c.HistoryRetention == 0 {
+		c.HistoryRetention = DefaultHistoryRetention
+	}
+	if c.PruneBatch == 0 {
+		c.PruneBatch = sources.DefaultPruneBatch
+	}
 	return c
+}
+
+// Retention is the history retention c keeps: 0 for NoHistory.
+func (c Config) Retention() time.Duration {
+	c = c.withDefaults()
+	return max(c.HistoryRetention, 0)
 }
 
 // Result reports one scan tick.
@@ -84,13 +113,18 @@ type Result struct {
 	Enqueued    int            `json:"enqueued"`
 	ByPlatform  map[string]int `json:"by_platform"`
 	CoolingDown []string       `json:"cooling_down"` // platforms left out for an active cooldown
+	Paused      []string       `json:"paused"`       // platforms left out because an operator paused them
 	Released    int            `json:"released"`     // sources released after their job ended without a check
+	Pruned      int64          `json:"pruned"`       // fetch history rows deleted beyond the retention
 }
 
 // Tick runs one scan: select due sources and enqueue one fetch job each, all
 // in one transaction. It takes a transaction-scoped advisory lock first; if
-// another tick holds it, Tick returns at once with Skipped set.
-func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Config) (*Result, error) {
+// another tick holds it, Tick returns at once with Skipped set. After the
+// commit, the tick that ran prunes the fetch history beyond the retention
+// (a statement of its own, so the jobs are not held back by it; a failed
+// prune is an error, but the tick's jobs are queued).
+func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -116,11 +150,10 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 	}
 	res.Released = int(tag.RowsAffected())
 
-	args, cooling, err := plan(ctx, tx, cfg)
+	args, err := plan(ctx, tx, cfg, res)
 	if err != nil {
 		return nil, err
 	}
-	res.CoolingDown = cooling
 	due, err := selectDue(ctx, tx, args)
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
@@ -136,7 +169,17 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("tick: commit: %w", err)
 	}
+	if res.Pruned, err = sources.PruneHistory(ctx, db, cfg.Retention(), cfg.PruneBatch); err != nil {
+		return res, fmt.Errorf("tick: %w", err)
+	}
 	return res, nil
+}
+
+// DB is what Tick needs: a pool (or a connection, or a transaction, which
+// makes the tick a savepoint).
+type DB interface {
+	sources.Beginner
+	sources.DBTX
 }
 
 // interleave returns the ids of due (in fair order) so that platforms take
@@ -167,26 +210,31 @@ func interleave(due []Due) []int64 {
 
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)
 // minus what it already has queued, at most PerPlatformCap; platforms cooling
-// down get nothing. It returns the due query's arguments.
-func plan(ctx context.Context, db sources.DBTX, cfg Config) (args []any, cooling []string, err error) {
+// down or paused get nothing (they are noted in res). It returns the due
+// query's arguments.
+func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args []any, err error) {
 	rows, err := db.Query(ctx, planSQL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tick: plan: %w", err)
+		return nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	defer rows.Close()
 	args = []any{cfg.Limit}
 	for rows.Next() {
 		var (
-			name   string
-			rate   float64
-			queued int64
-			until  *time.Time
+			name            string
+			rate            float64
+			queued          int64
+			cooling, paused bool
 		)
-		if err := rows.Scan(&name, &rate, &queued, &until); err != nil {
-			return nil, nil, fmt.Errorf("tick: plan: %w", err)
+		if err := rows.Scan(&name, &rate, &queued, &cooling, &paused); err != nil {
+			return nil, fmt.Errorf("tick: plan: %w", err)
 		}
-		if until != nil {
-			cooling = append(cooling, name)
+		switch {
+		case cooling:
+			res.CoolingDown = append(res.CoolingDown, name)
+			continue
+		case paused:
+			res.Paused = append(res.Paused, name)
 			continue
 		}
 		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
@@ -196,7 +244,7 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config) (args []any, cooling
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("tick: plan: %w", err)
+		return nil, fmt.Errorf("tick: plan: %w", err)
 	}
-	return args, cooling, nil
+	return args, nil
 }

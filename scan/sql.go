@@ -29,14 +29,18 @@ const useGenericPlan = `set_config('plan_cache_mode', 'force_generic_plan', true
 
 const platformNamesGenericSQL = `SELECT name FROM fleetpace_platform, ` + useGenericPlan + ` ORDER BY name`
 
-// planSQL reads, per platform, its rate, how many of its sources are queued
-// and whether it is cooling down: the inputs of each platform's share.
-const planSQL = `
-SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0), c.until
+// planSQL reads, per platform, its rate, how many of its sources are queued,
+// whether it is cooling down and whether an operator paused it: the inputs
+// of each platform's share. The pause is read from the pacer's row
+// (fleetpace_pace, written only by package pacer) through
+// sources.PausedSQL, the condition `sources list --due` and the status
+// counts use too.
+var planSQL = `
+SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0),
+       ` + sources.CoolingDownSQL("p.name") + `, ` + sources.PausedSQL("p.name") + `
 FROM fleetpace_platform p
 LEFT JOIN (SELECT platform, count(*) AS queued FROM fleetpace_source
            WHERE queued_at IS NOT NULL GROUP BY platform) q ON q.platform = p.name
-LEFT JOIN fleetpace_cooldown c ON c.platform = p.name AND c.until > now()
 ORDER BY p.name`
 
 // dueSQL builds the due query for n platforms. Each arm walks
@@ -60,7 +64,7 @@ func dueSQL(n int) string {
         AND NOT %[4]s
       ORDER BY s.last_checked_at ASC NULLS FIRST, s.id
       LIMIT $%[2]d)
-`, p, c, sources.DueSQL, sources.CoolingDownSQL(fmt.Sprintf("$%d", p)))
+`, p, c, sources.DueSQL, sources.StoppedSQL(fmt.Sprintf("$%d", p)))
 	}
 	b.WriteString(") d\nORDER BY last_checked_at ASC NULLS FIRST, id\nLIMIT $1")
 	return b.String()

@@ -344,11 +344,24 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	}
 	rt.closers = append(rt.closers, closer(rt.pool.Close))
 
-	// Fetch jobs record their checks with group commit. The recorder stops
-	// only when told (Run stops it after the River client; on every other
-	// way out, close does, before the pool closes), so jobs still running
-	// during a soft stop can record.
-	rt.recorder, err = sources.NewRecorder(rt.pool, sources.RecorderConfig{Logger: cfg.Logger})
+	// Fetch jobs record their checks with group commit, through a small
+	// pool of their own whose commits do not wait for the disk
+	// (sources.ConfigureRecorderPool says why that is safe). The recorder
+	// stops only when told (Run stops it after the River client; on every
+	// other way out, close does, before the pools close), so jobs still
+	// running during a soft stop can record.
+	recPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout, MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	sources.ConfigureRecorderPool(recPoolCfg)
+	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: recorder pool: %w", err)
+	}
+	rt.closers = append(rt.closers, closer(recPool.Close))
+	rt.recorder, err = sources.NewRecorder(recPool, sources.RecorderConfig{Logger: cfg.Logger, Worker: cfg.ID,
+		NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +405,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	}
 	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
 	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
-		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger})
+		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {
 		return nil, err
 	}
@@ -418,8 +431,8 @@ func (rt *runtime) scanCycle(cfg Config) poller.Cycle {
 			return false, nil
 		}
 		rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
-		if res.Enqueued > 0 {
-			cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform)
+		if res.Enqueued > 0 || res.Pruned > 0 {
+			cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform, "paused", res.Paused, "history_pruned", res.Pruned)
 		}
 		return res.Enqueued > 0, nil
 	}

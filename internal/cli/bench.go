@@ -21,8 +21,10 @@ func (a *app) benchCmd(benchmarks ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure fleetpace against its baselines (one run, one database, medians)",
-		Long: `Benchmarks that measure fleetpace side by side with the baseline named in
-its issue, in one run on one database, and report medians.
+		Long: `Benchmarks that measure fleetpace side by side with a named baseline (what
+you would run without fleetpace: a bare single-row upsert, a bare River job,
+the plain ORDER BY … LIMIT of the due sources), in one run on one database,
+and report medians.
 
 Without --database-url each benchmark starts a throwaway embedded cluster;
 with one, use a throwaway database: benchmarks delete and create data.`,
@@ -224,8 +226,8 @@ func (a *app) benchAdaptCmd() *cobra.Command {
 		Use:   "adapt",
 		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, vs the seed's schedule",
 		Long: `Runs real worker processes (this binary) against fake destinations that allow
-less than the configured ceiling, one platform per destination model and
-schedule, all at once: strict spacing at 40 % and 70 % of the ceiling, a
+less than the configured ceiling, one run per destination model with one
+platform per schedule side by side: strict spacing at 40 % and 70 % of the ceiling, a
 token bucket with burst 10 at 50 %, fixed 1-s and 60-s windows at 50 %, each
 again with X-RateLimit-* headers, one with the IETF RateLimit fields, and a
 limit that drops from 80 % to 30 % and comes back. Every model runs with the
@@ -255,7 +257,7 @@ headers. The README's table of defaults comes from them.`,
 	f.IntVar(&cfg.Workers, "workers", bench.DefaultAdaptWorkers, "worker processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, "each worker's --concurrency (default: enough for every platform's jobs to sleep on the pacer at once)")
 	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultAdaptCeiling, "every platform's rate, requests/s")
-	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run (the steady half is measured)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run of a model (the steady half is measured; a 60-s window runs 4.5 windows at least)")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultAdaptRuns, "runs; every figure is the median")
 	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run (default: all; see --help of the models in the README)")
 	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the adaptation settings instead of seed vs defaults")
@@ -266,8 +268,9 @@ headers. The README's table of defaults comes from them.`,
 
 func (a *app) benchWorkerCmd() *cobra.Command {
 	var (
-		cfg    bench.WorkerConfig
-		asJSON bool
+		cfg     bench.WorkerConfig
+		asJSON  bool
+		history bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -279,7 +282,12 @@ group commit) — with a no-op fetcher and an effectively unlimited platform
 database with the same River settings and worker count. Each run inserts
 --jobs jobs, starts a client and times until all have completed and, for
 fleetpace, every check has been written; the sides alternate for --runs runs
-and medians are reported. Target: ratio ≥ 0.7.
+and medians are reported. Target: ratio ≥ 0.9, with the fetch history on.
+
+Each check is recorded with its fetch history row, in the same statement,
+as a worker records it; --history=false records the checks alone, to
+measure what the history costs. With the history on, the result gives the
+history table's size (indexes included) per million checks.
 
 --fetch-cooldown defaults to River's minimum (1ms): with River's default
 (100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
@@ -293,6 +301,7 @@ nothing about the cost of a job.`,
 				cfg.DatabaseURL = url
 				cfg.Progress = a.stderr
 				cfg.Logger = a.logger
+				cfg.NoHistory = !history
 				return bench.Worker(cmd.Context(), cfg)
 			})
 		},
@@ -302,6 +311,7 @@ nothing about the cost of a job.`,
 	f.IntVar(&cfg.Jobs, "jobs", bench.DefaultWorkerJobs, "jobs per run")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultWorkerRuns, "runs of each side (alternating); medians are reported")
 	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", bench.DefaultWorkerFetchCooldown, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
+	f.BoolVar(&history, "history", true, "record each check with its fetch history row, as a worker does (false: the checks alone)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
 	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
 	return cmd

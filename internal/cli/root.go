@@ -253,6 +253,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	root.AddCommand(
 		a.schemaCmd(),
 		a.platformsCmd(),
+		a.cooldownsCmd(),
 		a.sourcesCmd(),
 		a.scanCmd(),
 		a.enqueueCmd(),
@@ -273,8 +274,64 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 		),
 	)
 	a.addVersion(root)
+	refuseUnknownSubcommands(root)
+	refuseUnknownHelpTopics(root)
 	bindEnv(root) // last: the whole tree
 	return root
+}
+
+// refuseUnknownHelpTopics makes `fleetpace help NAME` for a command that
+// does not exist bad usage (exit 2), as running it would be; cobra prints
+// "Unknown help topic" and succeeds.
+func refuseUnknownHelpTopics(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "help" || c.Run == nil {
+			continue
+		}
+		show := c.Run
+		c.Run = nil
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if target, rest, err := root.Find(args); err != nil || target == nil || len(rest) > 0 {
+				return &flagError{fmt.Errorf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			show(cmd, args)
+			return nil
+		}
+	}
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (platforms, sources, bench, …) refuse an unknown subcommand as bad usage
+// (exit 2), with cobra's suggestions; cobra's own behaviour is to print the
+// group's help and succeed. A group given no subcommand prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() || !c.HasParent() {
+		return // the root refuses unknown commands itself
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2 // cobra sets it on the root only
+		}
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+		}
+		var names []string
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		return &flagError{fmt.Errorf("%s\n%s has: %s", msg, cmd.CommandPath(), strings.Join(names, ", "))}
+	}
 }
 
 // defaultDataDir is $XDG_DATA_HOME/fleetpace, else ~/.local/share/fleetpace;

@@ -20,7 +20,7 @@ func addFetchFlags(f *pflag.FlagSet, h *fetch.HTTPConfig) {
 	f.StringVar(&h.StoreDir, "store-dir", "", "store fetched bodies content-addressed under this directory (default: discard)")
 	f.StringVar(&h.UserAgent, "user-agent", fetch.DefaultUserAgent, "User-Agent of every request")
 	f.DurationVar(&h.Timeout, "fetch-timeout", fetch.DefaultTimeout, "bound on one fetch (connect, redirects, body)")
-	f.Int64Var(&h.MaxBodyBytes, "max-body-bytes", fetch.DefaultMaxBodyBytes, "largest body accepted; larger is a failed fetch")
+	f.Int64Var(&h.MaxBodyBytes, "max-body-bytes", fetch.DefaultMaxBodyBytes, "largest body accepted, in bytes (10485760 = 10 MiB); larger is a failed fetch")
 	f.IntVar(&h.MaxRedirects, "max-redirects", fetch.DefaultMaxRedirects, "redirects followed; one more is a failed fetch")
 	f.DurationVar(&h.RateLimitedAfter, "rate-limited-after", fetch.DefaultRateLimitedAfter, "a 429/503 whose Retry-After exceeds this cools the whole platform down")
 	zeroIsDefault(f, "fetch-timeout", "max-body-bytes", "rate-limited-after")
