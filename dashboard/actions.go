@@ -9,15 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 )
-
-// MaxReasonLength is the longest pause reason accepted, in characters.
-const MaxReasonLength = 500
 
 // DefaultPauseReason is a pause's reason when the form gives none.
 const DefaultPauseReason = "paused from the dashboard"
@@ -113,102 +110,106 @@ func withNotice(p, key string) string {
 	return u.RequestURI()
 }
 
-// pause pauses a platform fleet-wide: for a duration (form field "for",
-// empty: until resumed) with a reason. The end is counted from the
-// database's clock, not this process's (a laptop's clock may be off).
+// pause pauses a platform fleet-wide (control.Pause): for a duration (form
+// field "for", empty: until resumed) with a reason. The duration counts
+// from the database's clock, not this process's (a laptop's clock may be
+// off).
 func (h *Handler) pause(ctx context.Context, r *http.Request) (string, error) {
-	name := r.PathValue("name")
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	switch {
-	case reason == "":
+	if reason == "" {
 		reason = DefaultPauseReason
-	case utf8.RuneCountInString(reason) > MaxReasonLength:
-		return "", badf("reason must be at most %d characters, got %d", MaxReasonLength, utf8.RuneCountInString(reason))
-	case !utf8.ValidString(reason):
-		return "", badf("reason must be valid UTF-8")
 	}
-	var d time.Duration
+	o := control.PauseOptions{Reason: reason}
 	if s := strings.TrimSpace(r.PostFormValue("for")); s != "" {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil || d <= 0 {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
 			return "", badf("for must be a positive duration such as 30m or 2h (empty: until resumed), got %q", s)
 		}
-	}
-	var until time.Time
-	if d > 0 {
-		var now time.Time
-		if err := h.cfg.DB.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		o.For = d
+		if err := h.cfg.DB.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&o.Now); err != nil {
 			return "", err
 		}
-		until = now.Add(d)
 	}
-	if err := pacer.Pause(ctx, h.cfg.DB, name, until, reason); err != nil {
+	if _, err := control.Pause(ctx, h.cfg.DB, r.PathValue("name"), o); err != nil {
 		return "", err
 	}
 	return "paused", nil
 }
 
+// resume ends a platform's pause and wakes its snoozed fetch jobs
+// (control.Resume): they run within about a second, in every worker.
 func (h *Handler) resume(ctx context.Context, r *http.Request) (string, error) {
-	if err := pacer.Resume(ctx, h.cfg.DB, r.PathValue("name")); err != nil {
+	if _, err := control.Resume(ctx, h.cfg.DB, r.PathValue("name")); err != nil {
 		return "", err
 	}
 	return "resumed", nil
 }
 
+// clearCooldown ends a platform's cooldown and the pacer's hold at once,
+// forgets its escalation and wakes its snoozed fetch jobs
+// (control.ClearCooldown).
+func (h *Handler) clearCooldown(ctx context.Context, r *http.Request) (string, error) {
+	if _, err := control.ClearCooldown(ctx, h.cfg.DB, r.PathValue("name")); err != nil {
+		return "", err
+	}
+	return "cleared", nil
+}
+
 // setLimits changes a platform's rate and burst (either may be left
-// empty: unchanged), keeping every other setting, in one transaction that
-// locks the platform's row.
+// empty: unchanged), keeping every other setting (sources.ConfigurePlatform,
+// a partial update). The platform must exist: the dashboard creates none.
 func (h *Handler) setLimits(ctx context.Context, r *http.Request) (string, error) {
 	name := r.PathValue("name")
 	rateS, burstS := strings.TrimSpace(r.PostFormValue("rate")), strings.TrimSpace(r.PostFormValue("burst"))
 	if rateS == "" && burstS == "" {
 		return "", badf("give a rate, a burst or both")
 	}
-	var (
-		rate  float64
-		burst int
-		err   error
-	)
+	var u sources.PlatformUpdate
 	if rateS != "" {
-		if rate, err = strconv.ParseFloat(rateS, 64); err != nil {
+		rate, err := strconv.ParseFloat(rateS, 64)
+		if err != nil {
 			return "", badf("rate must be a number of requests/s, got %q", rateS)
 		}
+		u.RatePerSec = &rate
 	}
 	if burstS != "" {
-		if burst, err = strconv.Atoi(burstS); err != nil {
+		burst, err := strconv.Atoi(burstS)
+		if err != nil {
 			return "", badf("burst must be a whole number, got %q", burstS)
 		}
+		u.Burst = &burst
 	}
-	tx, err := h.cfg.DB.Begin(ctx)
-	if err != nil {
+	if _, err := sources.GetPlatform(ctx, h.cfg.DB, name); err != nil {
 		return "", err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if tag, err := tx.Exec(ctx, lockPlatformSQL, name); err != nil {
-		return "", err
-	} else if tag.RowsAffected() == 0 {
-		return "", notFoundf("platform %q", name)
-	}
-	p, err := sources.GetPlatform(ctx, tx, name)
-	if err != nil {
-		return "", err
-	}
-	if rateS != "" {
-		p.RatePerSec = rate
-	}
-	if burstS != "" {
-		p.Burst = burst
-		if burst == 0 {
-			return "", badf("burst must be ≥ 1, got 0")
-		}
-	}
-	if _, err := sources.SetPlatform(ctx, tx, p); err != nil {
-		return "", err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if _, _, err := sources.ConfigurePlatform(ctx, h.cfg.DB, name, u); err != nil {
 		return "", err
 	}
 	return "limits", nil
+}
+
+// enableSource and disableSource set a source's enabled flag
+// (sources.SetEnabled).
+func (h *Handler) enableSource(ctx context.Context, r *http.Request) (string, error) {
+	return h.setEnabled(ctx, r, true)
+}
+
+func (h *Handler) disableSource(ctx context.Context, r *http.Request) (string, error) {
+	return h.setEnabled(ctx, r, false)
+}
+
+func (h *Handler) setEnabled(ctx context.Context, r *http.Request, enabled bool) (string, error) {
+	id, err := sourceID(r)
+	if err != nil {
+		return "", err
+	}
+	if _, err := sources.SetEnabled(ctx, h.cfg.DB, sources.Selection{IDs: []int64{id}}, enabled); err != nil {
+		return "", err
+	}
+	if enabled {
+		return "enabled", nil
+	}
+	return "disabled", nil
 }
 
 // sourceID reads the {id} of a source action.

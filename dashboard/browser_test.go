@@ -33,7 +33,8 @@ var screenshot = flag.String("screenshot", "", "also save the browser test's scr
 // platform rows, the effective rates and a ticking cooldown countdown;
 // signed in with the admin token (given through FLEETPACE_ADMIN_TOKEN),
 // clicking pause on a platform stops its requests at the destination and
-// the page shows it paused; resume brings it back to running.
+// the page shows it paused; resume shows it running and its requests
+// reach the destination again.
 func TestBrowser(t *testing.T) {
 	ctx := context.Background()
 	url := testdb.URL(t)
@@ -170,7 +171,8 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("no notice of the pause: %q", got)
 	}
 	alphaThen := dest.Count("/alpha/")
-	waitArrivals(t, dest, "/alpha/", alphaThen+16, 30*time.Second) // ≈ 4 s at 4/s
+	// ≥ 4 s at 4/s, and enough history for the screenshot's sparklines.
+	waitArrivals(t, dest, "/alpha/", max(alphaThen+16, 60), 40*time.Second)
 	var late []time.Time
 	for _, at := range dest.Arrivals("/beta/") {
 		if at.After(pausedAt.Add(time.Second)) {
@@ -183,19 +185,26 @@ func TestBrowser(t *testing.T) {
 	t.Logf("paused beta: no request to it in the %s after; alpha received %d meanwhile",
 		time.Since(pausedAt.Add(time.Second)).Round(time.Millisecond), dest.Count("/alpha/")-alphaThen)
 
+	step("reload the overview", 15*time.Second, chromedp.Navigate(base+"/?done=paused"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-platform="beta"] .state.paused`)))
 	shot, err := chromedp.Run(b, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
 	saveScreenshot(t, shot)
 
+	// Resume: its waiting jobs are woken, and beta is fetched again.
+	betaThen := dest.Count("/beta/")
 	step("resume beta", 15*time.Second,
 		chromedp.Click(chromedp.CSS(`tr[data-platform="beta"] button.resume`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-platform="beta"] .state.running`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-platform="beta"] button.pause`)))
+	resumedAt := time.Now()
 	if got := text(`tr[data-platform="beta"] .effective`); got != "4/s" {
 		t.Errorf("beta's effective rate shows %q after resuming", got)
 	}
+	waitArrivals(t, dest, "/beta/", betaThen+4, 15*time.Second)
+	t.Logf("resumed beta: 4 requests to it within %s", time.Since(resumedAt).Round(time.Millisecond))
 }
 
 // listening waits for the worker's log to name its HTTP address.

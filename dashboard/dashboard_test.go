@@ -9,7 +9,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/testbin"
@@ -597,7 +597,7 @@ func TestPauseResume(t *testing.T) {
 	}
 
 	// Bad input: 400 naming the field, nothing written.
-	for _, c := range []url.Values{{"for": {"soon"}}, {"for": {"-5m"}}, {"reason": {strings.Repeat("x", dashboard.MaxReasonLength+1)}}} {
+	for _, c := range []url.Values{{"for": {"soon"}}, {"for": {"-5m"}}, {"reason": {strings.Repeat("x", control.MaxReasonLen+1)}}} {
 		c.Set("csrf", csrf)
 		res, body := s.post("/platforms/alpha/pause", c)
 		if res.StatusCode != http.StatusBadRequest || !(strings.Contains(body, "for must") || strings.Contains(body, "reason must")) {
@@ -727,22 +727,16 @@ func TestHistory(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
 	fleetData(t, pool)
-	// Until main has issue 11's table (a no-op once it has).
-	ddl, err := os.ReadFile("testdata/fleetpace_check.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec(t, pool, string(ddl))
 	var src int64
 	if err := pool.QueryRow(context.Background(), `SELECT id FROM fleetpace_source WHERE url = 'https://a.example/6'`).Scan(&src); err != nil {
 		t.Fatal(err)
 	}
 	// alpha: 240 checks in the last 15 minutes (900 s), 60 of them in the
-	// last 30 s; 3 more an hour ago (outside both windows). Source src: three
+	// last 10 s; 3 more an hour ago (outside both windows). Source src: three
 	// checks with different outcomes.
 	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker)
 		SELECT 1, 'alpha', now() - make_interval(secs => 31 + (g % 860)), 'ok', 200, 12, 100, NULL, 'w-1' FROM generate_series(1, 180) g
-		UNION ALL SELECT 1, 'alpha', now() - make_interval(secs => g % 29 + 0.5), 'not_modified', 304, 5, 0, NULL, 'w-1' FROM generate_series(1, 60) g
+		UNION ALL SELECT 1, 'alpha', now() - make_interval(secs => g % 9 + 0.5), 'not_modified', 304, 5, 0, NULL, 'w-1' FROM generate_series(1, 60) g
 		UNION ALL SELECT 1, 'alpha', now() - interval '70 minutes', 'ok', 200, 1, 1, NULL, 'w-1' FROM generate_series(1, 3) g`)
 	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker) VALUES
 		($1, 'alpha', now() - interval '3 minutes', 'ok', 200, 40, 2048, NULL, 'w-1'),
@@ -755,9 +749,9 @@ func TestHistory(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no requests/s chart in alpha's row:\n%s", page)
 	}
-	// The last 30-s bucket holds the 60 not-modified checks: 2/s, the peak
+	// The last 10-s bucket holds the 60 not-modified checks: 6/s, the peak
 	// (the 180 ok checks are one a second, 1/s).
-	if want := "requests/s over the last 15m in 30s buckets: peak 2/s, now 2/s, ceiling 8/s"; html.UnescapeString(m[1]) != want {
+	if want := "requests/s over the last 15m in 10s buckets: peak 6/s, now 6/s, ceiling 8/s"; html.UnescapeString(m[1]) != want {
 		t.Errorf("alpha's chart says %q, want %q", html.UnescapeString(m[1]), want)
 	}
 	if beta := regexp.MustCompile(`(?s)<tr data-platform="beta".*?aria-label="([^"]*)"`).FindStringSubmatch(page); beta == nil || !strings.Contains(beta[1], "peak 0/s") {
@@ -846,7 +840,7 @@ func TestEnableDisableSource(t *testing.T) {
 		t.Fatalf("the source is still enabled")
 	}
 	_, page := s.get(path + "?done=disabled")
-	if !strings.Contains(text(page), "enabled no : not scanned") || !strings.Contains(page, `action="`+path+`/enable"`) || !strings.Contains(text(page), "Source disabled") {
+	if !strings.Contains(text(page), "enabled no : not scanned") || !strings.Contains(text(page), "next check not scheduled (held back: disabled)") || !strings.Contains(page, `action="`+path+`/enable"`) || !strings.Contains(text(page), "Source disabled") {
 		t.Errorf("the page does not show the source disabled with an enable button:\n%s", text(page))
 	}
 	if res, _ := s.post(path+"/enable", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusSeeOther || !enabled() {

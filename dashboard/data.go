@@ -17,6 +17,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/status"
 )
 
 // Counts are a platform's source figures.
@@ -274,14 +275,10 @@ func formatKeyset(at time.Time, id int64) string {
 	return strconv.FormatInt(at.UnixNano(), 10) + "." + strconv.FormatInt(id, 10)
 }
 
-// sourcePage is one source.
+// sourcePage is one source: status.ReadSource's report.
 type sourcePage struct {
 	*Base
-	Source      sources.Source
-	Pace        pacer.State
-	Cooldown    *sources.Cooldown
-	History     []Check
-	HistoryNote string
+	*status.SourceReport
 }
 
 func (h *Handler) source(ctx context.Context, r *http.Request, b *Base) (view, error) {
@@ -290,25 +287,14 @@ func (h *Handler) source(ctx context.Context, r *http.Request, b *Base) (view, e
 		return nil, badf("source id must be a positive number, got %q", r.PathValue("id"))
 	}
 	b.Title = fmt.Sprintf("source %d", id)
-	v := &sourcePage{Base: b}
-	err = h.readTx(ctx, func(tx pgx.Tx) error {
-		s, err := sources.GetSource(ctx, tx, id)
-		if errors.Is(err, sources.ErrNotFound) {
-			return fmt.Errorf("source %d: %w", id, errNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		v.Source = s
-		rows, err := h.platformRows(ctx, tx, []sources.Platform{{Name: s.Platform}}, false)
-		if err != nil {
-			return err
-		}
-		v.Pace, v.Cooldown = rows[0].Pace, rows[0].Cooldown
-		v.History, v.HistoryNote, err = h.sourceHistory(ctx, tx, id, historyShown)
-		return err
-	})
-	return v, err
+	rep, err := status.ReadSource(ctx, h.cfg.DB, strconv.FormatInt(id, 10), historyShown)
+	if errors.Is(err, sources.ErrNotFound) {
+		return nil, fmt.Errorf("source %d: %w", id, errNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &sourcePage{Base: b, SourceReport: rep}, nil
 }
 
 // findSource answers the "find a source" forms: ?id= goes to the source,

@@ -5,7 +5,6 @@ import (
 	"html/template"
 	"math"
 	"net/url"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -65,7 +64,7 @@ var funcs = template.FuncMap{
 		return PlatformRow{Platform: sources.Platform{Name: pace.Platform}, Pace: pace, Cooldown: c}
 	},
 	"actionsFor": func(b *Base, row PlatformRow, full bool) actionsView { return actionsView{b, row, full} },
-	"redact":     redactURL,
+	"redact":     sources.RedactURL,
 	"sub":        func(a, b float64) float64 { return a - b },
 	"add":        func(a, b float64) float64 { return a + b },
 	"sources":    sourceText,
@@ -87,15 +86,6 @@ type (
 		Full bool
 	}
 )
-
-// userinfo matches a URL's scheme and user information (up to the '@').
-var userinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@`)
-
-// redactURL hides a URL's user information (https://user:password@host
-// shows as https://REDACTED@host): feeds and APIs are often polled with
-// credentials in the URL. (Issue 11 adds sources.RedactURL, the same rule,
-// for every place a source URL is shown: use it once main has it.)
-func redactURL(raw string) string { return userinfo.ReplaceAllString(raw, "${1}REDACTED@") }
 
 // rateText is a rate in requests/s, three significant digits.
 func rateText(r float64) string {

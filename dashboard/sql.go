@@ -100,15 +100,8 @@ LIMIT $2`
 // (platform, url) key).
 const sourceByURLSQL = `SELECT id FROM fleetpace_source WHERE platform = $1 AND url = $2`
 
-// lockPlatformSQL locks a platform's row for a read-modify-write of its
-// settings.
-const lockPlatformSQL = `SELECT 1 FROM fleetpace_platform WHERE name = $1 FOR UPDATE`
-
 // The history's statements (history.go). Each walks an index range of the
 // history table per platform or source shown.
-
-// hasHistorySQL: does the database have the history table?
-const hasHistorySQL = `SELECT to_regclass('fleetpace_check') IS NOT NULL`
 
 // activityOfSQL counts the checks of each platform in $1 per time bucket
 // ($3 seconds wide, numbered from 0 at now() − $2 seconds): one range of
@@ -125,27 +118,3 @@ CROSS JOIN LATERAL (
     WHERE c.platform = p.name AND c.checked_at >= n.since
     GROUP BY 1
 ) a`
-
-// activityByOutcomeSQL counts platform $1's checks per time bucket (as
-// activityOfSQL numbers them) and outcome.
-const activityByOutcomeSQL = `
-SELECT floor((date_part('epoch', c.checked_at) - n.since_s) / $3)::int, c.outcome, count(*)
-FROM (SELECT now() - make_interval(secs => $2) AS since, date_part('epoch', now()) - $2 AS since_s) n
-JOIN fleetpace_check c ON c.platform = $1 AND c.checked_at >= n.since
-GROUP BY 1, 2`
-
-// sourceHistorySQL is source $1's last $2 checks, newest first (a backward
-// walk of fleetpace_check_source_idx).
-const sourceHistorySQL = `
-SELECT checked_at, outcome, status, duration_ms, bytes, reason, worker
-FROM fleetpace_check
-WHERE source_id = $1
-ORDER BY checked_at DESC
-LIMIT $2`
-
-// Until main has issue 11's operations (operate.go): end a platform's
-// cooldown and forget its escalation; enable or disable a source.
-const (
-	clearCooldownSQL = `DELETE FROM fleetpace_cooldown WHERE platform = $1`
-	setEnabledSQL    = `UPDATE fleetpace_source SET enabled = $2 WHERE id = $1`
-)

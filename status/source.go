@@ -60,14 +60,12 @@ func ReadSource(ctx context.Context, db DB, ref string, historyLimit int) (*Sour
 			rep.Cooldown = &cooldowns[i]
 		}
 	}
-	paces, err := pacer.States(ctx, tx)
+	paces, err := pacer.StatesOf(ctx, tx, []string{rep.Source.Platform})
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	for _, p := range paces {
-		if p.Platform == rep.Source.Platform {
-			rep.Pace = p
-		}
+	if len(paces) == 1 {
+		rep.Pace = paces[0]
 	}
 	s := rep.Source
 	rep.NextCheck = s.DueAt

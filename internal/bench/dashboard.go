@@ -123,20 +123,14 @@ func Dashboard(ctx context.Context, cfg DashboardConfig) (*DashboardResult, erro
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE fleetpace_source`); err != nil {
 		return nil, fmt.Errorf("bench: analyze: %w", err)
 	}
-	var history bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('fleetpace_check') IS NOT NULL`).Scan(&history); err != nil {
-		return nil, fmt.Errorf("bench: history: %w", err)
-	}
-	if history {
-		steps := []string{`TRUNCATE fleetpace_check`, benchHistorySQL, `VACUUM ANALYZE fleetpace_check`}
-		for i, step := range steps {
-			tag, err := pool.Exec(ctx, step, [][]any{nil, {cfg.Sources, cfg.Platforms, platformDigits(cfg.Platforms)}, nil}[i]...)
-			if err != nil {
-				return nil, fmt.Errorf("bench: history: %w", err)
-			}
-			if step == benchHistorySQL {
-				res.HistoryRows = tag.RowsAffected()
-			}
+	steps := []string{`TRUNCATE fleetpace_check`, benchHistorySQL, `VACUUM ANALYZE fleetpace_check`}
+	for i, step := range steps {
+		tag, err := pool.Exec(ctx, step, [][]any{nil, {cfg.Sources, cfg.Platforms, platformDigits(cfg.Platforms)}, nil}[i]...)
+		if err != nil {
+			return nil, fmt.Errorf("bench: history: %w", err)
+		}
+		if step == benchHistorySQL {
+			res.HistoryRows = tag.RowsAffected()
 		}
 	}
 	fmt.Fprintf(cfg.Progress, "bench dashboard: data ready in %s\n", time.Since(start).Round(time.Millisecond))
