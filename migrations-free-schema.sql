@@ -100,6 +100,15 @@ ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL 
 --   last_interval   the effective spacing of the last reservation or report
 --   last_max_wait   the longest wait the last reservation accepted: the
 --                   fleet's horizon for granted slots
+--   announced_window, announced_window_at
+--                   the longest quota window any process saw lately (a
+--                   policy's, or the longest Reset: a token bucket's time
+--                   to fill, a fixed window's length) and when: the fleet
+--                   paces an announced quota at no more than its limit per
+--                   this window
+--   run_start       the first slot of the current run of reservations (a
+--                   gap of more than one spacing starts a new one): an
+--                   announced slow-down re-spaces what the run already sent
 ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS backoff_factor     double precision NOT NULL DEFAULT 2,
     ADD COLUMN IF NOT EXISTS recovery_factor    double precision NOT NULL DEFAULT 2,
@@ -118,7 +127,10 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS last_interval      double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS event_shift        double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS event_horizon      double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS last_max_wait      double precision NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS last_max_wait      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS run_start          double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS announced_window   double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS announced_window_at double precision NOT NULL DEFAULT 0;
 
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -556,5 +557,86 @@ func TestClearHoldGoesNow(t *testing.T) {
 	}
 	if r, err := p.Reserve(ctx, "clear", 100*time.Millisecond); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
 		t.Fatalf("after ClearHold: %+v %v, want a slot now", r, err)
+	}
+}
+
+// A process that has only seen a short Reset (late in a fixed window)
+// paces the quota by the longest window any process saw: the shared row
+// keeps it, so one process's partial view cannot speed the fleet up past
+// the quota's limit per window.
+func TestQuotaWindowIsTheFleets(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "win", rate: 20})
+	p1, p2 := newPacer(t, url, nil), newPacer(t, url, nil)
+	ctx := context.Background()
+	report := func(p *Pacer, q ratelimit.Info) {
+		t.Helper()
+		r, err := p.Reserve(ctx, "win", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if _, err := p.Report(ctx, "win", r, Outcome{Kind: Clean, Quota: q}); err != nil {
+			t.Fatal(err)
+		}
+		p.Flush(ctx) // a faster announcement waits for the clean batch
+	}
+	// p1 sees a window start: 5 per 1 s. p2 sees only the window's last
+	// 300 ms with 3 left: alone it would pace at (3+1)/0.3 s = 13.3/s.
+	report(p1, ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true})
+	report(p2, ratelimit.Info{Limit: 5, Remaining: 3, HasRemaining: true, Reset: 300 * time.Millisecond, HasReset: true})
+	if i, _, _ := spacing(ratelimit.Info{Limit: 5, Remaining: 3, HasRemaining: true, Reset: 300 * time.Millisecond, HasReset: true}, 300*time.Millisecond); i > 100*time.Millisecond {
+		t.Fatalf("the control: p2's own view spaces %v, want under 100 ms", i)
+	}
+	row := readAdapt(t, pool, "win")
+	want := 0.2 / announcedShare
+	if math.Abs(row.announcedInterval-want) > 1e-6 {
+		t.Fatalf("announced spacing %.4f s after p2's report, want %.4f s (5 per the fleet's 1-s window)", row.announcedInterval, want)
+	}
+}
+
+// An announced slow-down re-spaces what the fleet already sent in the
+// quota's window: a run at the ceiling (20/s) until the first answer says
+// 5 per second puts the next slot where 5/s spacing from the run's start
+// would, so no 1-s window holds more than the quota and the burst.
+func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "run", rate: 20})
+	p := newPacer(t, url, nil)
+	ctx := context.Background()
+	var sent []time.Time
+	var last Reservation
+	for range 5 { // sent at the old spacing before the answer came back
+		r, err := p.Reserve(ctx, "run", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if err := p.Sleep(ctx, &r); err != nil && !errors.Is(err, ErrLate) {
+			t.Fatal(err)
+		}
+		sent, last = append(sent, r.Slot), r
+	}
+	rep, err := p.Report(ctx, "run", last, Outcome{Kind: Clean,
+		Quota: ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true, Window: time.Second}})
+	if err != nil || !rep.Respaced {
+		t.Fatalf("the announcement is a slow-down: %+v %v", rep, err)
+	}
+	for range 6 {
+		r, err := p.Reserve(ctx, "run", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		sent = append(sent, r.Slot)
+	}
+	// 5 sent, then paced at 5/s × 0.97: the next one at least 5 spacings
+	// after the first (the pivot rule alone would put it 1 spacing after
+	// the report).
+	next := sent[5].Sub(sent[0])
+	if min := secondsToDuration(5 * 0.2 / announcedShare * 0.95); next < min {
+		t.Fatalf("first slot after the announcement %v after the run's first, want ≥ %v: the run's slots were not counted", next, min)
+	}
+	if n := fakedest.MaxInWindow(sent, time.Second); n > 6 {
+		t.Fatalf("%d slots in one second, want ≤ 5 + burst 1: %v", n, sent)
 	}
 }

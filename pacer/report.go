@@ -26,6 +26,13 @@ type announcement struct {
 	interval float64  // seconds between requests (0: no spacing implied)
 	ttl      float64  // how long it holds, seconds
 	hold     *float64 // quota exhausted: hold this long, seconds
+	// window is the quota's window (announced, or the longest Reset seen),
+	// seconds (0: unknown), and limit its quota (0: unknown). The fleet
+	// keeps the longest window any process saw and never paces the quota
+	// faster than limit per that window; a slow-down it brings re-spaces as
+	// if the requests the fleet sent in the last window had been spaced by
+	// it.
+	window, limit float64
 }
 
 // Report tells the pacer how a request reserved by res ended, and what the
@@ -99,7 +106,13 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if interval <= 0 && hold <= 0 {
 		return nil
 	}
-	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds()}
+	if q.Window > 0 {
+		window = q.Window
+	}
+	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds(), window: window.Seconds()}
+	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
+		a.limit = q.Limit
+	}
 	if hold > 0 {
 		s := hold.Seconds()
 		a.hold = &s
@@ -235,10 +248,18 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		quiet                                               bool
 		announced, quotaHold                                *float64
 		ttl                                                 float64
+		window, limit                                       *float64
+		fleetWindow                                         float64
 	)
 	if a := rep.announce; a != nil {
 		if a.interval > 0 {
 			announced, ttl = &a.interval, a.ttl
+			if a.window > 0 {
+				window = &a.window
+			}
+			if a.limit > 0 {
+				limit = &a.limit
+			}
 		}
 		quotaHold = a.hold
 	}
@@ -248,9 +269,9 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	}
 	for attempt := 0; ; attempt++ {
 		err := p.pool.QueryRow(qctx, reportSQL, platform, rep.pressure, rep.reservedAt, rep.retry, rep.n,
-			announced, ttl, quotaHold, reason).
+			announced, ttl, quotaHold, reason, window, limit).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
-				&seq, &eventAt, &interval, &shift, &horizon, &holdAt, &r.Respaced, &quiet)
+				&seq, &eventAt, &interval, &shift, &horizon, &holdAt, &r.Respaced, &fleetWindow, &quiet)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
@@ -288,6 +309,11 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		st.interval = interval
 	}
 	st.hold = maxTime(st.hold, localNow.Add(r.Hold))
+	// The longest quota window any process saw: this process's next
+	// announcements are spaced by it too.
+	if w := secondsToDuration(fleetWindow); w > st.maxReset {
+		st.maxReset, st.maxResetAt = w, localNow
+	}
 	p.mu.Unlock()
 	return r, nil
 }

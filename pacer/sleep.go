@@ -154,11 +154,15 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	if ev.hold > ev.at {
 		st.hold = maxTime(st.hold, now.Add(secondsToDuration(ev.hold-ev.at)))
 	}
+	n := 0
 	for w := range st.waiters {
 		if w.shared {
+			n++
 			p.respace(w, ev, now)
 		}
 	}
+	p.log.Debug("pacer: slow-down", "platform", platform, "seq", ev.seq, "interval_s", ev.interval, "shift_s", ev.shift,
+		"horizon_s", ev.horizon-ev.at, "waiters", n)
 }
 
 // respace moves one waiter's slot after a slow-down, as reportSQL moved the

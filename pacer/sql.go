@@ -93,8 +93,9 @@ const respaceRatio = 1.2
 const reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
 ON CONFLICT (platform) DO UPDATE SET
-    (cursor_at, last_slot, last_count, last_interval, last_max_wait) = (
-        SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0), $2::float8
+    (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start) = (
+        SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0), $2::float8,
+               CASE WHEN g.k > 0 AND g.first > s.cursor_at + g.i THEN g.first ELSE s.run_start END
         FROM (SELECT f.b, f.i, f.first,
                      CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now THEN 0
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
@@ -124,7 +125,7 @@ RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.la
 // destination announced in seconds (NULL: nothing announced), $7 how long
 // the announcement holds, in seconds, $8 a hold the destination asked for
 // through its quota headers, in seconds (NULL: none), $9 the reason of a
-// new hold.
+// new hold, $10 the announced quota's window in seconds (NULL: unknown).
 //
 // The multiplier (the controller; see docs/design.md "Adaptive pacing"):
 //   - Pressure for a request reserved at or after the latest slow-down (an
@@ -153,21 +154,30 @@ RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.la
 // event: event_seq grows, the cursor's
 // granted-but-unused slots are re-spaced (stretched by the ratio of the
 // spacings after the later of now and the hold), and pg_notify tells every
-// process, which re-spaces the slots it holds the same way. UPDATE under READ
+// process, which re-spaces the slots it holds the same way. An event that
+// brings an announced quota with its window ($10) also re-spaces what the
+// current run of reservations (run_start) granted in the last window, as if
+// it had been spaced by the quota: every later slot moves by retro, the
+// stretch of those slots, so no window of that length holds more than the
+// quota even though the fleet sent at the old spacing until it knew. UPDATE under READ
 // COMMITTED re-evaluates SET against the latest row version, so concurrent
 // reports compose.
 var reportSQL = fmt.Sprintf(`
 WITH u AS (
 UPDATE fleetpace_pace AS s SET
     (multiplier, clean_streak, doubled_at, pressure_mult, hold_until, hold_reason,
-     announced_interval, announced_until, cursor_at, last_interval,
+     announced_interval, announced_until, announced_window, announced_window_at, cursor_at, last_interval,
      event_seq, event_at, event_shift, event_horizon, last_respaced, last_effect) = (
         SELECT q.m, q.streak,
                CASE WHEN q.event AND (q.ratio > 1.000001 OR q.shift > 0) THEN q.now ELSE q.doubled_at END,
                q.mp, q.hold, q.hold_reason,
                q.ann_i, q.ann_until,
+               CASE WHEN q.win_new THEN $10::float8 ELSE s.announced_window END,
+               CASE WHEN q.win_new THEN q.now ELSE s.announced_window_at END,
                CASE WHEN q.event AND s.cursor_at > q.pivot
                     THEN LEAST(q.pivot + (s.cursor_at - q.pivot) * q.ratio + q.shift, GREATEST(q.now + s.last_max_wait, q.pivot) + q.i_new)
+                    WHEN q.event
+                    THEN LEAST(s.cursor_at + q.retro, GREATEST(q.now + s.last_max_wait, q.pivot) + q.i_new)
                     ELSE s.cursor_at END,
                q.i_new,
                s.event_seq + q.event::int,
@@ -178,7 +188,11 @@ UPDATE fleetpace_pace AS s SET
                q.effect
         FROM (SELECT r.*, s.respace AND (r.effect = %[1]d AND r.ratio > 1.000001 OR r.ratio > %[8]g
                                          OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
-                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.pivot + (r.first - r.pivot) * r.ratio), 0) AS shift
+                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.pivot + (r.first - r.pivot) * r.ratio), r.retro, 0) AS shift
+              FROM (SELECT r.*,
+                           CASE WHEN r.win > 0 AND r.ann_i > 0
+                                THEN GREATEST(LEAST(s.cursor_at, r.pivot) - GREATEST(s.run_start, r.pivot - r.win), 0) * (r.ratio - 1)
+                                ELSE 0 END AS retro
               FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio, p.now + %[9]g AS pivot,
                            CASE WHEN s.cursor_at > p.now + %[9]g
                                 THEN s.cursor_at - floor((s.cursor_at - p.now - %[9]g) / p.i_old) * p.i_old
@@ -188,12 +202,12 @@ UPDATE fleetpace_pace AS s SET
                                 THEN GREATEST(p.m0 / s.rate, s.announced_interval) ELSE p.m0 / s.rate END AS i_old,
                            CASE WHEN p.now < p.ann_until
                                 THEN GREATEST(p.m / s.rate, p.ann_i) ELSE p.m / s.rate END AS i_new
-                    FROM (SELECT d.now, d.m0, d.m, d.streak, d.doubled_at, d.hold, d.ann_i, d.ann_until, d.effect,
+                    FROM (SELECT d.now, d.m0, d.m, d.streak, d.doubled_at, d.hold, d.ann_i, d.ann_until, d.effect, d.win, d.win_new,
                                  CASE WHEN d.fresh THEN d.m0
                                       WHEN d.steps > 0 AND d.m < s.pressure_mult / (1 + %[5]g) THEN 0
                                       ELSE s.pressure_mult END AS mp,
                                  CASE WHEN d.hold > s.hold_until THEN $9::text ELSE s.hold_reason END AS hold_reason
-                          FROM (SELECT n.now, n.m0, n.fresh, n.steps,
+                          FROM (SELECT n.now, n.m0, n.fresh, n.steps, n.win, n.win_new,
                                        CASE WHEN n.fresh THEN LEAST(n.m0 * s.backoff_factor, s.max_multiplier)
                                             WHEN n.steps = 0 THEN n.m0
                                             WHEN n.ann_i > 0
@@ -208,27 +222,37 @@ UPDATE fleetpace_pace AS s SET
                                        GREATEST(s.hold_until,
                                                 CASE WHEN $2::bool THEN n.now + $4::float8 END,
                                                 CASE WHEN s.use_headers THEN n.now + $8::float8 END) AS hold,
-                                       CASE WHEN s.use_headers AND $6::float8 IS NOT NULL THEN $6::float8 ELSE s.announced_interval END AS ann_i,
-                                       CASE WHEN s.use_headers AND $6::float8 IS NOT NULL THEN n.now + $7::float8 ELSE s.announced_until END AS ann_until,
+                                       COALESCE(n.ann, s.announced_interval) AS ann_i,
+                                       CASE WHEN n.ann IS NOT NULL THEN n.now + $7::float8 ELSE s.announced_until END AS ann_until,
                                        CASE WHEN n.fresh THEN %[1]d
                                             WHEN $2::bool AND n.stale THEN %[3]d
                                             WHEN $2::bool THEN %[2]d
                                             WHEN n.steps > 0 AND n.m0 > 1 THEN %[4]d
                                             ELSE 0 END AS effect
                                 FROM (SELECT c.*, $2::bool AND NOT c.stale AND c.m0 < s.max_multiplier AS fresh,
-                                             CASE WHEN s.use_headers AND $6::float8 IS NOT NULL THEN $6::float8
-                                                  WHEN c.now < s.announced_until THEN s.announced_interval
-                                                  ELSE 0 END AS ann_i,
+                                             COALESCE(c.ann, CASE WHEN c.now < s.announced_until THEN s.announced_interval ELSE 0 END) AS ann_i,
                                              CASE WHEN $2::bool THEN 0 ELSE LEAST(c.streak / GREATEST(s.decay_after, 1), 64) END AS steps
-                                      FROM (SELECT date_part('epoch', clock_timestamp()) AS now,
-                                                   GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m0,
-                                                   s.clean_streak + $5::int AS streak,
-                                                   COALESCE($3::float8, date_part('epoch', clock_timestamp())) < s.doubled_at AS stale
+                                      FROM (SELECT w.*,
+                                                   CASE WHEN s.use_headers AND $6::float8 IS NOT NULL
+                                                        THEN LEAST(GREATEST($6::float8, CASE WHEN $11::float8 > 0 AND w.win > 0
+                                                                                             THEN w.win / ($11::float8 * %[10]g) ELSE 0 END), %[11]g)
+                                                   END AS ann
+                                            FROM (SELECT v.*,
+                                                         GREATEST(COALESCE($10::float8, 0), CASE WHEN v.win_kept THEN s.announced_window ELSE 0 END) AS win,
+                                                         s.use_headers AND $10::float8 > 0 AND ($10::float8 >= s.announced_window OR NOT v.win_kept) AS win_new
+                                                  FROM (SELECT date_part('epoch', clock_timestamp()) AS now,
+                                                               GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier)) AS m0,
+                                                               s.clean_streak + $5::int AS streak,
+                                                               COALESCE($3::float8, date_part('epoch', clock_timestamp())) < s.doubled_at AS stale,
+                                                               date_part('epoch', clock_timestamp()) - s.announced_window_at < %[12]g AS win_kept
+                                                       ) AS v
+                                                 ) AS w
                                            ) AS c
                                 ) AS n
                           ) AS d
                     ) AS p OFFSET 0
                     ) AS p
+              ) AS r
               ) AS r
         ) AS q
     )
@@ -236,17 +260,18 @@ WHERE s.platform = $1 AND s.rate > 0
 RETURNING s.platform, s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
           GREATEST(s.hold_until - date_part('epoch', clock_timestamp()), 0) AS hold_left,
           s.event_seq, s.event_at, s.last_interval, s.event_shift, s.event_horizon,
-          GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
+          GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced,
+          CASE WHEN date_part('epoch', clock_timestamp()) - s.announced_window_at < %[12]g THEN s.announced_window ELSE 0 END AS window
 )
 SELECT u.multiplier, u.max_multiplier, u.clean_streak, u.last_effect, u.hold_left,
-       u.event_seq, u.event_at, u.last_interval, u.event_shift, u.event_horizon, u.hold_at, u.last_respaced,
+       u.event_seq, u.event_at, u.last_interval, u.event_shift, u.event_horizon, u.hold_at, u.last_respaced, u.window,
        CASE WHEN u.last_respaced
             THEN pg_notify('%[7]s', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
                                     || '|' || u.event_shift || '|' || u.event_horizon || '|' || u.hold_at)
        END IS NULL
 FROM u`,
 	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel, respaceRatio,
-	respaceLead.Seconds())
+	respaceLead.Seconds(), announcedShare, MaxHold.Seconds(), resetMemory.Seconds())
 
 // pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
 // database clock; 'Infinity': until resumed) for the reason $3. It is an
