@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,31 +57,83 @@ func (s NewSource) Validate() error {
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
-	if s.Interval <= 0 {
-		return &FieldError{Field: "interval", Value: s.Interval.String(), Reason: "must be > 0"}
+	if s.Interval < MinInterval || s.Interval > MaxInterval {
+		return &FieldError{Field: "interval", Value: s.Interval.String(),
+			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
 	}
 	return nil
 }
 
-// ValidateURL accepts absolute http and https URLs with a host.
+// ValidateURL accepts absolute http and https URLs with a host and, if
+// any, a port in [1, 65535]: at most MaxURLBytes bytes of valid UTF-8,
+// without whitespace or control characters. The error's Value is the URL
+// with its credentials redacted (RedactURL).
 func ValidateURL(raw string) error {
-	if raw == "" {
+	bad := func(reason string) error {
+		return &FieldError{Field: "url", Value: RedactURL(raw), Reason: reason}
+	}
+	switch {
+	case raw == "":
 		return &FieldError{Field: "url", Value: raw, Reason: "is required"}
+	case len(raw) > MaxURLBytes:
+		return bad(fmt.Sprintf("must be at most %d bytes, got %d", MaxURLBytes, len(raw)))
+	case !utf8.ValidString(raw):
+		return bad("must be valid UTF-8")
+	case strings.IndexFunc(raw, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		return bad("must not contain whitespace or control characters")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return &FieldError{Field: "url", Value: raw, Reason: "is not a valid URL"}
+		return bad("is not a valid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return &FieldError{Field: "url", Value: raw, Reason: "must be an absolute http or https URL"}
+		return bad("must be an absolute http or https URL")
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return &FieldError{Field: "url", Value: raw, Reason: "must have a host"}
+		return bad("must have a host")
 	}
-	if strings.ContainsAny(raw, " \t\r\n") {
-		return &FieldError{Field: "url", Value: raw, Reason: "must not contain whitespace"}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad("must have a port in [1, 65535]")
+		}
 	}
 	return nil
+}
+
+// redactedSecret replaces the credentials of a URL in RedactURL.
+const redactedSecret = "xxxxx"
+
+// RedactURL returns a source URL fit to print: a password in its user
+// information is replaced by "xxxxx" (https://user:xxxxx@host/…), and so
+// is a user name given alone (https://xxxxx@host/…), which is often a
+// token. When the URL's '@' could be read more than one way (several, or
+// one after the path begins in a URL that does not parse as an ordinary
+// one), everything between "://" and the last '@' is replaced. Every human
+// and JSON output of a source URL goes through it; a URL without user
+// information comes back unchanged.
+func RedactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !strings.Contains(rest, "@") {
+		return raw
+	}
+	maskAll := scheme + "://" + redactedSecret + "@" + rest[strings.LastIndex(rest, "@")+1:]
+	userinfo, after, _ := strings.Cut(rest, "@")
+	switch {
+	case strings.Contains(after, "@"):
+		return maskAll
+	case strings.ContainsAny(userinfo, "/?#"):
+		// The '@' is in the path, query or fragment: no user information
+		// if the URL parses as one with a host and none (a profile URL such
+		// as https://example.social/@name); otherwise a password with a '/'.
+		if u, err := url.Parse(raw); err == nil && u.User == nil && u.Host != "" {
+			return raw
+		}
+		return maskAll
+	}
+	if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
+		return scheme + "://" + user + ":" + redactedSecret + "@" + after
+	}
+	return scheme + "://" + redactedSecret + "@" + after
 }
 
 // AddSource adds one source. created is false when the platform already has a
@@ -115,8 +169,8 @@ type ListFilter struct {
 
 // Validate reports an invalid field, wrapping ErrInvalid.
 func (f ListFilter) Validate() error {
-	if f.Limit < 0 {
-		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: "must be ≥ 1 (0: default)"}
+	if f.Limit < 0 || f.Limit > MaxListLimit {
+		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: fmt.Sprintf("must be in [1, %d] (0: default)", MaxListLimit)}
 	}
 	return nil
 }
