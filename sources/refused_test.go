@@ -158,4 +158,3 @@ func deref(p *string) string {
 	}
 	return *p
 }
-
