@@ -28,6 +28,16 @@ const (
 	DefaultRateLimitedAfter = 60 * time.Second
 )
 
+// Bounds of HTTPConfig: beyond them a setting is a mistake. A body larger
+// than MaxBodyBytesLimit is not a feed; a Retry-After is capped at
+// ratelimit.MaxWait, so a longer RateLimitedAfter could never be reached.
+const (
+	MaxTimeout          = time.Hour
+	MaxBodyBytesLimit   = 1 << 30 // 1 GiB
+	MaxRedirectsLimit   = 100
+	MaxRateLimitedAfter = ratelimit.MaxWait
+)
+
 // DefaultUserAgent is the User-Agent sent when HTTPConfig.UserAgent is empty:
 // "fleetpace/<version> (+https://github.com/fleetpace/fleetpace)", the
 // version taken from the binary's build information ("dev" when unknown;
@@ -87,14 +97,14 @@ var ErrInvalidConfig = errors.New("invalid config")
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c HTTPConfig) Validate() error {
 	switch {
-	case c.Timeout < 0:
-		return fmt.Errorf("%w: fetch.HTTPConfig.Timeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.Timeout)
-	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("%w: fetch.HTTPConfig.MaxBodyBytes must be > 0 (0: default), got %d", ErrInvalidConfig, c.MaxBodyBytes)
-	case c.MaxRedirects < -1:
-		return fmt.Errorf("%w: fetch.HTTPConfig.MaxRedirects must be -1 (none) or more (0: default), got %d", ErrInvalidConfig, c.MaxRedirects)
-	case c.RateLimitedAfter < 0:
-		return fmt.Errorf("%w: fetch.HTTPConfig.RateLimitedAfter must be > 0 (0: default), got %s", ErrInvalidConfig, c.RateLimitedAfter)
+	case c.Timeout < 0 || c.Timeout > MaxTimeout:
+		return fmt.Errorf("%w: fetch.HTTPConfig.Timeout must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxTimeout, c.Timeout)
+	case c.MaxBodyBytes < 0 || c.MaxBodyBytes > MaxBodyBytesLimit:
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxBodyBytes must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxBodyBytesLimit, c.MaxBodyBytes)
+	case c.MaxRedirects < -1 || c.MaxRedirects > MaxRedirectsLimit:
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxRedirects must be in [-1, %d] (-1: none, 0: default), got %d", ErrInvalidConfig, MaxRedirectsLimit, c.MaxRedirects)
+	case c.RateLimitedAfter < 0 || c.RateLimitedAfter > MaxRateLimitedAfter:
+		return fmt.Errorf("%w: fetch.HTTPConfig.RateLimitedAfter must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxRateLimitedAfter, c.RateLimitedAfter)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,9 +15,30 @@ import (
 )
 
 // Enqueue queues a fetch job for each given source that is enabled and not
-// already queued, in one transaction; it returns the sources it queued.
+// already queued, in one transaction; it returns the sources it queued. An
+// id that names no source is bad input, as in sources.RemoveSources: nothing
+// is queued, and the error (a *sources.FieldError wrapping
+// sources.ErrNotFound and sources.ErrInvalid) names every such id.
 func Enqueue(ctx context.Context, db sources.Beginner, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
 	return inTx(ctx, db, func(tx pgx.Tx) ([]queue.FetchArgs, error) {
+		rows, err := tx.Query(ctx, existingSourceIDsSQL, ids)
+		if err != nil {
+			return nil, err
+		}
+		existing, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		var missing []string
+		for _, id := range ids {
+			if !slices.Contains(existing, id) && !slices.Contains(missing, strconv.FormatInt(id, 10)) {
+				missing = append(missing, strconv.FormatInt(id, 10))
+			}
+		}
+		if len(missing) > 0 {
+			return nil, &sources.FieldError{Field: "id", Value: strings.Join(missing, ","),
+				Reason: "does not exist; nothing queued", Err: sources.ErrNotFound}
+		}
 		return enqueueTx(ctx, tx, client, ids)
 	})
 }

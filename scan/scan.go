@@ -35,6 +35,14 @@ const (
 	DefaultLookAhead = 30 * time.Second
 )
 
+// Bounds of Config. One tick is one transaction: MaxLimit jobs is already a
+// large one. A look-ahead past MaxLookAhead queues work long before it can
+// run (and rate × look-ahead must fit an int64).
+const (
+	MaxLimit     = 100_000
+	MaxLookAhead = time.Hour
+)
+
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("invalid config")
 
@@ -54,12 +62,12 @@ type Config struct {
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
 	switch {
-	case c.Limit < 0:
-		return fmt.Errorf("%w: scan.Config.Limit must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Limit)
-	case c.PerPlatformCap < 0:
-		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PerPlatformCap)
-	case c.LookAhead < 0:
-		return fmt.Errorf("%w: scan.Config.LookAhead must be > 0 (0: default), got %s", ErrInvalidConfig, c.LookAhead)
+	case c.Limit < 0 || c.Limit > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.Limit must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.Limit)
+	case c.PerPlatformCap < 0 || c.PerPlatformCap > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.PerPlatformCap)
+	case c.LookAhead < 0 || c.LookAhead > MaxLookAhead:
+		return fmt.Errorf("%w: scan.Config.LookAhead must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxLookAhead, c.LookAhead)
 	}
 	return nil
 }

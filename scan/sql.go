@@ -97,3 +97,6 @@ const platformSourceIDsSQL = `
 SELECT id FROM fleetpace_source
 WHERE platform = $1 AND enabled AND queued_at IS NULL
 ORDER BY last_checked_at ASC NULLS FIRST, id`
+
+// existingSourceIDsSQL returns which of the ids $1 name a source.
+const existingSourceIDsSQL = `SELECT id FROM fleetpace_source WHERE id = ANY($1)`

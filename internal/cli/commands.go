@@ -111,10 +111,10 @@ func (a *app) platformsCmd() *cobra.Command {
 		},
 	}
 	f := set.Flags()
-	f.Float64Var(&p.RatePerSec, "rate", 0, "fleet-wide ceiling in requests per second (required, > 0)")
-	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, "requests allowed back to back (≥ 1)")
-	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, "pause after the platform says stop (> 0)")
-	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, "largest shared backoff multiplier (≥ 1)")
+	f.Float64Var(&p.RatePerSec, "rate", 0, fmt.Sprintf("fleet-wide ceiling in requests per second (required; %g to %g)", sources.MinRate, sources.MaxRate))
+	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, fmt.Sprintf("requests allowed back to back (1 to %d)", sources.MaxBurst))
+	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, fmt.Sprintf("pause after the platform says stop (%s to %s)", sources.MinCooldown, sources.MaxCooldown))
+	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, fmt.Sprintf("largest shared backoff multiplier (1 to %d)", sources.MaxMultiplierLimit))
 	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, fmt.Sprintf("clean responses, fleet-wide, per recovery step of the multiplier (1 to %d)", sources.MaxDecayAfter))
 	f.Float64Var(&p.BackoffFactor, "backoff-factor", sources.DefaultBackoffFactor, fmt.Sprintf("rate pressure multiplies the multiplier by this, once per episode (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
 	f.Float64Var(&p.RecoveryFactor, "recovery-factor", sources.DefaultRecoveryFactor, fmt.Sprintf("every --decay-after clean responses divide the multiplier by this (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
@@ -206,8 +206,8 @@ func (a *app) sourcesCmd() *cobra.Command {
 		},
 	}
 	add.Flags().StringVar(&ns.Platform, "platform", "", "platform name (required)")
-	add.Flags().StringVar(&ns.URL, "url", "", "absolute http or https URL (required)")
-	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, "how often to check the source (> 0)")
+	add.Flags().StringVar(&ns.URL, "url", "", fmt.Sprintf("absolute http or https URL, at most %d bytes (required)", sources.MaxURLBytes))
+	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s)", sources.MinInterval, sources.MaxInterval))
 
 	var (
 		format      string
@@ -283,6 +283,9 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 				if err != nil {
 					return dbError(err)
 				}
+				for i := range list {
+					list[i].URL = sources.RedactURL(list[i].URL) // no credentials in any output
+				}
 				if asJSON {
 					return writeJSON(a.stdout, list)
 				}
@@ -298,7 +301,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 	}
 	list.Flags().StringVar(&filter.Platform, "platform", "", "only this platform")
 	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform not cooling down)")
-	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, "at most this many")
+	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, fmt.Sprintf("at most this many (up to %d)", sources.MaxListLimit))
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	remove := &cobra.Command{
@@ -460,7 +463,7 @@ func (a *app) enqueueCmd() *cobra.Command {
 				}
 				fmt.Fprintf(a.stdout, "enqueued %d source(s)", len(queued))
 				if skipped := len(ids) - len(queued); platform == "" && skipped > 0 {
-					fmt.Fprintf(a.stdout, "; %d already queued, disabled or unknown", skipped)
+					fmt.Fprintf(a.stdout, "; %d already queued or disabled", skipped)
 				}
 				fmt.Fprintln(a.stdout)
 				return nil

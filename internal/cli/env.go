@@ -116,7 +116,11 @@ func bindEnv(root *cobra.Command) {
 		msg := err.Error()
 		var notes []string
 		for flag, src := range used {
-			if mentionsFlag(msg, flag) || (flag == "database-url" && errors.Is(err, dbconn.ErrInvalidURL)) {
+			switch {
+			case flag == "database-url" && errors.Is(err, dbconn.ErrInvalidURL):
+				// The message shows the URL as far as it may be shown.
+				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, src.variable))
+			case mentionsFlag(msg, flag):
 				notes = append(notes, fmt.Sprintf("--%s set by %s=%q", flag, src.variable, dbconn.Redact(src.value)))
 			}
 		}
@@ -124,7 +128,9 @@ func bindEnv(root *cobra.Command) {
 			return err
 		}
 		slices.Sort(notes)
-		return fmt.Errorf("%w (%s)", err, strings.Join(notes, ", "))
+		// The notes first: whatever follows a database URL in a message is
+		// not printed (dbconn.Redact).
+		return fmt.Errorf("%s: %w", strings.Join(notes, ", "), err)
 	}
 
 	var walk func(c *cobra.Command)

@@ -90,7 +90,7 @@ func exitCode(err error) int {
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue), isFlagError(err), errors.Is(err, pgembed.ErrBinariesNotFound),
-		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig),
+		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig), errors.Is(err, pgembed.ErrInvalidDataDir),
 		errors.Is(err, sources.ErrInvalid), errors.Is(err, scan.ErrInvalidConfig),
 		errors.Is(err, queue.ErrInvalidConfig), errors.Is(err, poller.ErrInvalidConfig),
 		errors.Is(err, fetch.ErrInvalidConfig), errors.Is(err, worker.ErrInvalidConfig),
@@ -114,6 +114,7 @@ var flagNames = map[string]string{
 	"worker.Config.MaxWait":                "--max-pacer-wait",
 	"worker.Config.MinFleetSize":           "--min-fleet-size",
 	"worker.Config.Heartbeat":              "--heartbeat",
+	"worker.Config.HTTPAddr":               "--http-addr",
 	"poller.Config.Base":                   "--poll-base",
 	"poller.Config.Max":                    "--poll-max",
 	"poller.Config.JitterRatio":            "--poll-jitter",
@@ -265,8 +266,34 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 		),
 	)
 	a.addVersion(root)
+	requireSubcommands(root)
 	bindEnv(root) // last: the whole tree
 	return root
+}
+
+// requireSubcommands makes every command that only groups others (sources,
+// platforms, …) refuse an unknown subcommand, as the root does: exit 2
+// naming it. Without a subcommand it prints its help.
+func requireSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		requireSubcommands(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() || !cmd.HasParent() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		var names []string
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		return &flagError{fmt.Errorf("unknown command %q for %q (its commands: %s)", args[0], cmd.CommandPath(), strings.Join(names, ", "))}
+	}
 }
 
 // defaultDataDir is $XDG_DATA_HOME/fleetpace, else ~/.local/share/fleetpace;
@@ -317,7 +344,13 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 		a.announce("using database %s", dbconn.Describe(a.databaseURL))
 		return a.databaseURL, nil
 	}
+	if a.dataDir == "" {
+		return "", usagef("--data-dir must not be empty")
+	}
 	c, err := pgembed.EnsureShared(ctx, a.dataDir, pgembed.Config{Logger: a.logger})
+	if errors.Is(err, pgembed.ErrInvalidDataDir) {
+		return "", &usageError{fmt.Errorf("--data-dir %s is a file, not a directory: %w", a.dataDir, pgembed.ErrInvalidDataDir)}
+	}
 	if err != nil {
 		return "", fmt.Errorf("embedded PostgreSQL: %w", err)
 	}

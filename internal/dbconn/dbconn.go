@@ -30,6 +30,10 @@ import (
 // DefaultConnectTimeout bounds one connection attempt.
 const DefaultConnectTimeout = 2 * time.Second
 
+// MaxConnectTimeout is the longest Config.ConnectTimeout: one attempt that
+// takes longer has failed.
+const MaxConnectTimeout = time.Minute
+
 // Config configures a pool. The zero value (plus URL) means defaults.
 type Config struct {
 	// URL is the PostgreSQL connection URL or keyword/value string. Required.
@@ -57,8 +61,8 @@ var ErrInvalidConfig = errors.New("invalid config")
 // Validate reports an invalid field, wrapping ErrInvalidConfig. The URL is
 // checked by PoolConfig, when it is parsed (ErrInvalidURL).
 func (c Config) Validate() error {
-	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.ConnectTimeout)
+	if c.ConnectTimeout < 0 || c.ConnectTimeout > MaxConnectTimeout {
+		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxConnectTimeout, c.ConnectTimeout)
 	}
 	if c.MaxConns < 0 {
 		return fmt.Errorf("%w: dbconn.Config.MaxConns must be ≥ 0, got %d", ErrInvalidConfig, c.MaxConns)

@@ -32,8 +32,10 @@ type urlError struct {
 	err    error // pgx's, or nil
 }
 
+// Error names the URL last: Redact, which a command line applies to every
+// message, drops whatever follows a database URL in free text.
 func (e *urlError) Error() string {
-	return fmt.Sprintf("dbconn: %v %s: %s", ErrInvalidURL, RedactURL(e.raw), e.reason)
+	return fmt.Sprintf("dbconn: %v: %s: %s", ErrInvalidURL, e.reason, RedactURL(e.raw))
 }
 
 func (e *urlError) Unwrap() []error {

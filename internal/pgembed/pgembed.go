@@ -39,7 +39,7 @@ var ErrBinariesNotFound = errors.New("pgembed: PostgreSQL server binaries (initd
 
 // ErrInvalidDataDir is returned when the data directory given is not one
 // (a file, say).
-var ErrInvalidDataDir = errors.New("pgembed: not a directory")
+var ErrInvalidDataDir = errors.New("pgembed: the data directory is not a directory")
 
 // ErrPortInUse is returned when the cluster must listen on a given port
 // (Config.Port, or the port a shared cluster remembers) and another process
@@ -456,7 +456,7 @@ func (c *Cluster) chown(path string) error {
 // checkDir refuses a data directory that exists and is not a directory.
 func checkDir(dir string) error {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return fmt.Errorf("%w: the data directory %s is a file", ErrInvalidDataDir, dir)
+		return fmt.Errorf("%w: %s is a file", ErrInvalidDataDir, dir)
 	}
 	return nil
 }
