@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -82,6 +83,13 @@ type HTTPConfig struct {
 	// read from a response's headers is capped at ratelimit.MaxWait (24 h)
 	// before it is compared or returned.
 	RateLimitedAfter time.Duration
+	// GuardExempt lists exact address:port pairs the SSRF guard lets
+	// through although it refuses their address; every other port of that
+	// address, and every other address, stays refused. For tests only —
+	// never in production: it lets a test server on loopback stand in for
+	// a public host while the guard is on, and anything that redirects to
+	// an exempt pair reaches it. Default: none.
+	GuardExempt []netip.AddrPort
 	// Resolver looks up host names before the guard checks the addresses.
 	// Default net.DefaultResolver.
 	Resolver Resolver
@@ -163,6 +171,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		}
 	}
 	h := &HTTP{cfg: cfg, guard: &guard{allowPrivate: cfg.AllowPrivateNetworks}}
+	for _, ap := range cfg.GuardExempt {
+		h.guard.allow = append(h.guard.allow, netip.AddrPortFrom(ap.Addr().WithZone("").Unmap(), ap.Port()))
+	}
 	transport := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           newDialer(h.guard, cfg.Resolver).DialContext,

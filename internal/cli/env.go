@@ -51,8 +51,8 @@ func envVar(flag string) string {
 // envVars returns the variables read for flag f of cmd, first wins; nil when
 // f has none.
 func envVars(root, cmd *cobra.Command, f *pflag.Flag) []string {
-	if f.Name == "help" || f.Name == "version" {
-		return nil
+	if f.Name == "help" || f.Name == "version" || f.Hidden {
+		return nil // hidden flags are for tests: no variable may set them
 	}
 	global := root.PersistentFlags().Lookup(f.Name) == f
 	own := slices.Contains(envCommands, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" ")) &&

@@ -349,7 +349,7 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 	}
 	c, err := pgembed.EnsureShared(ctx, a.dataDir, pgembed.Config{Logger: a.logger})
 	if errors.Is(err, pgembed.ErrInvalidDataDir) {
-		return "", &usageError{fmt.Errorf("--data-dir %s is a file, not a directory: %w", a.dataDir, pgembed.ErrInvalidDataDir)}
+		return "", &usageError{fmt.Errorf("--data-dir %s: %w", a.dataDir, err)}
 	}
 	if err != nil {
 		return "", fmt.Errorf("embedded PostgreSQL: %w", err)

@@ -453,10 +453,15 @@ func (c *Cluster) chown(path string) error {
 	return nil
 }
 
-// checkDir refuses a data directory that exists and is not a directory.
+// checkDir refuses a data directory that exists and is not a directory, or
+// that cannot be one (a parent is a file).
 func checkDir(dir string) error {
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && !fi.IsDir():
 		return fmt.Errorf("%w: %s is a file", ErrInvalidDataDir, dir)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: a parent of %s is a file", ErrInvalidDataDir, dir)
 	}
 	return nil
 }
