@@ -113,7 +113,7 @@ func bindEnv(root *cobra.Command) {
 		if err == nil || exitCode(err) != ExitUsage {
 			return err
 		}
-		msg := err.Error()
+		msg := flagMessage(err) // library fields named by their flags
 		var notes []string
 		for flag, src := range used {
 			switch {
