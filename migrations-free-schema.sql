@@ -83,11 +83,18 @@ ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL 
 --   paused_until, pause_reason
 --                   an operator's pause ('Infinity': until resumed)
 --   hold_reason     why hold_until was last extended (Retry-After, quota)
---   event_seq, event_at, last_respaced
+--   event_seq, event_at, event_shift, last_respaced
 --                   every slow-down (a larger spacing, a longer hold, a pause)
---                   is an event: its sequence number and database time, and
---                   whether the last report made one. Processes re-space the
---                   slots they were granted but have not used yet.
+--                   is an event: its sequence number, database time and the
+--                   shift it gave granted slots, and whether the last report
+--                   made one. Processes re-space the slots they were granted
+--                   but have not used yet alike.
+--   event_horizon   slots the event moved later than this (database time) are
+--                   given back by their holders, and the cursor ends after the
+--                   ones kept
+--   last_interval   the effective spacing of the last reservation or report
+--   last_max_wait   the longest wait the last reservation accepted: the
+--                   fleet's horizon for granted slots
 ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS backoff_factor     double precision NOT NULL DEFAULT 2,
     ADD COLUMN IF NOT EXISTS recovery_factor    double precision NOT NULL DEFAULT 2,
@@ -103,7 +110,10 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS event_seq          bigint           NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS event_at           double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS last_respaced      boolean          NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS last_interval      double precision NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS last_interval      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS event_shift        double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS event_horizon      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS last_max_wait      double precision NOT NULL DEFAULT 0;
 
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.

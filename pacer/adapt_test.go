@@ -116,26 +116,38 @@ func TestQuotaSpacing(t *testing.T) {
 	cases := []struct {
 		name                string
 		q                   ratelimit.Info
+		window              time.Duration
 		interval, ttl, hold time.Duration
 	}{
-		{"nothing", ratelimit.Info{}, 0, 0, 0},
+		{"nothing", ratelimit.Info{}, 0, 0, 0, 0},
 		{"strict limiter, next token in 125 ms", ratelimit.Info{Limit: 1, Remaining: 0, HasRemaining: true, Reset: 125 * time.Millisecond, HasReset: true},
-			125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
+			125 * time.Millisecond, 125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
 		{"fixed window, start", ratelimit.Info{Limit: 600, Remaining: 599, HasRemaining: true, Reset: time.Minute, HasReset: true, Window: time.Minute},
-			100 * time.Millisecond, 2 * time.Minute, 0},
-		{"token bucket half full", ratelimit.Info{Limit: 10, Remaining: 4, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
-			100 * time.Millisecond, time.Minute, 0},
-		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 2 * time.Second, time.Minute, 0},
-		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0},
-		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, time.Second, time.Minute, time.Second},
-		{"NaN remaining", ratelimit.Info{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
-		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, MaxHold, MaxHold, MaxHold},
-		{"infinite remaining", ratelimit.Info{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
-		{"zero reset", ratelimit.Info{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0},
-		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0},
+			0, 100 * time.Millisecond, 2 * time.Minute, 0},
+		{"fixed window, quota used up early", ratelimit.Info{Limit: 600, Remaining: 10, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 2727272727, 90 * time.Second, 0},
+		{"fixed window, behind its pace: no faster than the window's rate", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 100 * time.Millisecond, 90 * time.Second, 0},
+		{"token bucket half full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 5, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, time.Minute, 0},
+		{"token bucket nearly empty: what is left until full", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
+			time.Second, 450 * time.Millisecond, time.Minute, 0},
+		{"token bucket nearly full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, time.Minute, 0},
+		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 0, 2 * time.Second, time.Minute, 0},
+		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0, 0},
+		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, 0, time.Second, time.Minute, time.Second},
+		{"NaN remaining", ratelimit.Info{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, 0},
+		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, 0, MaxHold, MaxHold, MaxHold},
+		{"infinite remaining", ratelimit.Info{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, 0},
+		{"zero reset", ratelimit.Info{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0, 0},
+		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0, 0},
 	}
 	for _, c := range cases {
-		i, ttl, h := spacing(c.q)
+		i, ttl, h := spacing(c.q, c.window)
+		if c.interval > 0 && c.interval < MaxHold { // the fleet paces at 97 % of the announced rate
+			c.interval = secondsToDuration(c.interval.Seconds() / announcedShare)
+		}
 		if i != c.interval || ttl != c.ttl || h != c.hold {
 			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
 		}
@@ -170,7 +182,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 			}
 			slots = append(slots, r.Slot)
 		}
-		want := 200 * time.Millisecond
+		want := secondsToDuration(0.2 / announcedShare) // 5/s announced, paced at 97 %
 		if name == "deaf" {
 			want = 50 * time.Millisecond
 		}
@@ -187,7 +199,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	for _, s := range states {
 		switch s.Platform {
 		case "ann":
-			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5) || !near(s.EffectiveRate, 5) || s.AnnouncedFor < 50*time.Second {
+			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < 50*time.Second {
 				t.Fatalf("announced platform's state: %+v", s)
 			}
 		case "deaf":
@@ -208,7 +220,7 @@ func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 	r, _ := p.Reserve(ctx, "quota", time.Minute)
 	rep, err := p.Report(ctx, "quota", r, Outcome{Kind: Clean,
 		Quota: ratelimit.Info{Limit: 100, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
-	if err != nil || !rep.Slowed || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
+	if err != nil || !rep.Respaced || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
 		t.Fatalf("exhausted quota: %+v %v, want a 2 s hold", rep, err)
 	}
 	r, err = p.Reserve(ctx, "quota", 0)
@@ -289,7 +301,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			}
 			clocktest.WaitSleepers(t, clk, 3)
 			rep := pressure(t, a, "resp", Outcome{}) // ×2: 500 ms → 1 s
-			if !rep.Increased || !rep.Slowed {
+			if !rep.Increased || !rep.Respaced {
 				t.Fatalf("pressure: %+v", rep)
 			}
 			if pollOnly {
@@ -394,11 +406,11 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 // Notifications from another process's report are parsed strictly.
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
-	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity")
-	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.hold, 1) {
+	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|1796054015.5|Infinity")
+	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || ev.horizon != 1796054015.5 || !math.IsInf(ev.hold, 1) {
 		t.Fatalf("parse: %q %+v %v", p, ev, ok)
 	}
-	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1", "feeds|1|NaN|1|1", "|1|1|1|1", "a|1|1|1|1|1", "feeds|1|1|1"} {
+	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1|1", "feeds|1|NaN|1|1|1|1", "|1|1|1|1|1|1", "a|1|1|1|1|1|1|1", "feeds|1|1|1|1|1", "feeds|1|1|1|-1|1|1"} {
 		if _, _, ok := parseEvent(bad); ok {
 			t.Fatalf("%q parsed", bad)
 		}
@@ -433,7 +445,7 @@ func TestRespaceOff(t *testing.T) {
 	if after := readRow(t, pool, "old"); after.cursor-before.cursor > 0.051 {
 		t.Fatalf("cursor moved %.3fs for one reservation: stretched although respace is off", after.cursor-before.cursor)
 	}
-	if rep.Slowed || !rep.Increased || rep.Hold < 900*time.Millisecond {
+	if rep.Respaced || !rep.Increased || rep.Hold < 900*time.Millisecond {
 		t.Fatalf("pressure with respace off: %+v, want increased and held, not slowed", rep)
 	}
 	if row := readAdapt(t, pool, "old"); row.seq != 0 {
@@ -459,5 +471,90 @@ func TestStateJSONRoundTrip(t *testing.T) {
 	var back State
 	if err := json.Unmarshal(b, &back); err != nil || back != s {
 		t.Fatalf("round trip: %+v %v, want %+v", back, err, s)
+	}
+}
+
+// A hold moves granted slots only as far as it must: the earliest waiting
+// slot lands at the hold and the rest keep their spacing behind it (not a
+// whole hold's length later each).
+func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "shift", rate: 2})
+	clk := clocktest.New()
+	b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.MaxLate = time.Hour })
+	ctx := context.Background()
+	var rs []Reservation
+	for range 3 {
+		r, err := b.Reserve(ctx, "shift", 10*time.Second)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		rs = append(rs, r)
+	}
+	waitFor(t, "listener", func() bool { return b.Stats().Listening })
+	done := make(chan Reservation, 2)
+	for k := 1; k < 3; k++ {
+		go func() {
+			r := rs[k]
+			if err := b.Sleep(ctx, &r); err != nil {
+				t.Errorf("slot %d: %v", k, err)
+			}
+			done <- r
+		}()
+	}
+	clocktest.WaitSleepers(t, clk, 2)
+	until := rs[0].Slot.Add(2 * time.Second)
+	if err := Hold(ctx, pool, "shift", until, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-spacing", func() bool { return b.Stats().Respaced == 2 })
+	clk.Advance(time.Hour)
+	got := []Reservation{<-done, <-done}
+	if got[0].Slot.After(got[1].Slot) {
+		got[0], got[1] = got[1], got[0]
+	}
+	if d := got[0].Slot.Sub(until); d < -5*time.Millisecond || d > 5*time.Millisecond {
+		t.Fatalf("earliest granted slot %v from the hold, want at the hold (was %v before it)", d, until.Sub(rs[1].Slot))
+	}
+	if gap := got[1].Slot.Sub(got[0].Slot); gap < 499*time.Millisecond || gap > 501*time.Millisecond {
+		t.Fatalf("slots %v apart after the hold, want the spacing, 500 ms", gap)
+	}
+	if r := readAdapt(t, pool, "shift"); r.holdReason != "test" || r.seq != 1 {
+		t.Fatalf("row after the hold: %+v", r)
+	}
+}
+
+// ClearHold ends a hold at once: the next reservation goes now, and a slot
+// granted for after the hold is given back (its caller reserves again).
+func TestClearHoldGoesNow(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "clear", rate: 20})
+	clk := clocktest.New()
+	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
+	ctx := context.Background()
+	if _, err := p.Reserve(ctx, "clear", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "listener", func() bool { return p.Stats().Listening })
+	if err := Hold(ctx, pool, "clear", time.Now().Add(5*time.Second), "test"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Reserve(ctx, "clear", time.Minute)
+	if err != nil || !r.Granted || r.Wait < 4*time.Second {
+		t.Fatalf("during the hold: %+v %v, want a slot after it", r, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Sleep(ctx, &r) }()
+	clocktest.WaitSleepers(t, clk, 1)
+	if err := ClearHold(ctx, pool, "clear"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrGivenBack) {
+		t.Fatalf("a slot placed after a cleared hold: %v, want ErrGivenBack", err)
+	}
+	if r, err := p.Reserve(ctx, "clear", 0); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
+		t.Fatalf("after ClearHold: %+v %v, want a slot now", r, err)
 	}
 }

@@ -145,17 +145,18 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	if st.last.seq < seq {
 		// Slow-downs this process has not heard of (no listener, or a
 		// notification still on its way): catch up with the row as it is.
+		ev := event{seq: seq, at: at, interval: interval, hold: hold, horizon: math.Inf(1)}
 		if st.rate > 0 {
 			p.events.Add(1)
 			p.dropBlock(st)
-			ev := event{seq: seq, at: at, interval: interval, hold: hold}
+			ev.shift = catchUpShift(st, ev)
 			for w := range st.waiters {
 				if w.shared {
 					p.respace(w, ev, localNow)
 				}
 			}
 		}
-		st.last = event{seq: seq, at: at, interval: interval, hold: hold}
+		st.last = ev
 	}
 	st.rate, st.maxMult, st.mult, st.interval = rate, maxMult, mult, interval
 	if !res.Granted {
@@ -204,4 +205,28 @@ func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...an
 	err = c.QueryRow(context.Background(), sql, args...).Scan(dest...)
 	_ = nc.SetDeadline(time.Time{}) // a closed connection's error does not matter
 	return err
+}
+
+// catchUpShift is the shift of a slow-down learnt late, from the row as it
+// is now (the notification would have carried the exact one): the least
+// that puts this process's earliest waiting slot, stretched, at the hold.
+func catchUpShift(st *localState, ev event) float64 {
+	if math.IsInf(ev.hold, 1) {
+		return ev.hold
+	}
+	first := math.Inf(1)
+	for w := range st.waiters {
+		if !w.shared || w.slot <= ev.at {
+			continue
+		}
+		ratio := 1.0
+		if w.interval > 0 && ev.interval > w.interval {
+			ratio = ev.interval / w.interval
+		}
+		first = math.Min(first, ev.at+(w.slot-ev.at)*ratio)
+	}
+	if math.IsInf(first, 1) {
+		return 0
+	}
+	return math.Max(ev.hold-first, 0)
 }

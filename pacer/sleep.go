@@ -125,7 +125,9 @@ type event struct {
 	seq      int64
 	at       float64 // database time of the slow-down
 	interval float64 // effective spacing after it, seconds
-	hold     float64 // the later of the hold and the pause after it (+Inf: paused until resumed)
+	shift    float64 // seconds every stretched slot moves later (+Inf: paused; give every slot back)
+	horizon  float64 // a slot moved later than this (database time) is given back (+Inf: none)
+	hold     float64 // the later of the hold and the pause after it (database time)
 }
 
 // applyEvent brings this process in line with a slow-down it learnt of (its
@@ -143,6 +145,7 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	}
 	p.events.Add(1)
 	st.last = ev
+	p.dropBlock(st) // spaced for less, or (ClearHold) placed after a hold that is gone
 	if ev.interval > 0 {
 		st.interval = ev.interval
 	}
@@ -151,7 +154,6 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	if ev.hold > ev.at {
 		st.hold = maxTime(st.hold, now.Add(secondsToDuration(ev.hold-ev.at)))
 	}
-	p.dropBlock(st)
 	for w := range st.waiters {
 		if w.shared {
 			p.respace(w, ev, now)
@@ -160,10 +162,11 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 }
 
 // respace moves one waiter's slot after a slow-down, as reportSQL moved the
-// shared cursor: a slot later than the event keeps its distance from the
+// shared cursor: a slot later than the event has its distance from the
 // event stretched by the ratio of the new spacing to the one it was granted
-// at, counted from the later of the event and the hold. A slot due at or
-// before the event goes as it is. Call with p.mu held.
+// at, then moves later by the event's shift (what puts the fleet's earliest
+// granted slot at the hold). A slot due at or before the event goes as it
+// is; nothing moves earlier. Call with p.mu held.
 func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
@@ -176,15 +179,15 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if w.interval > 0 && ev.interval > w.interval {
 		ratio = ev.interval / w.interval
 	}
-	slot := math.Max(ev.at, ev.hold) + (w.slot-ev.at)*ratio
-	if !(slot > w.slot) {
+	slot := ev.at + (w.slot-ev.at)*ratio + ev.shift
+	if !(slot > w.slot) { // a speed-up moves nothing
 		return
 	}
 	w.due = w.due.Add(secondsToDuration(slot - w.slot))
-	w.slot, w.reservedAt = slot, ev.at
+	w.slot, w.reservedAt = slot, ev.at // a 429 for it now speaks of the new spacing
 	w.interval = math.Max(w.interval, ev.interval)
 	p.respaced.Add(1)
-	if w.due.Sub(now) > w.maxWait {
+	if w.due.Sub(now) > w.maxWait || slot > ev.horizon {
 		w.givenBack = true
 		p.givenBack.Add(1)
 	}

@@ -403,6 +403,14 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.closers = append(rt.closers, closer(rt.pacer.Close))
+	// Listen for other processes' slow-downs before taking any work, so the
+	// fleet's first moments are paced together too; without it the first
+	// reservations start the listener and catch up.
+	lctx, cancel := context.WithTimeout(ctx, 2*cmp.Or(cfg.ConnectTimeout, dbconn.DefaultConnectTimeout))
+	if err := rt.pacer.Listen(lctx); err != nil {
+		cfg.Logger.Warn("pacer: not listening for slow-downs yet", "err", err)
+	}
+	cancel()
 
 	fetcher := cfg.Fetcher
 	if fetcher == nil {

@@ -38,7 +38,7 @@ func (a *app) benchDB(ctx context.Context, maxConns int32) (*pgxpool.Pool, strin
 	cleanup := func() {}
 	if url == "" {
 		fmt.Fprintln(a.stderr, "fleetpace: starting a throwaway embedded PostgreSQL for the benchmark")
-		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'"}})
+		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'", "max_connections": "1000"}})
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -177,6 +177,55 @@ func (a *app) benchPacerChildCmd() *cobra.Command {
 			return bench.PacerChild(cmd.Context(), args, a.stdout)
 		},
 	}
+}
+
+func (a *app) benchAdaptCmd() *cobra.Command {
+	var (
+		cfg    bench.AdaptConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "adapt",
+		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, vs the seed's schedule",
+		Long: `Runs real worker processes (this binary) against fake destinations that allow
+less than the configured ceiling, one platform per destination model and
+schedule, all at once: strict spacing at 40 % and 70 % of the ceiling, a
+token bucket with burst 10 at 50 %, fixed 1-s and 60-s windows at 50 %, each
+again with X-RateLimit-* headers, one with the IETF RateLimit fields, and a
+limit that drops from 80 % to 30 % and comes back. Every model runs with the
+seed's schedule (×2, ÷2 per 100 clean, no probing, no headers, no re-spacing)
+beside the defaults. Per row: goodput over what the destination allows and
+the share of 429s in the steady half, time to settle, requests sent at the
+old spacing after the first 429, the largest 1-s window (never above ceiling
++ burst), and for the drop how soon the 429s stop. Medians of --runs.
+
+--sweep decay runs the defaults with decay_after 10, 30, 100, 300, 1000;
+--sweep factors the backoff × recovery factors; both on the models without
+headers. The README's table of defaults comes from them.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Adapt(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultAdaptWorkers, "worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", 0, "each worker's --concurrency (default: enough for every platform's jobs to sleep on the pacer at once)")
+	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultAdaptCeiling, "every platform's rate, requests/s")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run (the steady half is measured)")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultAdaptRuns, "runs; every figure is the median")
+	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run (default: all; see --help of the models in the README)")
+	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the adaptation settings instead of seed vs defaults")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	zeroIsDefault(f, "workers", "ceiling", "duration", "runs")
+	return cmd
 }
 
 func (a *app) benchWorkerCmd() *cobra.Command {

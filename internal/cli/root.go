@@ -263,6 +263,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 			a.benchPacerCmd(),
 			a.benchPacerChildCmd(),
 			a.benchWorkerCmd(),
+			a.benchAdaptCmd(),
 		),
 	)
 	a.addVersion(root)
