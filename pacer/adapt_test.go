@@ -267,9 +267,9 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := setup(t)
-			// Slots 500 ms apart, so every one is still ahead when the
+			// Slots 2 s apart, so every one is still ahead when the
 			// pressure comes, however slow the machine.
-			addPlatform(t, pool, platformSpec{name: "resp", rate: 2})
+			addPlatform(t, pool, platformSpec{name: "resp", rate: 0.5})
 			a := newPacer(t, url, nil)
 			clk := clocktest.New()
 			b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.PollOnly = pollOnly; c.MaxLate = time.Hour })
@@ -277,7 +277,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			// b connects its listener with its first reservation.
 			var rs []Reservation
 			for range 4 {
-				r, err := b.Reserve(ctx, "resp", 10*time.Second)
+				r, err := b.Reserve(ctx, "resp", time.Minute)
 				if err != nil || !r.Granted {
 					t.Fatalf("%+v %v", r, err)
 				}
@@ -300,7 +300,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 				}()
 			}
 			clocktest.WaitSleepers(t, clk, 3)
-			rep := pressure(t, a, "resp", Outcome{}) // ×2: 500 ms → 1 s
+			rep := pressure(t, a, "resp", Outcome{}) // ×2: 2 s → 4 s
 			if !rep.Increased || !rep.Respaced {
 				t.Fatalf("pressure: %+v", rep)
 			}
@@ -326,22 +326,22 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			}
 			for k := 2; k < 4; k++ {
 				gap := got[k].Slot.Sub(got[k-1].Slot)
-				if gap < 999*time.Millisecond || gap > 1001*time.Millisecond {
-					t.Fatalf("re-spaced slots %d and %d are %v apart, want 1 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
+				if gap < 3999*time.Millisecond || gap > 4001*time.Millisecond {
+					t.Fatalf("re-spaced slots %d and %d are %v apart, want 4 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
 				}
-				if got[k].Interval != time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
+				if got[k].Interval != 4*time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
 					t.Fatalf("re-spaced slot %d: %+v", k, got[k])
 				}
 			}
 			if pollOnly {
 				return // the cursor has moved on by b's catch-up reservation
 			}
-			next, err := a.Reserve(ctx, "resp", time.Minute)
+			next, err := a.Reserve(ctx, "resp", 10*time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gap := next.Slot.Sub(got[3].Slot); gap < 999*time.Millisecond {
-				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 1 s: the cursor was not stretched alike", gap)
+			if gap := next.Slot.Sub(got[3].Slot); gap < 3999*time.Millisecond {
+				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 4 s: the cursor was not stretched alike", gap)
 			}
 		})
 	}
@@ -554,7 +554,7 @@ func TestClearHoldGoesNow(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrGivenBack) {
 		t.Fatalf("a slot placed after a cleared hold: %v, want ErrGivenBack", err)
 	}
-	if r, err := p.Reserve(ctx, "clear", 0); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
+	if r, err := p.Reserve(ctx, "clear", 100*time.Millisecond); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
 		t.Fatalf("after ClearHold: %+v %v, want a slot now", r, err)
 	}
 }

@@ -69,11 +69,11 @@ const MaxHold = ratelimit.MaxWait
 //     for a fixed window used ahead of its pace, it slows the fleet down.
 //   - the long-run rate, Limit / window: a token bucket's refill rate (its
 //     Reset counting until full), a fixed window's quota per window.
+//
 // Together they settle a token bucket about half full at its refill rate
 // (below half, what is left spread until full is slower than the refill;
 // above, the refill is the slower), and never drain it to zero — where the
 // fleet would be held until the bucket is full again.
-//
 func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window

@@ -75,7 +75,7 @@ type Pacer struct {
 	listenCtx     context.Context
 	stopListen    context.CancelFunc
 	listenDone    sync.WaitGroup
-	listening     atomic.Bool // connected and LISTENing
+	listening     atomic.Bool   // connected and LISTENing
 	listenRunning bool          // a listener goroutine exists (mu)
 	listenRetry   time.Time     // no new listener before this (mu)
 	listenUp      chan struct{} // closed when the current run LISTENs (mu)

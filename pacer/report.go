@@ -227,14 +227,14 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		r                                          ReportResult
-		effect                                     int16
-		streak                                     int32
+		r                                                   ReportResult
+		effect                                              int16
+		streak                                              int32
 		holdLeft, eventAt, interval, shift, horizon, holdAt float64
-		seq                                        int64
-		quiet                                      bool
-		announced, quotaHold                       *float64
-		ttl                                        float64
+		seq                                                 int64
+		quiet                                               bool
+		announced, quotaHold                                *float64
+		ttl                                                 float64
 	)
 	if a := rep.announce; a != nil {
 		if a.interval > 0 {

@@ -162,34 +162,41 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 }
 
 // respace moves one waiter's slot after a slow-down, as reportSQL moved the
-// shared cursor: a slot later than the event has its distance from the
-// event stretched by the ratio of the new spacing to the one it was granted
-// at, then moves later by the event's shift (what puts the fleet's earliest
-// granted slot at the hold). A slot due at or before the event goes as it
-// is; nothing moves earlier. Call with p.mu held.
+// shared cursor: a slot due more than respaceLead after the event has its
+// distance from that pivot stretched by the ratio of the new spacing to the
+// one it was granted at, then moves later by the event's shift (what puts
+// the fleet's earliest granted slot at the hold). A slot due before the
+// pivot goes as it is; nothing moves earlier. Call with p.mu held.
 func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
 	}
 	w.seq = ev.seq
-	if w.slot <= ev.at {
+	pivot := ev.at + respaceLead.Seconds()
+	if w.slot <= pivot {
 		return
 	}
 	ratio := 1.0
 	if w.interval > 0 && ev.interval > w.interval {
 		ratio = ev.interval / w.interval
 	}
-	slot := ev.at + (w.slot-ev.at)*ratio + ev.shift
-	if !(slot > w.slot) { // a speed-up moves nothing
-		return
+	slot := pivot + (w.slot-pivot)*ratio + ev.shift
+	moved := slot > w.slot
+	if moved {
+		w.due = w.due.Add(secondsToDuration(slot - w.slot))
+		w.slot, w.reservedAt = slot, ev.at // a 429 for it now speaks of the new spacing
+		w.interval = math.Max(w.interval, ev.interval)
+		p.respaced.Add(1)
 	}
-	w.due = w.due.Add(secondsToDuration(slot - w.slot))
-	w.slot, w.reservedAt = slot, ev.at // a 429 for it now speaks of the new spacing
-	w.interval = math.Max(w.interval, ev.interval)
-	p.respaced.Add(1)
-	if w.due.Sub(now) > w.maxWait || slot > ev.horizon {
+	// Past the horizon the database no longer counts the slot (the cursor
+	// ends before it), moved or not: it is given back.
+	gone := w.due.Sub(now) > w.maxWait || w.slot > ev.horizon
+	if gone {
 		w.givenBack = true
 		p.givenBack.Add(1)
+	}
+	if !moved && !gone {
+		return
 	}
 	select {
 	case w.wake <- struct{}{}:

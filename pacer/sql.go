@@ -1,6 +1,10 @@
 package pacer
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
 
 // All of the pacer's SQL. Times are epoch seconds of the database clock
 // (clock_timestamp(), read after the row lock is taken, inside the SET), so
@@ -31,6 +35,18 @@ const (
 	probeSteps  = 8
 )
 
+// respaceLead is how soon after an event a granted slot is left as it is,
+// by the database and by every process alike: a process may not have heard
+// of the event by then, and moving the slots around it (but not it) could
+// bring two of them closer than the spacing. Slots due later are
+// re-spaced around the pivot, event time + respaceLead. A notification
+// takes milliseconds; a process that hears of an event later than this can
+// still send one slot early of its new place.
+const respaceLead = 20 * time.Millisecond
+
+// leadSQL is respaceLead in seconds, for the statements.
+var leadSQL = strconv.FormatFloat(respaceLead.Seconds(), 'f', -1, 64)
+
 // respaceRatio is how much slower an announced spacing must be than the one
 // in force to re-space the slots already granted. Announcements move by a
 // few per cent from one response to the next; re-spacing on each would
@@ -60,8 +76,9 @@ const respaceRatio = 1.2
 // platform's rate, burst and maximum multiplier are read from the pace row
 // itself (a trigger copies them from fleetpace_platform on every change);
 // the rate and maximum multiplier are returned for the degraded-mode cache,
-// the event sequence so the caller notices slow-downs it missed, and the
-// hold and pause so it can tell a hold from a pause.
+// the last event (sequence, time, shift, horizon) so the caller applies a
+// slow-down it has not heard of yet exactly as a notification would, and
+// the hold and pause so it can tell a hold from a pause.
 //
 // Every platform has a pace row. Should one be missing, the INSERT branch
 // creates it without configuration (rate 0, or a foreign-key error if the
@@ -97,7 +114,7 @@ ON CONFLICT (platform) DO UPDATE SET
     )
 RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.last_interval,
           s.cursor_at, s.rate, s.burst, s.max_multiplier, s.multiplier, s.event_seq,
-          GREATEST(s.hold_until, s.paused_until), s.paused_until`
+          GREATEST(s.hold_until, s.paused_until), s.paused_until, s.event_at, s.event_shift, s.event_horizon`
 
 // reportSQL applies $5 outcomes of one kind at once (a batch of clean
 // reports; pressure is always reported alone) and what the destination
@@ -149,23 +166,23 @@ UPDATE fleetpace_pace AS s SET
                CASE WHEN q.event AND (q.ratio > 1.000001 OR q.shift > 0) THEN q.now ELSE q.doubled_at END,
                q.mp, q.hold, q.hold_reason,
                q.ann_i, q.ann_until,
-               CASE WHEN q.event AND s.cursor_at > q.now
-                    THEN LEAST(q.now + (s.cursor_at - q.now) * q.ratio + q.shift, q.now + s.last_max_wait + q.i_new)
+               CASE WHEN q.event AND s.cursor_at > q.pivot
+                    THEN LEAST(q.pivot + (s.cursor_at - q.pivot) * q.ratio + q.shift, GREATEST(q.now + s.last_max_wait, q.pivot) + q.i_new)
                     ELSE s.cursor_at END,
                q.i_new,
                s.event_seq + q.event::int,
                CASE WHEN q.event THEN q.now ELSE s.event_at END,
                CASE WHEN q.event THEN q.shift ELSE s.event_shift END,
-               CASE WHEN q.event THEN q.now + s.last_max_wait ELSE s.event_horizon END,
+               CASE WHEN q.event THEN GREATEST(q.now + s.last_max_wait, q.pivot) ELSE s.event_horizon END,
                q.event,
                q.effect
         FROM (SELECT r.*, s.respace AND (r.effect = %[1]d AND r.ratio > 1.000001 OR r.ratio > %[8]g
                                          OR r.hold > GREATEST(s.hold_until, r.now)) AS event,
-                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.now + (r.first - r.now) * r.ratio), 0) AS shift
-              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio,
-                           CASE WHEN s.cursor_at > p.now
-                                THEN s.cursor_at - floor((s.cursor_at - p.now) / p.i_old) * p.i_old
-                                ELSE p.now END AS first
+                     GREATEST(GREATEST(r.hold, s.paused_until) - (r.pivot + (r.first - r.pivot) * r.ratio), 0) AS shift
+              FROM (SELECT p.*, GREATEST(p.i_new / p.i_old, 1) AS ratio, p.now + %[9]g AS pivot,
+                           CASE WHEN s.cursor_at > p.now + %[9]g
+                                THEN s.cursor_at - floor((s.cursor_at - p.now - %[9]g) / p.i_old) * p.i_old
+                                ELSE p.now + %[9]g END AS first
                     FROM (SELECT p.*,
                            CASE WHEN p.now < s.announced_until
                                 THEN GREATEST(p.m0 / s.rate, s.announced_interval) ELSE p.m0 / s.rate END AS i_old,
@@ -228,7 +245,8 @@ SELECT u.multiplier, u.max_multiplier, u.clean_streak, u.last_effect, u.hold_lef
                                     || '|' || u.event_shift || '|' || u.event_horizon || '|' || u.hold_at)
        END IS NULL
 FROM u`,
-	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel, respaceRatio)
+	effectIncreased, effectAtMax, effectStale, effectRelaxed, probeMargin, probeSteps, NotifyChannel, respaceRatio,
+	respaceLead.Seconds())
 
 // pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
 // database clock; 'Infinity': until resumed) for the reason $3. It is an
@@ -238,7 +256,7 @@ FROM u`,
 var pauseSQL = `
 WITH u AS (
 UPDATE fleetpace_pace AS s SET paused_until = $2::float8, pause_reason = $3,
-    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now,
+    cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
     event_shift = 'Infinity', event_horizon = n.now, last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1
@@ -253,23 +271,23 @@ FROM u`
 // than the hold in place and than now. With respace it is an event: the
 // cursor's granted slots move past the hold, keeping their spacing, and
 // every process moves its own alike.
-const holdSQL = `
+var holdSQL = `
 WITH n AS (SELECT date_part('epoch', clock_timestamp()) AS now, date_part('epoch', $2::timestamptz) AS until),
 u AS (
 UPDATE fleetpace_pace AS s SET
     (hold_until, hold_reason, cursor_at, event_seq, event_at, event_shift, event_horizon, last_respaced) = (
         SELECT n.until, $3::text,
-               CASE WHEN s.respace AND s.cursor_at > n.now
-                    THEN LEAST(s.cursor_at + f.shift, GREATEST(n.now + s.last_max_wait + s.last_interval, n.until))
+               CASE WHEN s.respace AND s.cursor_at > n.now + ` + leadSQL + `
+                    THEN LEAST(s.cursor_at + f.shift, GREATEST(n.now + GREATEST(s.last_max_wait, ` + leadSQL + `) + s.last_interval, n.until))
                     ELSE s.cursor_at END,
                s.event_seq + s.respace::int,
                CASE WHEN s.respace THEN n.now ELSE s.event_at END,
                CASE WHEN s.respace THEN f.shift ELSE s.event_shift END,
-               CASE WHEN s.respace THEN n.now + s.last_max_wait ELSE s.event_horizon END,
+               CASE WHEN s.respace THEN n.now + GREATEST(s.last_max_wait, ` + leadSQL + `) ELSE s.event_horizon END,
                s.respace
-        FROM (SELECT GREATEST(n.until - CASE WHEN s.cursor_at > n.now AND s.last_interval > 0
-                                             THEN s.cursor_at - floor((s.cursor_at - n.now) / s.last_interval) * s.last_interval
-                                             ELSE n.now END, 0) AS shift) AS f
+        FROM (SELECT GREATEST(n.until - CASE WHEN s.cursor_at > n.now + ` + leadSQL + ` AND s.last_interval > 0
+                                             THEN s.cursor_at - floor((s.cursor_at - n.now - ` + leadSQL + `) / s.last_interval) * s.last_interval
+                                             ELSE n.now + ` + leadSQL + ` END, 0) AS shift) AS f
     )
 FROM n
 WHERE s.platform = $1 AND n.until > GREATEST(s.hold_until, n.now)
@@ -293,7 +311,7 @@ const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = ''
 var clearHoldSQL = `
 WITH u AS (
 UPDATE fleetpace_pace AS s SET hold_until = 0, hold_reason = '',
-    cursor_at = LEAST(s.cursor_at, n.now), event_seq = s.event_seq + 1, event_at = n.now,
+    cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
     event_shift = 'Infinity', event_horizon = n.now, last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1

@@ -41,12 +41,13 @@ type AdaptConfig struct {
 	// Concurrency is each worker's --concurrency. Default: enough job slots
 	// that no platform waits for one — every platform's jobs sleep on the
 	// pacer at once, each up to the workers' --max-pacer-wait (1 s):
-	// 1.5 × platforms × ceiling × 1 s / workers, at least 50.
+	// 1.5 × platforms of a run × ceiling × 1 s / workers, at least 50.
 	Concurrency int
 	// Ceiling is every platform's configured rate, requests/s. Default 20.
 	Ceiling float64
-	// Duration is one run. Default 4 minutes: the steady half then holds two
-	// whole 60-s windows.
+	// Duration is one run of one model (its schedules side by side). Default
+	// 2 minutes; a model with a long fixed window runs at least 4.5 of its
+	// windows, so the steady half holds two whole ones.
 	Duration time.Duration
 	// Runs is how many runs; every figure is the median. Default 3.
 	Runs int
@@ -79,7 +80,7 @@ const (
 	DefaultAdaptWorkers     = 3
 	DefaultAdaptConcurrency = 50
 	DefaultAdaptCeiling     = 20.0
-	DefaultAdaptDuration    = 4 * time.Minute
+	DefaultAdaptDuration    = 2 * time.Minute
 	DefaultAdaptRuns        = 3
 )
 
@@ -375,19 +376,37 @@ func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
 		}
 	}
 	if cfg.Concurrency == 0 {
+		perRun := len(cfg.schedules())
 		cfg.Concurrency = max(DefaultAdaptConcurrency,
-			int(math.Ceil(1.5*float64(len(cells))*cfg.Ceiling*adaptMaxPacerWait.Seconds()/float64(cfg.Workers))))
+			int(math.Ceil(1.5*float64(perRun)*cfg.Ceiling*adaptMaxPacerWait.Seconds()/float64(cfg.Workers))))
 	}
 	res := &AdaptResult{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Ceiling: cfg.Ceiling,
 		Duration: cfg.Duration.String(), Runs: cfg.Runs, Sweep: cfg.Sweep, Schedules: cfg.schedules()}
+	// One run per model: its schedules side by side on destinations of
+	// their own, and nothing else on the machine (a run of every model at
+	// once loads two cores enough to blur the strict ones).
 	perRun := make([][]AdaptRow, len(cells))
 	for run := 1; run <= cfg.Runs; run++ {
-		rows, err := adaptRun(ctx, cfg, pool, cells, filepath.Join(dir, fmt.Sprintf("run-%d", run)), run)
-		if err != nil {
-			return nil, fmt.Errorf("bench adapt: run %d: %w", run, err)
-		}
-		for i, r := range rows {
-			perRun[i] = append(perRun[i], r)
+		for _, name := range cfg.Models {
+			var idx []int
+			var group []cell
+			for i, c := range cells {
+				if c.model.Name == name {
+					idx, group = append(idx, i), append(group, c)
+				}
+			}
+			gcfg := cfg
+			if m := group[0].model; m.Window > time.Second {
+				// Two whole windows in the steady half, at least.
+				gcfg.Duration = max(cfg.Duration, 4*m.Window+m.Window/2)
+			}
+			rows, err := adaptRun(ctx, gcfg, pool, group, filepath.Join(dir, fmt.Sprintf("run-%d-%s", run, name)), run)
+			if err != nil {
+				return nil, fmt.Errorf("bench adapt: run %d of %s: %w", run, name, err)
+			}
+			for k, r := range rows {
+				perRun[idx[k]] = append(perRun[idx[k]], r)
+			}
 		}
 	}
 	for i, c := range cells {
@@ -712,7 +731,7 @@ func (r AdaptRow) Met() bool {
 
 // WriteText prints the table.
 func (r *AdaptResult) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "bench adapt: %d workers × concurrency %d, ceiling %g/s, %s per run, medians of %d run(s)\n",
+	fmt.Fprintf(w, "bench adapt: %d workers × concurrency %d, ceiling %g/s, %s per run of a model, medians of %d run(s)\n",
 		r.Workers, r.Concurrency, r.Ceiling, r.Duration, r.Runs)
 	for _, s := range r.Schedules {
 		fmt.Fprintf(w, "  schedule %-8s backoff ×%g, recovery ÷%g per %d clean, probe %v, headers %v, respace %v\n",

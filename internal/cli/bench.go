@@ -188,8 +188,8 @@ func (a *app) benchAdaptCmd() *cobra.Command {
 		Use:   "adapt",
 		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, vs the seed's schedule",
 		Long: `Runs real worker processes (this binary) against fake destinations that allow
-less than the configured ceiling, one platform per destination model and
-schedule, all at once: strict spacing at 40 % and 70 % of the ceiling, a
+less than the configured ceiling, one run per destination model with one
+platform per schedule side by side: strict spacing at 40 % and 70 % of the ceiling, a
 token bucket with burst 10 at 50 %, fixed 1-s and 60-s windows at 50 %, each
 again with X-RateLimit-* headers, one with the IETF RateLimit fields, and a
 limit that drops from 80 % to 30 % and comes back. Every model runs with the
@@ -219,7 +219,7 @@ headers. The README's table of defaults comes from them.`,
 	f.IntVar(&cfg.Workers, "workers", bench.DefaultAdaptWorkers, "worker processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, "each worker's --concurrency (default: enough for every platform's jobs to sleep on the pacer at once)")
 	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultAdaptCeiling, "every platform's rate, requests/s")
-	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run (the steady half is measured)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run of a model (the steady half is measured; a 60-s window runs 4.5 windows at least)")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultAdaptRuns, "runs; every figure is the median")
 	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run (default: all; see --help of the models in the README)")
 	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the adaptation settings instead of seed vs defaults")
