@@ -10,7 +10,9 @@ package control
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,16 +38,22 @@ type PauseOptions struct {
 	Now time.Time
 }
 
-// MaxReasonLen bounds a pause reason, in bytes.
-const MaxReasonLen = 500
+// Bounds of PauseOptions. A pause longer than MaxPauseFor (a year, the
+// longest interval of a source) is a pause until resumed.
+const (
+	MaxReasonLen = 500 // bytes
+	MaxPauseFor  = sources.MaxInterval
+)
 
 // Validate reports an invalid field, wrapping sources.ErrInvalid.
 func (o PauseOptions) Validate() error {
 	switch {
-	case o.For < 0:
-		return &sources.FieldError{Field: "for", Value: o.For.String(), Reason: "must be > 0 (0: until resumed)"}
+	case o.For < 0 || o.For > MaxPauseFor:
+		return &sources.FieldError{Field: "for", Value: o.For.String(), Reason: fmt.Sprintf("must be in (0, %s] (0: until resumed)", MaxPauseFor)}
 	case len(o.Reason) > MaxReasonLen:
 		return &sources.FieldError{Field: "reason", Value: string([]rune(o.Reason)[:40]) + "…", Reason: fmt.Sprintf("must be at most %d bytes", MaxReasonLen)}
+	case !utf8.ValidString(o.Reason) || strings.ContainsRune(o.Reason, 0):
+		return &sources.FieldError{Field: "reason", Value: strings.ToValidUTF8(strings.ReplaceAll(o.Reason, "\x00", ""), "\uFFFD"), Reason: "must be UTF-8 text without NUL"}
 	}
 	return nil
 }

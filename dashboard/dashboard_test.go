@@ -429,7 +429,7 @@ func TestURLCredentialsRedacted(t *testing.T) {
 	s := newSite(t, pool, dashboard.Config{})
 	for _, path := range []string{"/platforms/api", fmt.Sprintf("/sources/%d", id)} {
 		_, page := s.get(path)
-		if strings.Contains(page, "hunter2") || !strings.Contains(page, "https://REDACTED@api.example/feed?x=1") {
+		if strings.Contains(page, "hunter2") || !strings.Contains(page, "https://bot:xxxxx@api.example/feed?x=1") {
 			t.Errorf("%s shows the URL's credentials, or not the URL:\n%s", path, text(page))
 		}
 	}

@@ -58,6 +58,16 @@ const (
 	DefaultSoftStopTimeout = 10 * time.Second
 )
 
+// Bounds of Config: beyond them a setting is a mistake (a job timeout of
+// 1 ns fails every job; River refuses more than river.QueueNumWorkersMax
+// workers).
+const (
+	MinJobTimeout      = time.Second
+	MaxJobTimeout      = 24 * time.Hour
+	MaxRescueAfter     = 2 * MaxJobTimeout
+	MaxSoftStopTimeout = time.Hour
+)
+
 // ErrInvalidConfig is wrapped by every error of Config.Validate and
 // DrainConfig.Validate.
 var ErrInvalidConfig = errors.New("invalid config")
@@ -112,14 +122,16 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.MaxWorkers < 1:
-		return fmt.Errorf("%w: queue.Config.MaxWorkers must be ≥ 1, got %d", ErrInvalidConfig, c.MaxWorkers)
-	case c.JobTimeout < 0:
-		return fmt.Errorf("%w: queue.Config.JobTimeout must be > 0, got %s", ErrInvalidConfig, c.JobTimeout)
+	case c.MaxWorkers < 1 || c.MaxWorkers > river.QueueNumWorkersMax:
+		return fmt.Errorf("%w: queue.Config.MaxWorkers must be in [1, %d], got %d", ErrInvalidConfig, river.QueueNumWorkersMax, c.MaxWorkers)
+	case c.JobTimeout < MinJobTimeout || c.JobTimeout > MaxJobTimeout:
+		return fmt.Errorf("%w: queue.Config.JobTimeout must be in [%s, %s], got %s", ErrInvalidConfig, MinJobTimeout, MaxJobTimeout, c.JobTimeout)
 	case c.RescueAfter <= c.JobTimeout:
 		return fmt.Errorf("%w: queue.Config.RescueAfter (%s) must exceed queue.Config.JobTimeout (%s)", ErrInvalidConfig, c.RescueAfter, c.JobTimeout)
-	case c.SoftStopTimeout < 0:
-		return fmt.Errorf("%w: queue.Config.SoftStopTimeout must be ≥ 0, got %s", ErrInvalidConfig, c.SoftStopTimeout)
+	case c.RescueAfter > MaxRescueAfter:
+		return fmt.Errorf("%w: queue.Config.RescueAfter must be at most %s, got %s", ErrInvalidConfig, MaxRescueAfter, c.RescueAfter)
+	case c.SoftStopTimeout < 0 || c.SoftStopTimeout > MaxSoftStopTimeout:
+		return fmt.Errorf("%w: queue.Config.SoftStopTimeout must be in [0, %s], got %s", ErrInvalidConfig, MaxSoftStopTimeout, c.SoftStopTimeout)
 	}
 	return nil
 }

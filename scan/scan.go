@@ -41,6 +41,18 @@ const (
 // deletes what there is (and a worker with it writes none).
 const NoHistory time.Duration = -1
 
+// Bounds of Config. One tick is one transaction: MaxLimit jobs (or history
+// rows deleted) is already a large one. A look-ahead past MaxLookAhead
+// queues work long before it can run (and rate × look-ahead must fit an
+// int64). MaxHistoryRetention is the longest interval of a source
+// (sources.MaxInterval): every source has a check in a history kept that
+// long.
+const (
+	MaxLimit            = 100_000
+	MaxLookAhead        = time.Hour
+	MaxHistoryRetention = sources.MaxInterval
+)
+
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("invalid config")
 
@@ -67,16 +79,16 @@ type Config struct {
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
 	switch {
-	case c.Limit < 0:
-		return fmt.Errorf("%w: scan.Config.Limit must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Limit)
-	case c.PerPlatformCap < 0:
-		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PerPlatformCap)
-	case c.LookAhead < 0:
-		return fmt.Errorf("%w: scan.Config.LookAhead must be > 0 (0: default), got %s", ErrInvalidConfig, c.LookAhead)
-	case c.HistoryRetention < 0 && c.HistoryRetention != NoHistory:
-		return fmt.Errorf("%w: scan.Config.HistoryRetention must be > 0 (0: default; NoHistory: keep none), got %s", ErrInvalidConfig, c.HistoryRetention)
-	case c.PruneBatch < 0:
-		return fmt.Errorf("%w: scan.Config.PruneBatch must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PruneBatch)
+	case c.Limit < 0 || c.Limit > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.Limit must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.Limit)
+	case c.PerPlatformCap < 0 || c.PerPlatformCap > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.PerPlatformCap)
+	case c.LookAhead < 0 || c.LookAhead > MaxLookAhead:
+		return fmt.Errorf("%w: scan.Config.LookAhead must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxLookAhead, c.LookAhead)
+	case (c.HistoryRetention < 0 && c.HistoryRetention != NoHistory) || c.HistoryRetention > MaxHistoryRetention:
+		return fmt.Errorf("%w: scan.Config.HistoryRetention must be in (0, %s] (0: default; NoHistory: keep none), got %s", ErrInvalidConfig, MaxHistoryRetention, c.HistoryRetention)
+	case c.PruneBatch < 0 || c.PruneBatch > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.PruneBatch must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.PruneBatch)
 	}
 	return nil
 }

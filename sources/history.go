@@ -59,8 +59,8 @@ func (e *HistoryEntry) UnmarshalJSON(b []byte) error {
 // History returns a source's last checks, newest first: at most limit (0:
 // DefaultHistoryLimit). A source without checks, or unknown, has none.
 func History(ctx context.Context, db DBTX, sourceID int64, limit int) ([]HistoryEntry, error) {
-	if limit < 0 {
-		return nil, fmt.Errorf("history: %w", &FieldError{Field: "limit", Value: fmt.Sprint(limit), Reason: "must be ≥ 1 (0: default)"})
+	if limit < 0 || limit > MaxHistoryLimit {
+		return nil, fmt.Errorf("history: %w", &FieldError{Field: "limit", Value: fmt.Sprint(limit), Reason: fmt.Sprintf("must be in [1, %d] (0: default)", MaxHistoryLimit)})
 	}
 	if limit == 0 {
 		limit = DefaultHistoryLimit

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strconv"
 	"time"
@@ -96,14 +95,14 @@ func (p Platform) Validate() error {
 	switch {
 	case !nameRE.MatchString(p.Name):
 		return &FieldError{Field: "name", Value: p.Name, Reason: "must match " + NamePattern}
-	case math.IsNaN(p.RatePerSec) || math.IsInf(p.RatePerSec, 0) || p.RatePerSec <= 0:
-		return &FieldError{Field: "rate_per_sec", Value: fmtFloat(p.RatePerSec), Reason: "must be finite and > 0"}
-	case p.Burst < 1:
-		return &FieldError{Field: "burst", Value: strconv.Itoa(p.Burst), Reason: "must be ≥ 1"}
-	case p.Cooldown <= 0:
-		return &FieldError{Field: "cooldown", Value: p.Cooldown.String(), Reason: "must be > 0"}
-	case math.IsNaN(p.MaxMultiplier) || math.IsInf(p.MaxMultiplier, 0) || p.MaxMultiplier < 1:
-		return &FieldError{Field: "max_multiplier", Value: fmtFloat(p.MaxMultiplier), Reason: "must be finite and ≥ 1"}
+	case !(p.RatePerSec >= MinRate && p.RatePerSec <= MaxRate): // NaN too
+		return &FieldError{Field: "rate_per_sec", Value: fmtFloat(p.RatePerSec), Reason: fmt.Sprintf("must be in [%g, %g] requests per second", MinRate, MaxRate)}
+	case p.Burst < 1 || p.Burst > MaxBurst:
+		return &FieldError{Field: "burst", Value: strconv.Itoa(p.Burst), Reason: fmt.Sprintf("must be in [1, %d]", MaxBurst)}
+	case p.Cooldown < MinCooldown || p.Cooldown > MaxCooldown:
+		return &FieldError{Field: "cooldown", Value: p.Cooldown.String(), Reason: fmt.Sprintf("must be in [%s, %s]", MinCooldown, fmtHours(MaxCooldown))}
+	case !(p.MaxMultiplier >= 1 && p.MaxMultiplier <= MaxMultiplierLimit):
+		return &FieldError{Field: "max_multiplier", Value: fmtFloat(p.MaxMultiplier), Reason: fmt.Sprintf("must be in [1, %d]", MaxMultiplierLimit)}
 	case p.DecayAfter < 1 || p.DecayAfter > MaxDecayAfter:
 		return &FieldError{Field: "decay_after", Value: strconv.Itoa(p.DecayAfter), Reason: fmt.Sprintf("must be in [1, %d]", MaxDecayAfter)}
 	case !(p.BackoffFactor >= MinFactor && p.BackoffFactor <= MaxFactor):
@@ -115,6 +114,9 @@ func (p Platform) Validate() error {
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// fmtHours prints a whole number of hours as "24h" rather than "24h0m0s".
+func fmtHours(d time.Duration) string { return strconv.Itoa(int(d/time.Hour)) + "h" }
 
 // SetPlatform creates or replaces a platform's configuration. Invalid input
 // writes nothing and returns an error wrapping ErrInvalid.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,7 +45,9 @@ var ErrHistoryNotRecorded = errors.New("checks recorded without their history")
 // RecordCheck records a fetch outcome, with its history row (one
 // statement), and releases the source for the next tick. Rate pressure and
 // rate limiting are neither a check nor a failure: the source keeps its
-// place in the fair order (they are in the history).
+// place in the fair order (they are in the history). Text that PostgreSQL
+// cannot store (bytes that are not UTF-8, NUL) is replaced by U+FFFD first,
+// and an error message is clipped to MaxCheckError bytes.
 //
 // A failed history write never loses the check: when the statement is
 // refused, the check is written again on its own and the error wraps
@@ -55,13 +58,8 @@ func RecordCheck(ctx context.Context, db DBTX, sourceID int64, c Check) error {
 	return recordOne(ctx, db, sourceID, c, true)
 }
 
-// RecordCheckWithoutHistory records a fetch outcome as RecordCheck does,
-// without its history row: for a fleet that keeps no history.
-func RecordCheckWithoutHistory(ctx context.Context, db DBTX, sourceID int64, c Check) error {
-	return recordOne(ctx, db, sourceID, c, false)
-}
-
 func recordOne(ctx context.Context, db DBTX, sourceID int64, c Check, history bool) error {
+	c = c.clean()
 	var status *int
 	if c.Status != 0 {
 		status = &c.Status
@@ -87,7 +85,7 @@ func record(ctx context.Context, db DBTX, sql string, args []any, hsql string, h
 			_, err := db.Exec(ctx, hsql, hargs...)
 			return err
 		})
-		if !refused(ctx, herr) {
+		if !refusedStatement(ctx, herr) {
 			return herr
 		}
 		if _, err := db.Exec(ctx, sql, args...); err != nil {
@@ -99,13 +97,13 @@ func record(ctx context.Context, db DBTX, sql string, args []any, hsql string, h
 	return err
 }
 
-// refused reports whether err is the server's refusal of a statement that
+// refusedStatement reports whether err is the server's refusal of a statement that
 // writing the checks without their history may get past: an error of the
 // statement itself, so it wrote nothing and writing the checks again
 // cannot write them twice. A lost connection is not one (the statement may
 // have committed), nor a cancelled statement (a cancel, a statement
 // timeout: the next would wait the same way), nor the caller's end.
-func refused(ctx context.Context, err error) bool {
+func refusedStatement(ctx context.Context, err error) bool {
 	var pgErr *pgconn.PgError
 	return ctx.Err() == nil && errors.As(err, &pgErr) && !strings.HasPrefix(pgErr.Code, "57") // operator intervention
 }
@@ -130,10 +128,75 @@ func withSavepoint(ctx context.Context, db DBTX, fn func(DBTX) error) error {
 
 func durationMS(d time.Duration) float32 { return float32(d.Seconds() * 1000) }
 
+// MaxCheckError is the longest error message a check keeps, in bytes.
+const MaxCheckError = 1000
+
+// clean makes every text of c storable: valid UTF-8 without NUL, the error
+// clipped to MaxCheckError.
+func (c Check) clean() Check {
+	for _, s := range []*string{&c.Outcome, &c.Error, &c.ETag, &c.LastModified, &c.ContentHash, &c.Worker} {
+		if !utf8.ValidString(*s) || strings.IndexByte(*s, 0) >= 0 {
+			*s = strings.ReplaceAll(strings.ToValidUTF8(*s, "\uFFFD"), "\x00", "\uFFFD")
+		}
+	}
+	c.Error = clip(c.Error, MaxCheckError)
+	return c
+}
+
 // CheckRecord is one source's check, for RecordChecks.
 type CheckRecord struct {
 	SourceID int64
 	Check    Check
+}
+
+// ErrCheckRefused is wrapped by the error of a check the database refused
+// (see RecordChecks).
+var ErrCheckRefused = errors.New("check refused by the database")
+
+// RefusedCheck is a check of a batch that the database refused on its own,
+// when written alone: Err says why. Unless Lost, the source was recorded
+// instead as a failed check whose error is Err's message.
+type RefusedCheck struct {
+	SourceID int64
+	Err      error
+	Lost     bool // the failed check could not be written either
+}
+
+func (e *RefusedCheck) Error() string {
+	if e.Lost {
+		return fmt.Sprintf("source %d: %v: %v; not recorded", e.SourceID, ErrCheckRefused, e.Err)
+	}
+	return fmt.Sprintf("source %d: %v: %v; recorded as a failed check", e.SourceID, ErrCheckRefused, e.Err)
+}
+
+func (e *RefusedCheck) Unwrap() []error { return []error{ErrCheckRefused, e.Err} }
+
+// RefusedChecksError is RecordChecks' error when the database refused some
+// of the checks (every other check was written).
+type RefusedChecksError struct {
+	Checks []*RefusedCheck // by source id
+	// History, when not nil, wraps ErrHistoryNotRecorded: some checks were
+	// written without their history rows.
+	History error
+}
+
+func (e *RefusedChecksError) Error() string {
+	msgs := make([]string, len(e.Checks))
+	for i, c := range e.Checks {
+		msgs[i] = c.Error()
+	}
+	msg := fmt.Sprintf("record checks: %d refused: %s", len(e.Checks), strings.Join(msgs, "; "))
+	if e.History != nil {
+		msg += "; " + e.History.Error()
+	}
+	return msg
+}
+
+func (e *RefusedChecksError) Unwrap() []error {
+	if e.History != nil {
+		return []error{ErrCheckRefused, e.History}
+	}
+	return []error{ErrCheckRefused}
 }
 
 // RecordChecks records many checks, with their history rows, in one
@@ -146,18 +209,92 @@ type CheckRecord struct {
 // A single check goes through RecordCheck's statement: the batch statement
 // costs about twice as much for one row (PostgreSQL plans it afresh on every
 // execution), and a Recorder under light load sends batches of one.
+//
+// One bad row never costs the others their checks. When the database
+// refuses a batch for something a row can cause (a data exception, a
+// constraint, a trigger's exception, a value too large: SQLSTATE classes
+// 22, 23, 54 and P0) even without its history, every row is written again
+// on its own; a row refused again is recorded as a failed check whose error
+// says why, so its source backs off like any failure instead of being
+// fetched again at once, for ever. The error is then a *RefusedChecksError
+// naming those rows. Other errors (the database unreachable, a cancelled
+// statement) are returned as they are, nothing written. In a transaction
+// (db is a pgx.Tx) a failed statement aborts the transaction: there is no
+// second pass.
 func RecordChecks(ctx context.Context, db DBTX, recs []CheckRecord) error {
-	return recordMany(ctx, db, recs, true)
+	return recordChecksError(recordChecks(ctx, db, recs, true))
 }
 
-func recordMany(ctx context.Context, db DBTX, recs []CheckRecord, history bool) error {
+// RecordChecksWithoutHistory records checks as RecordChecks does, without
+// their history rows: for a fleet that keeps no history.
+func RecordChecksWithoutHistory(ctx context.Context, db DBTX, recs []CheckRecord) error {
+	return recordChecksError(recordChecks(ctx, db, recs, false))
+}
+
+// recordChecksError is RecordChecks' error for recordChecks' results.
+func recordChecksError(refused []*RefusedCheck, err error) error {
+	if err != nil && !errors.Is(err, ErrHistoryNotRecorded) {
+		return err
+	}
+	if len(refused) > 0 {
+		return &RefusedChecksError{Checks: refused, History: err}
+	}
+	return err
+}
+
+// recordChecks is RecordChecks, with or without history rows. err is either
+// the batch's error (nothing written) or one wrapping ErrHistoryNotRecorded
+// (every check not refused written, some without history); refused are the
+// rows the database refused when each was written alone.
+func recordChecks(ctx context.Context, db DBTX, recs []CheckRecord, history bool) (refused []*RefusedCheck, err error) {
 	if len(recs) == 0 {
-		return nil
+		return nil, nil
 	}
 	recs = lastPerSource(recs)
 	if len(recs) == 1 {
-		return recordOne(ctx, db, recs[0].SourceID, recs[0].Check, history)
+		err = recordOne(ctx, db, recs[0].SourceID, recs[0].Check, history)
+	} else {
+		err = recordBatch(ctx, db, recs, history)
 	}
+	// A check written without its history is written: never again.
+	if err == nil || errors.Is(err, ErrHistoryNotRecorded) || !rowFault(err) || ctx.Err() != nil {
+		return nil, err
+	}
+	if _, inTx := db.(pgx.Tx); inTx {
+		return nil, err
+	}
+	var historyErr error // the last ErrHistoryNotRecorded of a row
+	for _, r := range recs {
+		if len(recs) > 1 {
+			err = recordOne(ctx, db, r.SourceID, r.Check, history)
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, ErrHistoryNotRecorded) {
+				historyErr = err
+				continue
+			}
+			if !rowFault(err) {
+				return refused, err // e.g. the database went away: the rest is not written
+			}
+		}
+		failed := Check{Outcome: OutcomeFailed, Status: r.Check.Status, JobID: r.Check.JobID,
+			Duration: r.Check.Duration, Bytes: r.Check.Bytes, Worker: r.Check.Worker,
+			Error: "the check could not be recorded: " + dbMessage(err)}
+		rc := &RefusedCheck{SourceID: r.SourceID, Err: err}
+		switch ferr := recordOne(ctx, db, r.SourceID, failed, history); {
+		case errors.Is(ferr, ErrHistoryNotRecorded):
+			historyErr = ferr
+		case ferr != nil:
+			rc.Lost = true
+		}
+		refused = append(refused, rc)
+	}
+	return refused, historyErr
+}
+
+// recordBatch runs the batch statement of RecordChecks.
+func recordBatch(ctx context.Context, db DBTX, recs []CheckRecord, history bool) error {
 	n := len(recs)
 	var (
 		ids          = make([]int64, n)
@@ -168,33 +305,60 @@ func recordMany(ctx context.Context, db DBTX, recs []CheckRecord, history bool) 
 		lastModified = make([]string, n)
 		hashes       = make([]string, n)
 		jobs         = make([]int64, n)
+		durations    []float32
+		bytes        []int64
+		workers      []string
 	)
+	if history {
+		durations, bytes, workers = make([]float32, n), make([]int64, n), make([]string, n)
+	}
 	for i, r := range recs {
-		c := r.Check
+		c := r.Check.clean()
 		ids[i], outcomes[i], errs[i], etags[i], lastModified[i], hashes[i], jobs[i] =
 			r.SourceID, c.Outcome, c.Error, c.ETag, c.LastModified, c.ContentHash, c.JobID
 		if c.Status != 0 {
 			s := int32(c.Status)
 			statuses[i] = &s
 		}
+		if history {
+			durations[i], bytes[i], workers[i] = durationMS(c.Duration), c.Bytes, c.Worker
+		}
 	}
 	args := []any{ids, outcomes, statuses, errs, etags, lastModified, hashes, jobs}
 	var hargs []any
 	if history {
-		var (
-			durations = make([]float32, n)
-			bytes     = make([]int64, n)
-			workers   = make([]string, n)
-		)
-		for i, r := range recs {
-			durations[i], bytes[i], workers[i] = durationMS(r.Check.Duration), r.Check.Bytes, r.Check.Worker
-		}
 		hargs = append(args, durations, bytes, workers)
 	}
 	if err := record(ctx, db, recordChecksSQL, args, recordChecksHistorySQL, hargs); err != nil {
 		return fmt.Errorf("record checks of %d sources: %w", n, err)
 	}
 	return nil
+}
+
+// rowFault reports whether err is something one row of a batch can cause:
+// a data exception, an integrity constraint, a program limit (a value too
+// large for an index) or an exception raised by a trigger. The database
+// being unreachable, a cancelled statement, a lock or serialization failure
+// are not, nor is any error that is not the server's.
+func rowFault(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "54", "P0":
+		return true
+	}
+	return false
+}
+
+// dbMessage is a database error's message without our wrapping.
+func dbMessage(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	}
+	return err.Error()
 }
 
 // lastPerSource returns recs sorted by source id with only the last check of

@@ -104,7 +104,7 @@ type Recorder struct {
 	abort context.CancelFunc
 	run   context.Context // the statements' base context, cancelled by abort
 
-	batches, records, skipped, failed, historyFailed atomic.Int64
+	batches, records, skipped, failed, refused, historyFailed atomic.Int64
 }
 
 type recordRequest struct {
@@ -195,7 +195,9 @@ func (r *Recorder) Stop(ctx context.Context) error {
 
 // Record records one check and returns once the statement that holds it has
 // committed, with that statement's error (the same error for every check of
-// the batch). It returns ErrRecorderStopped if the Recorder was not started
+// the batch), except that a check the database refused on its own gets its
+// own error, wrapping ErrCheckRefused, and the batch's other checks none
+// (see RecordChecks: the batch is written again row by row). It returns ErrRecorderStopped if the Recorder was not started
 // or is stopped.
 //
 // If ctx ends first, Record returns ctx's error at once. A check whose ctx
@@ -271,6 +273,7 @@ type RecorderStats struct {
 	Records int64 // checks those statements carried (a duplicate source counts each time)
 	Skipped int64 // checks not written because their caller had given up before their batch
 	Failed  int64 // submitted checks whose statement failed (not written)
+	Refused int64 // submitted checks the database refused, recorded as failed checks instead (see RecordChecks)
 	Queued  int   // checks waiting for a batch now (not counting the one being written)
 	// HistoryFailed counts checks recorded without their history row
 	// because the history write failed.
@@ -283,7 +286,7 @@ func (r *Recorder) Stats() RecorderStats {
 	queued := len(r.queue)
 	r.mu.Unlock()
 	return RecorderStats{Batches: r.batches.Load(), Records: r.records.Load(), Skipped: r.skipped.Load(),
-		Failed: r.failed.Load(), Queued: queued, HistoryFailed: r.historyFailed.Load()}
+		Failed: r.failed.Load(), Refused: r.refused.Load(), Queued: queued, HistoryFailed: r.historyFailed.Load()}
 }
 
 func (r *Recorder) loop(ctx context.Context) {
@@ -360,6 +363,7 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 		}
 	}
 	var err error
+	var refused map[int64]*RefusedCheck
 	if len(live) > 0 {
 		ctx, cancel := context.WithCancel(base)
 		defer cancel()
@@ -381,7 +385,8 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 			}
 		}
 		history := r.history && !r.clock.Now().Before(r.historyAfter)
-		err = recordMany(ctx, r.pool, recs, history)
+		var rcs []*RefusedCheck
+		rcs, err = recordChecks(ctx, r.pool, recs, history)
 		if errors.Is(err, ErrHistoryNotRecorded) {
 			// The checks are written: only their history is lost.
 			r.historyFailed.Add(int64(len(live)))
@@ -405,10 +410,25 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 				r.logger.Debug("recording checks failed", "checks", len(live), "err", err)
 			}
 		}
+		refused = make(map[int64]*RefusedCheck, len(rcs))
+		for _, rc := range rcs {
+			refused[rc.SourceID] = rc
+			r.logger.Warn("the database refused a check", "source", rc.SourceID, "recorded_as_failed", !rc.Lost, "err", rc.Err)
+		}
 	}
 	for _, q := range live {
+		qerr := err
+		if rc := refused[q.rec.SourceID]; rc != nil && err == nil {
+			// One refused row: its own error, nobody else's.
+			qerr = fmt.Errorf("sources: recorder: %w", rc)
+			if q.done == nil && rc.Lost {
+				r.failed.Add(1)
+			} else if q.done == nil {
+				r.refused.Add(1)
+			}
+		}
 		if q.done != nil {
-			q.done <- err
+			q.done <- qerr
 		}
 	}
 	for _, q := range markers {

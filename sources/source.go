@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,31 +58,91 @@ func (s NewSource) Validate() error {
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
-	if s.Interval <= 0 {
-		return &FieldError{Field: "interval", Value: s.Interval.String(), Reason: "must be > 0"}
+	if s.Interval < MinInterval || s.Interval > MaxInterval {
+		return &FieldError{Field: "interval", Value: s.Interval.String(),
+			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
 	}
 	return nil
 }
 
-// ValidateURL accepts absolute http and https URLs with a host.
+// ValidateURL accepts absolute http and https URLs with a host and, if
+// any, a port in [1, 65535]: at most MaxURLBytes bytes of valid UTF-8,
+// without whitespace or control characters. The error's Value is the URL
+// with its credentials redacted (RedactURL).
 func ValidateURL(raw string) error {
-	if raw == "" {
+	bad := func(reason string) error {
+		return &FieldError{Field: "url", Value: RedactURL(raw), Reason: reason}
+	}
+	switch {
+	case raw == "":
 		return &FieldError{Field: "url", Value: raw, Reason: "is required"}
+	case len(raw) > MaxURLBytes:
+		return bad(fmt.Sprintf("must be at most %d bytes, got %d", MaxURLBytes, len(raw)))
+	case !utf8.ValidString(raw):
+		return bad("must be valid UTF-8")
+	case strings.IndexFunc(raw, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		return bad("must not contain whitespace or control characters")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return &FieldError{Field: "url", Value: raw, Reason: "is not a valid URL"}
+		return bad("is not a valid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return &FieldError{Field: "url", Value: raw, Reason: "must be an absolute http or https URL"}
+		return bad("must be an absolute http or https URL")
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return &FieldError{Field: "url", Value: raw, Reason: "must have a host"}
+		return bad("must have a host")
 	}
-	if strings.ContainsAny(raw, " \t\r\n") {
-		return &FieldError{Field: "url", Value: raw, Reason: "must not contain whitespace"}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad("must have a port in [1, 65535]")
+		}
 	}
 	return nil
+}
+
+// redactedSecret replaces the credentials of a URL in RedactURL.
+const redactedSecret = "xxxxx"
+
+// RedactURL returns a source URL fit to print: a password in its user
+// information is replaced by "xxxxx" (https://user:xxxxx@host/…), and so
+// is a user name given alone (https://xxxxx@host/…), which is often a
+// token. When the URL's '@' could be read more than one way (several before
+// the path, or one after the path begins in a URL that does not parse as an
+// ordinary one), everything between "://" and the last '@' is replaced; an
+// '@' in the path or query of a URL with plain user information is not
+// one of those. Every human
+// and JSON output of a source URL goes through it; a URL without user
+// information comes back unchanged.
+func RedactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !strings.Contains(rest, "@") {
+		return raw
+	}
+	maskAll := scheme + "://" + redactedSecret + "@" + rest[strings.LastIndex(rest, "@")+1:]
+	userinfo, after, _ := strings.Cut(rest, "@")
+	host := after
+	if i := strings.IndexAny(after, "/?#"); i >= 0 {
+		host = after[:i]
+	}
+	switch {
+	case strings.Contains(host, "@"), strings.Contains(after, "@") && strings.ContainsAny(userinfo, "/?#"):
+		// Another '@' before the path, or one after a user information
+		// that is not plainly one.
+		return maskAll
+	case strings.ContainsAny(userinfo, "/?#"):
+		// The '@' is in the path, query or fragment: no user information
+		// if the URL parses as one with a host and none (a profile URL such
+		// as https://example.social/@name); otherwise a password with a '/'.
+		if u, err := url.Parse(raw); err == nil && u.User == nil && u.Host != "" {
+			return raw
+		}
+		return maskAll
+	}
+	if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
+		return scheme + "://" + user + ":" + redactedSecret + "@" + after
+	}
+	return scheme + "://" + redactedSecret + "@" + after
 }
 
 // AddSource adds one source. created is false when the platform already has a
@@ -137,10 +198,10 @@ var Outcomes = []string{OutcomeOK, OutcomeNotModified, OutcomeRatePressure, Outc
 // Validate reports an invalid field, wrapping ErrInvalid.
 func (f ListFilter) Validate() error {
 	switch {
-	case f.Limit < 0:
-		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: "must be ≥ 1 (0: default)"}
-	case f.MinFailures < 0:
-		return &FieldError{Field: "min_failures", Value: strconv.Itoa(f.MinFailures), Reason: "must be ≥ 0"}
+	case f.Limit < 0 || f.Limit > MaxListLimit:
+		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: fmt.Sprintf("must be in [1, %d] (0: default)", MaxListLimit)}
+	case f.MinFailures < 0 || f.MinFailures > MaxFailures:
+		return &FieldError{Field: "min_failures", Value: strconv.Itoa(f.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
 	case f.Outcome != "" && !slices.Contains(Outcomes, f.Outcome):
 		return &FieldError{Field: "outcome", Value: f.Outcome, Reason: "must be one of " + strings.Join(Outcomes, ", ")}
 	case f.Platform != "" && !nameRE.MatchString(f.Platform):
@@ -292,8 +353,8 @@ func (u SourceUpdate) Validate() error {
 	switch {
 	case u.Interval == nil && u.Enabled == nil:
 		return &FieldError{Field: "interval", Value: "", Reason: "or enabled must be given: nothing to change"}
-	case u.Interval != nil && *u.Interval <= 0:
-		return &FieldError{Field: "interval", Value: u.Interval.String(), Reason: "must be > 0"}
+	case u.Interval != nil && (*u.Interval < MinInterval || *u.Interval > MaxInterval):
+		return &FieldError{Field: "interval", Value: u.Interval.String(), Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
 	}
 	return nil
 }
@@ -333,8 +394,8 @@ func (sel Selection) Validate() error {
 		return &FieldError{Field: "id", Value: "", Reason: "or platform or min_failures must be given"}
 	case len(sel.IDs) > 0 && (sel.Platform != "" || sel.MinFailures != 0):
 		return &FieldError{Field: "id", Value: fmt.Sprint(sel.IDs), Reason: "excludes platform and min_failures"}
-	case sel.MinFailures < 0:
-		return &FieldError{Field: "min_failures", Value: strconv.Itoa(sel.MinFailures), Reason: "must be ≥ 0"}
+	case sel.MinFailures < 0 || sel.MinFailures > MaxFailures:
+		return &FieldError{Field: "min_failures", Value: strconv.Itoa(sel.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
 	case sel.Platform != "" && !nameRE.MatchString(sel.Platform):
 		return &FieldError{Field: "platform", Value: sel.Platform, Reason: "must match " + NamePattern}
 	}
@@ -389,7 +450,26 @@ func SetEnabled(ctx context.Context, db Beginner, sel Selection, enabled bool) (
 	return got, nil
 }
 
-// missingIDs is the error naming the ids of want not in got.
+// RequireSources returns nil when every id of ids names a source, else the
+// error naming those that do not (a *FieldError wrapping ErrNotFound and
+// ErrInvalid), whose reason ends with consequence ("nothing queued"): an
+// operation on sources by id is all or nothing.
+func RequireSources(ctx context.Context, db DBTX, ids []int64, consequence string) error {
+	rows, err := db.Query(ctx, existingSourceIDsSQL, ids)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	existing, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	if len(existing) != len(uniqueIDs(ids)) {
+		return missingIDs(ids, existing, consequence)
+	}
+	return nil
+}
+
+// missingIDs is the error naming the ids of want not in got (each once).
 func missingIDs(want, got []int64, consequence string) error {
 	have := make(map[int64]bool, len(got))
 	for _, id := range got {
@@ -399,19 +479,8 @@ func missingIDs(want, got []int64, consequence string) error {
 	for _, id := range want {
 		if !have[id] {
 			missing = append(missing, fmt.Sprint(id))
+			have[id] = true
 		}
 	}
 	return &FieldError{Field: "id", Value: strings.Join(missing, ","), Reason: "does not exist; " + consequence, Err: ErrNotFound}
 }
-
-// RedactURL hides the user information of a URL (https://user:password@host
-// becomes https://REDACTED@host), for every place a source URL is shown or
-// logged: feeds and APIs are often polled with credentials in the URL.
-// The rest of the URL is left exactly as it is.
-func RedactURL(raw string) string {
-	return userinfoRE.ReplaceAllString(raw, "${1}REDACTED@")
-}
-
-// userinfoRE matches a URL's scheme and user information (up to the '@'
-// before the host).
-var userinfoRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@`)

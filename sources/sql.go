@@ -93,6 +93,9 @@ LIMIT $3`
 
 const getSourceSQL = `SELECT ` + sourceColumns + ` FROM fleetpace_source WHERE id = $1`
 
+// existingSourceIDsSQL returns which of the ids $1 name a source.
+const existingSourceIDsSQL = `SELECT id FROM fleetpace_source WHERE id = ANY($1)`
+
 // removeSourcesSQL deletes sources and their history.
 const removeSourcesSQL = `
 WITH h AS (DELETE FROM fleetpace_check WHERE source_id = ANY($1))

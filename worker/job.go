@@ -42,8 +42,8 @@ type FetchWorker struct {
 	metrics  *Metrics
 	logger   *slog.Logger
 	worker   string
-	record   func(context.Context, sources.DBTX, int64, sources.Check) error // with or without history
-	pushback episodes                                                        // platforms in a rate-limiting episode, logged once each
+	record   func(context.Context, sources.DBTX, []sources.CheckRecord) error // with or without history
+	pushback episodes                                                         // platforms in a rate-limiting episode, logged once each
 }
 
 // episodes remembers which platforms are pushing back (rate pressure or
@@ -155,9 +155,9 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	record := sources.RecordCheck
+	record := sources.RecordChecks
 	if cfg.NoHistory {
-		record = sources.RecordCheckWithoutHistory
+		record = sources.RecordChecksWithoutHistory
 	}
 	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
 		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger, worker: cfg.Worker, record: record}, nil
@@ -269,14 +269,21 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		if w.recorder != nil {
 			return w.recorder.Submit(ctx, args.SourceID, check)
 		}
-		return w.historyLost(w.record(ctx, w.pool, args.SourceID, check))
+		// A check the database refuses is recorded as a failed check (the
+		// job is not retried to fetch it again).
+		err := w.record(ctx, w.pool, []sources.CheckRecord{{SourceID: args.SourceID, Check: check}})
+		if errors.Is(err, sources.ErrCheckRefused) {
+			w.logger.Warn("the database refused a check", "source", args.SourceID, "err", err)
+			return nil
+		}
+		return w.historyLost(err)
 	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := w.historyLost(w.record(ctx, tx, args.SourceID, check)); err != nil {
+	if err := w.historyLost(w.record(ctx, tx, []sources.CheckRecord{{SourceID: args.SourceID, Check: check}})); err != nil {
 		return err
 	}
 	reason := r.Reason
@@ -354,7 +361,7 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 				reason = "hold"
 			}
 			w.metrics.snoozed(platform, reason)
-			return res, river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
+			return res, river.JobSnooze(snoozeFor(res.Wait, w.rand()))
 		}
 		w.metrics.waited(platform, res.Wait)
 		err = w.pacer.Sleep(ctx, &res)
@@ -372,6 +379,24 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 			return res, interrupted(ctx, err)
 		}
 	}
+}
+
+// MinSnooze is the shortest a job denied a pacer slot snoozes. A denial
+// always means "later", but the wait it names can be 0 or negative (the
+// slot's time rounded, or passed while the answer travelled): snoozed for
+// that, the job would be back at once, spinning through River as fast as it
+// can be fetched.
+const MinSnooze = time.Second
+
+// snoozeFor is how long a job denied a slot snoozes: the wait, at least
+// MinSnooze and at most pacer.MaxHold, spread by up to 10 % with u, a
+// uniform draw in [0, 1) (clamped there).
+func snoozeFor(wait time.Duration, u float64) time.Duration {
+	d := min(max(wait, MinSnooze), pacer.MaxHold)
+	if !(u >= 0 && u < 1) { // NaN too
+		u = 0
+	}
+	return d + time.Duration(u*0.1*float64(d))
 }
 
 // interrupted turns a cancelled fetch into a snooze, so a job stopped by a

@@ -99,7 +99,7 @@ func TestFetchWorkerLogs(t *testing.T) {
 		t.Errorf("second failure: %q", failed[1])
 	}
 	all := strings.Join(logs.lines(""), "\n")
-	if strings.Contains(all, "secret") || !strings.Contains(failed[0], "https://REDACTED@feeds.example/x") {
+	if strings.Contains(all, "secret") || !strings.Contains(failed[0], "https://user:xxxxx@feeds.example/x") {
 		t.Errorf("the URL's credentials are not redacted:\n%s", all)
 	}
 	if n := len(logs.lines(`msg="platform is rate limiting"`)); n != 3 {

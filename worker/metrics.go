@@ -118,7 +118,7 @@ var (
 	descListening    = prometheus.NewDesc("fleetpace_pacer_listening", "1 while the pacer's slow-down listener is connected.", nil, nil)
 
 	descRecBatches = prometheus.NewDesc("fleetpace_record_statements_total", "Statements that wrote checks (group commit).", nil, nil)
-	descRecChecks  = prometheus.NewDesc("fleetpace_record_checks_total", "Checks written, by result (written, failed: lost with their statement, the scan re-queues their sources).", []string{"result"}, nil)
+	descRecChecks  = prometheus.NewDesc("fleetpace_record_checks_total", "Checks written, by result (written; refused: the database refused the check, recorded as a failed check instead; failed: lost with their statement, the scan re-queues their sources).", []string{"result"}, nil)
 	descRecQueued  = prometheus.NewDesc("fleetpace_record_queued", "Checks waiting to be written.", nil, nil)
 )
 
@@ -133,7 +133,8 @@ func (c recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.r.Stats()
 	ch <- prometheus.MustNewConstMetric(descRecBatches, prometheus.CounterValue, float64(s.Batches))
-	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Records-s.Failed), "written")
+	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Records-s.Failed-s.Refused), "written")
+	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Refused), "refused")
 	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Failed), "failed")
 	ch <- prometheus.MustNewConstMetric(descRecQueued, prometheus.GaugeValue, float64(s.Queued))
 }

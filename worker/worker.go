@@ -18,6 +18,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,6 +48,16 @@ const (
 	DefaultSoftStop     = queue.DefaultSoftStopTimeout
 	DefaultHeartbeat    = 5 * time.Second
 	DefaultMinFleetSize = 1
+)
+
+// Bounds of Config. A heartbeat must come well within fleet.LiveWindow, or
+// the worker counts as dead between two; more often than MinHeartbeat is a
+// write per worker for nothing. Degraded pacing divides by the fleet size.
+const (
+	MinHeartbeat = 500 * time.Millisecond
+	MaxHeartbeat = fleet.LiveWindow / 2
+	MaxFleetSize = 100_000
+	MaxPacerWait = time.Hour
 )
 
 // Bounds of the shutdown steps after River's stop.
@@ -174,20 +186,43 @@ func (c Config) Validate() error {
 		return bad("Concurrency must be ≥ 1 (0: default), got %d", c.Concurrency)
 	case c.SoftStop < 0:
 		return bad("SoftStop must be ≥ 0, got %s", c.SoftStop)
-	case c.MaxWait < 0:
-		return bad("MaxWait must be ≥ 0, got %s", c.MaxWait)
-	case c.Heartbeat < 0:
-		return bad("Heartbeat must be > 0 (0: default), got %s", c.Heartbeat)
-	case c.MinFleetSize < 0:
-		return bad("MinFleetSize must be ≥ 1 (0: default), got %d", c.MinFleetSize)
+	case c.MaxWait < 0 || c.MaxWait > MaxPacerWait:
+		return bad("MaxWait must be in [0, %s], got %s", MaxPacerWait, c.MaxWait)
+	case c.Heartbeat < 0 || (c.Heartbeat > 0 && c.Heartbeat < MinHeartbeat) || c.Heartbeat > MaxHeartbeat:
+		return bad("Heartbeat must be in [%s, %s] (0: default), got %s", MinHeartbeat, MaxHeartbeat, c.Heartbeat)
+	case c.MinFleetSize < 0 || c.MinFleetSize > MaxFleetSize:
+		return bad("MinFleetSize must be in [1, %d] (0: default), got %d", MaxFleetSize, c.MinFleetSize)
 	case c.MetricsMaxAge < 0:
 		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
+	}
+	if err := validateHTTPAddr(c.HTTPAddr); err != nil {
+		return bad("HTTPAddr %s, got %q", err, c.HTTPAddr)
 	}
 	c = c.withDefaults()
 	for _, err := range []error{c.queueConfig(nil).Validate(), c.Poll.Validate(), c.Tick.Validate(), c.httpValidate()} {
 		if err != nil {
 			return invalid{err}
 		}
+	}
+	return nil
+}
+
+// validateHTTPAddr checks a listen address: "" (no server) or host:port,
+// the host empty (every interface), an IP address or a name, the port
+// numeric in [0, 65535] (0: any free port).
+func validateHTTPAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("must be host:port (e.g. 127.0.0.1:9464, :9464)")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return errors.New("must have a port in [0, 65535]")
+	}
+	if strings.ContainsAny(host, " /\\@?#") {
+		return errors.New("must have a host name or an IP address")
 	}
 	return nil
 }

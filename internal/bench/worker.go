@@ -405,7 +405,7 @@ func workerCleanup(ctx context.Context, pool *pgxpool.Pool, platform string) {
 const (
 	workerSourcesSQL = `
 INSERT INTO fleetpace_source (platform, url, check_interval, due_at, queued_at)
-SELECT $1, 'https://bench.invalid/' || g, interval '1000 days', now() + interval '1000 days', now()
+SELECT $1, 'https://bench.invalid/' || g, interval '365 days', now() + interval '365 days', now()
 FROM generate_series(1, $2) g
 RETURNING id, url`
 	workerClearJobsSQL = `DELETE FROM river_job WHERE queue = $1`

@@ -126,10 +126,10 @@ func (a *app) platformsCmd() *cobra.Command {
 		},
 	}
 	f := set.Flags()
-	f.Float64Var(&p.RatePerSec, "rate", 0, "fleet-wide ceiling in requests per second (> 0; required for a new platform)")
-	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, "requests allowed back to back (≥ 1)")
-	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, "pause after the platform says stop (> 0)")
-	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, "largest shared backoff multiplier (≥ 1)")
+	f.Float64Var(&p.RatePerSec, "rate", 0, fmt.Sprintf("fleet-wide ceiling in requests per second (%g to %g; required for a new platform)", sources.MinRate, sources.MaxRate))
+	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, fmt.Sprintf("requests allowed back to back (1 to %d)", sources.MaxBurst))
+	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, fmt.Sprintf("pause after the platform says stop (%s to %s)", sources.MinCooldown, sources.MaxCooldown))
+	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, fmt.Sprintf("largest shared backoff multiplier (1 to %d)", sources.MaxMultiplierLimit))
 	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, fmt.Sprintf("clean responses, fleet-wide, per recovery step of the multiplier (1 to %d)", sources.MaxDecayAfter))
 	f.Float64Var(&p.BackoffFactor, "backoff-factor", sources.DefaultBackoffFactor, fmt.Sprintf("rate pressure multiplies the multiplier by this, once per episode (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
 	f.Float64Var(&p.RecoveryFactor, "recovery-factor", sources.DefaultRecoveryFactor, fmt.Sprintf("every --decay-after clean responses divide the multiplier by this (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
@@ -222,8 +222,8 @@ func (a *app) sourcesCmd() *cobra.Command {
 		},
 	}
 	add.Flags().StringVar(&ns.Platform, "platform", "", "platform name (required)")
-	add.Flags().StringVar(&ns.URL, "url", "", "absolute http or https URL (required)")
-	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, "how often to check the source (> 0)")
+	add.Flags().StringVar(&ns.URL, "url", "", fmt.Sprintf("absolute http or https URL, at most %d bytes (required)", sources.MaxURLBytes))
+	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s)", sources.MinInterval, sources.MaxInterval))
 
 	var (
 		format      string
@@ -279,7 +279,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		},
 	}
 	imp.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file extension, else sniffed)")
-	imp.Flags().DurationVar(&defInterval, "interval", sources.DefaultInterval, "interval for rows that give none")
+	imp.Flags().DurationVar(&defInterval, "interval", sources.DefaultInterval, fmt.Sprintf("interval for rows that give none (%s to %s)", sources.MinInterval, sources.MaxInterval))
 	zeroIsDefault(imp.Flags(), "interval")
 
 	var (
@@ -293,10 +293,11 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("failing") {
-				if failing < 0 {
-					return usagef("sources list: --failing must be ≥ 0, got %d", failing)
+				n, err := minFailures("sources list", failing)
+				if err != nil {
+					return err
 				}
-				filter.MinFailures = failing + 1
+				filter.MinFailures = n
 			}
 			if err := filter.Validate(); err != nil {
 				return fmt.Errorf("sources list: %w", renameField(err, sourceFlags))
@@ -307,7 +308,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 					return operateError(err, sourceFlags)
 				}
 				for i := range list {
-					list[i].URL = sources.RedactURL(list[i].URL)
+					list[i].URL = sources.RedactURL(list[i].URL) // no credentials in any output
 				}
 				if asJSON {
 					return writeJSON(a.stdout, list)
@@ -333,8 +334,8 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 	}
 	list.Flags().StringVar(&filter.Platform, "platform", "", "only this platform")
 	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform neither cooling down nor paused): what the next scan would queue, less each platform's cap")
-	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, "at most this many")
-	list.Flags().IntVar(&failing, "failing", 0, "only sources failing more than N times in a row (0: failing now)")
+	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, fmt.Sprintf("at most this many (up to %d)", sources.MaxListLimit))
+	list.Flags().IntVar(&failing, "failing", 0, fmt.Sprintf("only sources failing more than N times in a row (0: failing now; up to %d)", sources.MaxFailures-1))
 	list.Flags().StringVar(&filter.Outcome, "outcome", "", "only sources whose last outcome is this: "+strings.Join(sources.Outcomes, ", "))
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
@@ -455,7 +456,7 @@ func addTickFlags(cmd *cobra.Command, cfg *scan.Config) {
 	f.IntVar(&cfg.Limit, "limit", scan.DefaultLimit, "most sources queued by one tick")
 	f.IntVar(&cfg.PerPlatformCap, "per-platform-cap", scan.DefaultPerPlatformCap, "most sources of one platform queued by one tick")
 	f.DurationVar(&cfg.LookAhead, "look-ahead", scan.DefaultLookAhead, "queue up to rate × look-ahead per platform")
-	f.Var((*retention)(&cfg.HistoryRetention), "history-retention", "keep the fetch history this long (each tick deletes older checks); 0 keeps none (a worker then writes none)")
+	f.Var((*retention)(&cfg.HistoryRetention), "history-retention", fmt.Sprintf("keep the fetch history this long (each tick deletes older checks; up to %s); 0 keeps none (a worker then writes none)", scan.MaxHistoryRetention))
 	zeroIsDefault(f, "limit", "per-platform-cap", "look-ahead")
 }
 
@@ -536,7 +537,7 @@ func (a *app) enqueueCmd() *cobra.Command {
 				}
 				fmt.Fprintf(a.stdout, "enqueued %d source(s)", len(queued))
 				if skipped := len(ids) - len(queued); platform == "" && skipped > 0 {
-					fmt.Fprintf(a.stdout, "; %d already queued, disabled or unknown", skipped)
+					fmt.Fprintf(a.stdout, "; %d already queued or disabled", skipped)
 				}
 				fmt.Fprintln(a.stdout)
 				return nil

@@ -68,8 +68,8 @@ shows it with its reason and the time left.`,
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&o.For, "for", 0, "end the pause by itself after this long (0: until resumed)")
-	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, shown by status while the pause lasts")
+	cmd.Flags().DurationVar(&o.For, "for", 0, fmt.Sprintf("end the pause by itself after this long (0: until resumed; up to %s)", control.MaxPauseFor))
+	cmd.Flags().StringVar(&o.Reason, "reason", "", fmt.Sprintf("why, shown by status while the pause lasts (up to %d bytes)", control.MaxReasonLen))
 	return cmd
 }
 
@@ -177,8 +177,8 @@ func (a *app) sourcesShowCmd() *cobra.Command {
 		Short: "Show a source: settings, state, last error, next check, and its recent checks",
 		Args:  exactArgs(1, "ID or URL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 0 {
-				return usagef("--history: must be ≥ 1, got %d", limit)
+			if limit < 0 || limit > sources.MaxHistoryLimit {
+				return usagef("--history: must be in [1, %d], got %d", sources.MaxHistoryLimit, limit)
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				rep, err := status.ReadSource(cmd.Context(), pool, args[0], limit)
@@ -193,7 +193,7 @@ func (a *app) sourcesShowCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().IntVar(&limit, "history", sources.DefaultHistoryLimit, "how many recent checks to show")
+	cmd.Flags().IntVar(&limit, "history", sources.DefaultHistoryLimit, fmt.Sprintf("how many recent checks to show (up to %d)", sources.MaxHistoryLimit))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	zeroIsDefault(cmd.Flags(), "history")
 	return cmd
@@ -315,7 +315,7 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&interval, "interval", sources.DefaultInterval, "how often to check the source (> 0); a healthy source is next checked at its last check + this")
+	cmd.Flags().DurationVar(&interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s); a healthy source is next checked at its last check + this", sources.MinInterval, sources.MaxInterval))
 	cmd.Flags().BoolVar(&enabled, "enabled", true, "false: queue the source no more (a job already queued still runs)")
 	return cmd
 }
@@ -340,10 +340,11 @@ more.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel := sources.Selection{Platform: platform}
 			if cmd.Flags().Changed("failing") {
-				if failing < 0 {
-					return usagef("sources %s: --failing must be ≥ 0, got %d", verb, failing)
+				n, err := minFailures("sources "+verb, failing)
+				if err != nil {
+					return err
 				}
-				sel.MinFailures = failing + 1
+				sel.MinFailures = n
 			}
 			if len(args) > 0 {
 				ids, err := parseIDs(args)
@@ -366,8 +367,17 @@ more.`,
 		},
 	}
 	cmd.Flags().StringVar(&platform, "platform", "", "every source of this platform")
-	cmd.Flags().IntVar(&failing, "failing", 0, "every source failing more than N times in a row")
+	cmd.Flags().IntVar(&failing, "failing", 0, fmt.Sprintf("every source failing more than N times in a row (up to %d)", sources.MaxFailures-1))
 	return cmd
+}
+
+// minFailures is the MinFailures of --failing N (more than N failures in a
+// row), or the usage error of a count out of range.
+func minFailures(command string, failing int) (int, error) {
+	if failing < 0 || failing >= sources.MaxFailures {
+		return 0, usagef("%s: --failing must be in [0, %d], got %d", command, sources.MaxFailures-1, failing)
+	}
+	return failing + 1, nil
 }
 
 var selectionFlags = map[string]string{"id": "ID", "platform": "--platform", "min_failures": "--failing"}

@@ -91,7 +91,7 @@ func exitCode(err error) int {
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue), isFlagError(err), errors.Is(err, pgembed.ErrBinariesNotFound),
-		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig),
+		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig), errors.Is(err, pgembed.ErrInvalidDataDir),
 		errors.Is(err, sources.ErrInvalid), errors.Is(err, scan.ErrInvalidConfig),
 		errors.Is(err, queue.ErrInvalidConfig), errors.Is(err, poller.ErrInvalidConfig),
 		errors.Is(err, fetch.ErrInvalidConfig), errors.Is(err, worker.ErrInvalidConfig),
@@ -116,6 +116,7 @@ var flagNames = map[string]string{
 	"worker.Config.MaxWait":                "--max-pacer-wait",
 	"worker.Config.MinFleetSize":           "--min-fleet-size",
 	"worker.Config.Heartbeat":              "--heartbeat",
+	"worker.Config.HTTPAddr":               "--http-addr",
 	"poller.Config.Base":                   "--poll-base",
 	"poller.Config.Max":                    "--poll-max",
 	"poller.Config.JitterRatio":            "--poll-jitter",
@@ -127,6 +128,7 @@ var flagNames = map[string]string{
 	"scan.Config.Limit":                    "--limit",
 	"scan.Config.PerPlatformCap":           "--per-platform-cap",
 	"scan.Config.LookAhead":                "--look-ahead",
+	"scan.Config.HistoryRetention":         "--history-retention",
 	"queue.DrainConfig.MaxDuration":        "--max-duration",
 	"bench.ScanConfig.Sources":             "--sources",
 	"bench.ScanConfig.Platforms":           "--platforms",
@@ -382,7 +384,13 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 		a.announce("using database %s", dbconn.Describe(a.databaseURL))
 		return a.databaseURL, nil
 	}
+	if a.dataDir == "" {
+		return "", usagef("--data-dir must not be empty")
+	}
 	c, err := pgembed.EnsureShared(ctx, a.dataDir, pgembed.Config{Logger: a.logger})
+	if errors.Is(err, pgembed.ErrInvalidDataDir) {
+		return "", &usageError{fmt.Errorf("--data-dir %s: %w", a.dataDir, err)}
+	}
 	if err != nil {
 		return "", fmt.Errorf("embedded PostgreSQL: %w", err)
 	}

@@ -18,8 +18,14 @@ import (
 	"github.com/fleetpace/fleetpace/status"
 )
 
-// DefaultWatchInterval is how often `status --watch` refreshes.
-const DefaultWatchInterval = 2 * time.Second
+// DefaultWatchInterval is how often `status --watch` refreshes, and
+// MinWatchInterval and MaxWatchInterval bound it: faster would load the
+// database for nothing a reader can follow.
+const (
+	DefaultWatchInterval = 2 * time.Second
+	MinWatchInterval     = 100 * time.Millisecond
+	MaxWatchInterval     = time.Hour
+)
 
 func (a *app) statusCmd() *cobra.Command {
 	var (
@@ -42,8 +48,8 @@ overdue sources are.
 snapshots otherwise; Ctrl-C stops it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if interval <= 0 {
-				return usagef("--interval: must be > 0, got %s", interval)
+			if interval < MinWatchInterval || interval > MaxWatchInterval {
+				return usagef("--interval: must be in [%s, %s], got %s", MinWatchInterval, MaxWatchInterval, interval)
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				show := func() error {
@@ -65,7 +71,7 @@ snapshots otherwise; Ctrl-C stops it.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (durations in seconds, under keys ending in _s)")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh until Ctrl-C")
-	cmd.Flags().DurationVar(&interval, "interval", DefaultWatchInterval, "with --watch: time between refreshes")
+	cmd.Flags().DurationVar(&interval, "interval", DefaultWatchInterval, fmt.Sprintf("with --watch: time between refreshes (%s to %s)", MinWatchInterval, MaxWatchInterval))
 	return cmd
 }
 

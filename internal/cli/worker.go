@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +18,12 @@ import (
 
 // addFetchFlags registers the flags of the built-in HTTP fetcher.
 func addFetchFlags(f *pflag.FlagSet, h *fetch.HTTPConfig) {
+	// Tests only, hidden, without an environment variable: see
+	// fetch.HTTPConfig.GuardExempt. Never in production.
+	f.Var((*addrPorts)(&h.GuardExempt), "test-guard-exempt", "TESTS ONLY, never in production: an ADDRESS:PORT the SSRF guard lets through (repeatable)")
+	if err := f.MarkHidden("test-guard-exempt"); err != nil {
+		panic("cli: " + err.Error())
+	}
 	f.BoolVar(&h.AllowPrivateNetworks, "allow-private-networks", false, "allow fetching loopback, private and link-local addresses (refused by default: SSRF guard)")
 	f.StringVar(&h.StoreDir, "store-dir", "", "store fetched bodies content-addressed under this directory (default: discard)")
 	f.StringVar(&h.UserAgent, "user-agent", fetch.DefaultUserAgent, "User-Agent of every request")
@@ -149,3 +157,25 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", worker.DefaultHeartbeat, "how often this worker announces itself (fleet size for degraded pacing)")
 	return cmd
 }
+
+// addrPorts is a repeatable ADDRESS:PORT flag.
+type addrPorts []netip.AddrPort
+
+func (a *addrPorts) String() string {
+	s := make([]string, len(*a))
+	for i, ap := range *a {
+		s[i] = ap.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (a *addrPorts) Set(v string) error {
+	ap, err := netip.ParseAddrPort(v)
+	if err != nil {
+		return fmt.Errorf("%q is not an ADDRESS:PORT (e.g. 127.0.0.1:8080)", v)
+	}
+	*a = append(*a, ap)
+	return nil
+}
+
+func (*addrPorts) Type() string { return "addrport" }

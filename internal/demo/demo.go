@@ -31,6 +31,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -67,8 +68,9 @@ type Config struct {
 	// Sources is how many sources are created, split evenly over the three
 	// platforms. Default 300.
 	Sources int
-	// ChartPath is the chart file; ".png" writes a PNG, anything else an
-	// SVG. Default DefaultChartPath (in the current directory).
+	// ChartPath is the chart file: ".png" writes a PNG, ".svg" an SVG (any
+	// other ending is refused). Default DefaultChartPath (in the current
+	// directory).
 	ChartPath string
 	// TmpDir is where the demo's temporary directory (cluster, worker logs)
 	// is created and removed. When running as root it must be searchable by
@@ -123,8 +125,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: demo.Config.Workers must be in 1..32, got %d", ErrInvalidConfig, c.Workers)
 	case c.Duration < 5*time.Second:
 		return fmt.Errorf("%w: demo.Config.Duration must be ≥ 5s, got %s", ErrInvalidConfig, c.Duration)
-	case c.Sources < 3:
-		return fmt.Errorf("%w: demo.Config.Sources must be ≥ 3, got %d", ErrInvalidConfig, c.Sources)
+	case c.Duration > 24*time.Hour:
+		return fmt.Errorf("%w: demo.Config.Duration must be ≤ 24h, got %s", ErrInvalidConfig, c.Duration)
+	case c.Sources < 3 || c.Sources > 1_000_000:
+		return fmt.Errorf("%w: demo.Config.Sources must be in 3..1000000, got %d", ErrInvalidConfig, c.Sources)
+	case !slices.Contains([]string{".svg", ".png"}, strings.ToLower(filepath.Ext(c.ChartPath))):
+		return fmt.Errorf("%w: demo.Config.ChartPath must end in .svg or .png, got %q", ErrInvalidConfig, c.ChartPath)
 	case c.Refresh < 100*time.Millisecond:
 		return fmt.Errorf("%w: demo.Config.Refresh must be ≥ 100ms, got %s", ErrInvalidConfig, c.Refresh)
 	case c.PlainEvery < c.Refresh:
