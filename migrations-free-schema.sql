@@ -12,18 +12,13 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
     name           text             PRIMARY KEY
                                     CONSTRAINT fleetpace_platform_name_check
                                     CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
-    rate_per_sec   double precision NOT NULL
-                                    CONSTRAINT fleetpace_platform_rate_check
-                                    CHECK (rate_per_sec > 0 AND rate_per_sec < 'Infinity'::double precision),
-    burst          integer          NOT NULL DEFAULT 1
-                                    CONSTRAINT fleetpace_platform_burst_check CHECK (burst >= 1),
-    max_multiplier double precision NOT NULL DEFAULT 16
-                                    CONSTRAINT fleetpace_platform_max_multiplier_check
-                                    CHECK (max_multiplier >= 1 AND max_multiplier < 'Infinity'::double precision),
-    decay_after    integer          NOT NULL DEFAULT 100
-                                    CONSTRAINT fleetpace_platform_decay_after_check CHECK (decay_after >= 1),
-    cooldown       interval         NOT NULL DEFAULT '15 minutes'
-                                    CONSTRAINT fleetpace_platform_cooldown_check CHECK (cooldown > interval '0'),
+    -- The bounds of rate_per_sec, burst, max_multiplier, decay_after and
+    -- cooldown are the "_bounds" constraints, added below.
+    rate_per_sec   double precision NOT NULL,
+    burst          integer          NOT NULL DEFAULT 1,
+    max_multiplier double precision NOT NULL DEFAULT 16,
+    decay_after    integer          NOT NULL DEFAULT 100,
+    cooldown       interval         NOT NULL DEFAULT '15 minutes',
     created_at     timestamptz      NOT NULL DEFAULT now(),
     updated_at     timestamptz      NOT NULL DEFAULT now()
 );
@@ -88,11 +83,27 @@ ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL 
 --   paused_until, pause_reason
 --                   an operator's pause ('Infinity': until resumed)
 --   hold_reason     why hold_until was last extended (Retry-After, quota)
---   event_seq, event_at, last_respaced
+--   event_seq, event_at, event_shift, last_respaced
 --                   every slow-down (a larger spacing, a longer hold, a pause)
---                   is an event: its sequence number and database time, and
---                   whether the last report made one. Processes re-space the
---                   slots they were granted but have not used yet.
+--                   is an event: its sequence number, database time and the
+--                   shift it gave granted slots, and whether the last report
+--                   made one. Processes re-space the slots they were granted
+--                   but have not used yet alike.
+--   event_horizon   slots the event moved later than this (database time) are
+--                   given back by their holders, and the cursor ends after the
+--                   ones kept
+--   last_interval   the effective spacing of the last reservation or report
+--   last_max_wait   the longest wait the last reservation accepted: the
+--                   fleet's horizon for granted slots
+--   announced_window, announced_window_at
+--                   the longest quota window any process saw lately (a
+--                   policy's, or the longest Reset: a token bucket's time
+--                   to fill, a fixed window's length) and when: the fleet
+--                   paces an announced quota at no more than its limit per
+--                   this window
+--   run_start       the first slot of the current run of reservations (a
+--                   gap of more than one spacing starts a new one): an
+--                   announced slow-down re-spaces what the run already sent
 ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS backoff_factor     double precision NOT NULL DEFAULT 2,
     ADD COLUMN IF NOT EXISTS recovery_factor    double precision NOT NULL DEFAULT 2,
@@ -108,7 +119,13 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS event_seq          bigint           NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS event_at           double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS last_respaced      boolean          NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS last_interval      double precision NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS last_interval      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS event_shift        double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS event_horizon      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS last_max_wait      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS run_start          double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS announced_window   double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS announced_window_at double precision NOT NULL DEFAULT 0;
 
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.
@@ -175,8 +192,7 @@ CREATE TABLE IF NOT EXISTS fleetpace_source (
     id                   bigint      GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
     platform             text        NOT NULL REFERENCES fleetpace_platform (name),
     url                  text        NOT NULL,
-    check_interval       interval    NOT NULL DEFAULT '1 hour'
-                                     CONSTRAINT fleetpace_source_interval_check CHECK (check_interval > interval '0'),
+    check_interval       interval    NOT NULL DEFAULT '1 hour', -- bounds: fleetpace_source_interval_bounds, below
     enabled              boolean     NOT NULL DEFAULT true,
     due_at               timestamptz NOT NULL DEFAULT now(),
     last_checked_at      timestamptz,
@@ -204,6 +220,59 @@ CREATE INDEX IF NOT EXISTS fleetpace_source_fair_idx
     ON fleetpace_source (platform, COALESCE(last_checked_at, '-infinity'::timestamptz), id) INCLUDE (due_at)
     WHERE enabled AND queued_at IS NULL;
 DROP INDEX IF EXISTS fleetpace_source_due_idx;
+
+-- Bounds of the settings of platforms and sources: the numbers are package
+-- sources' (sources/bounds.go: MinRate, MaxRate, MaxBurst,
+-- MaxMultiplierLimit, MaxDecayAfter, MinCooldown, MaxCooldown, MinInterval,
+-- MaxInterval), which validates them in Go before anything is written;
+-- sources.TestSchemaAgreesWithBounds checks that these constraints draw
+-- every limit exactly there. They replace the first release's looser checks
+-- (*_check, which let a rate of 1e-300, an interval of 0 or a burst of 2^31
+-- in, or failed with a raw error): once, in one ALTER per table, after
+-- bringing rows outside the bounds to the nearest one. Later runs find the
+-- bounds and do nothing.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'fleetpace_platform'::regclass AND conname = 'fleetpace_platform_rate_bounds') THEN
+        UPDATE fleetpace_platform SET
+            rate_per_sec   = LEAST(GREATEST(rate_per_sec, 1e-4), 1e9),
+            burst          = LEAST(GREATEST(burst, 1), 1000000),
+            max_multiplier = LEAST(GREATEST(max_multiplier, 1), 1024),
+            decay_after    = LEAST(GREATEST(decay_after, 1), 1000000),
+            cooldown       = LEAST(GREATEST(cooldown, interval '1 second'), interval '24 hours')
+        WHERE NOT (rate_per_sec BETWEEN 1e-4 AND 1e9 AND burst BETWEEN 1 AND 1000000
+                   AND max_multiplier BETWEEN 1 AND 1024 AND decay_after BETWEEN 1 AND 1000000
+                   AND cooldown BETWEEN interval '1 second' AND interval '24 hours');
+        ALTER TABLE fleetpace_platform
+            DROP CONSTRAINT IF EXISTS fleetpace_platform_rate_check,
+            DROP CONSTRAINT IF EXISTS fleetpace_platform_burst_check,
+            DROP CONSTRAINT IF EXISTS fleetpace_platform_max_multiplier_check,
+            DROP CONSTRAINT IF EXISTS fleetpace_platform_decay_after_check,
+            DROP CONSTRAINT IF EXISTS fleetpace_platform_cooldown_check,
+            ADD CONSTRAINT fleetpace_platform_rate_bounds
+                CHECK (rate_per_sec >= 1e-4 AND rate_per_sec <= 1e9),
+            ADD CONSTRAINT fleetpace_platform_burst_bounds
+                CHECK (burst >= 1 AND burst <= 1000000),
+            ADD CONSTRAINT fleetpace_platform_max_multiplier_bounds
+                CHECK (max_multiplier >= 1 AND max_multiplier <= 1024),
+            ADD CONSTRAINT fleetpace_platform_decay_after_bounds
+                CHECK (decay_after >= 1 AND decay_after <= 1000000),
+            ADD CONSTRAINT fleetpace_platform_cooldown_bounds
+                CHECK (cooldown >= interval '1 second' AND cooldown <= interval '24 hours');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'fleetpace_source'::regclass AND conname = 'fleetpace_source_interval_bounds') THEN
+        UPDATE fleetpace_source
+        SET check_interval = LEAST(GREATEST(check_interval, interval '1 second'), interval '8760 hours')
+        WHERE check_interval NOT BETWEEN interval '1 second' AND interval '8760 hours';
+        ALTER TABLE fleetpace_source
+            DROP CONSTRAINT IF EXISTS fleetpace_source_interval_check,
+            ADD CONSTRAINT fleetpace_source_interval_bounds
+                CHECK (check_interval >= interval '1 second' AND check_interval <= interval '8760 hours');
+    END IF;
+END
+$$;
 
 -- platform_due: per platform, its head — the first due source in fair order
 -- (head_key is its COALESCE(last_checked_at, '-infinity'), head_id its id;
@@ -303,3 +372,53 @@ CREATE TABLE IF NOT EXISTS fleetpace_worker (
 -- Added later: each worker's fleetpace version, from its binary's build
 -- information ("dev" when unknown).
 ALTER TABLE fleetpace_worker ADD COLUMN IF NOT EXISTS version text NOT NULL DEFAULT '';
+
+-- check: the fetch history, one row per fetch (every outcome, rate limited
+-- included), written by package sources in the same statement that records
+-- the check on its source (no extra round trip), pruned by the scan tick
+-- beyond the retention (scan.Config.HistoryRetention, 7 days by default).
+-- No foreign key: a key check per row would cost every write, and history
+-- outlives nothing for long: removing a source or a platform deletes its
+-- rows (package sources), the retention the rest.
+--   checked_at   when the check was recorded (database time)
+--   status       HTTP status, NULL when there was no response
+--   duration_ms  how long the fetch took
+--   bytes        body size of an ok fetch, else 0
+--   reason       why a fetch failed or was rate limited, else NULL
+--   worker       the worker process that fetched (fleetpace_worker.id)
+CREATE TABLE IF NOT EXISTS fleetpace_check (
+    source_id   bigint      NOT NULL,
+    platform    text        NOT NULL,
+    checked_at  timestamptz NOT NULL DEFAULT now(),
+    outcome     text        NOT NULL,
+    status      smallint,
+    duration_ms real        NOT NULL DEFAULT 0,
+    bytes       bigint      NOT NULL DEFAULT 0,
+    reason      text,
+    worker      text        NOT NULL DEFAULT ''
+);
+
+-- One source's recent checks, newest first (`sources show`).
+CREATE INDEX IF NOT EXISTS fleetpace_check_source_idx
+    ON fleetpace_check (source_id, checked_at);
+
+-- One platform's checks over a time window (status, charts of requests/s by
+-- outcome), and pruning: every platform's rows older than the retention are
+-- a range of this index, walked per platform.
+CREATE INDEX IF NOT EXISTS fleetpace_check_platform_idx
+    ON fleetpace_check (platform, checked_at);
+
+-- The dashboard's per-platform figures, one index range per platform shown
+-- (never a scan of every source): sources due and how late they are
+-- (enabled, due_at <= now(); queued_at tells due from queued without the
+-- heap), and the most overdue first.
+CREATE INDEX IF NOT EXISTS fleetpace_source_platform_due_at_idx
+    ON fleetpace_source (platform, due_at) INCLUDE (queued_at)
+    WHERE enabled;
+
+-- Failing sources (consecutive failures): counted per platform and listed,
+-- latest check first (keyset pages), by the dashboard. Only failing sources
+-- are in it.
+CREATE INDEX IF NOT EXISTS fleetpace_source_failing_idx
+    ON fleetpace_source (platform, last_checked_at DESC, id DESC)
+    WHERE consecutive_failures > 0;

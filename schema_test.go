@@ -35,7 +35,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 	if len(second.RiverVersions) != 0 {
 		t.Fatalf("second apply ran River migrations again: %v", second.RiverVersions)
 	}
-	for _, table := range []string{"fleetpace_platform", "fleetpace_pace", "fleetpace_cooldown", "fleetpace_source", "fleetpace_worker", "river_job"} {
+	for _, table := range []string{"fleetpace_platform", "fleetpace_pace", "fleetpace_cooldown", "fleetpace_source", "fleetpace_worker", "fleetpace_check", "river_job"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil || !ok {
 			t.Errorf("table %s missing (err %v)", table, err)

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -26,6 +27,16 @@ const (
 	DefaultMaxBodyBytes     = 10 << 20 // 10 MiB
 	DefaultMaxRedirects     = 5
 	DefaultRateLimitedAfter = 60 * time.Second
+)
+
+// Bounds of HTTPConfig: beyond them a setting is a mistake. A body larger
+// than MaxBodyBytesLimit is not a feed; a Retry-After is capped at
+// ratelimit.MaxWait, so a longer RateLimitedAfter could never be reached.
+const (
+	MaxTimeout          = time.Hour
+	MaxBodyBytesLimit   = 1 << 30 // 1 GiB
+	MaxRedirectsLimit   = 100
+	MaxRateLimitedAfter = ratelimit.MaxWait
 )
 
 // DefaultUserAgent is the User-Agent sent when HTTPConfig.UserAgent is empty:
@@ -72,6 +83,13 @@ type HTTPConfig struct {
 	// read from a response's headers is capped at ratelimit.MaxWait (24 h)
 	// before it is compared or returned.
 	RateLimitedAfter time.Duration
+	// GuardExempt lists exact address:port pairs the SSRF guard lets
+	// through although it refuses their address; every other port of that
+	// address, and every other address, stays refused. For tests only —
+	// never in production: it lets a test server on loopback stand in for
+	// a public host while the guard is on, and anything that redirects to
+	// an exempt pair reaches it. Default: none.
+	GuardExempt []netip.AddrPort
 	// Resolver looks up host names before the guard checks the addresses.
 	// Default net.DefaultResolver.
 	Resolver Resolver
@@ -87,14 +105,14 @@ var ErrInvalidConfig = errors.New("invalid config")
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c HTTPConfig) Validate() error {
 	switch {
-	case c.Timeout < 0:
-		return fmt.Errorf("%w: fetch.HTTPConfig.Timeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.Timeout)
-	case c.MaxBodyBytes < 0:
-		return fmt.Errorf("%w: fetch.HTTPConfig.MaxBodyBytes must be > 0 (0: default), got %d", ErrInvalidConfig, c.MaxBodyBytes)
-	case c.MaxRedirects < -1:
-		return fmt.Errorf("%w: fetch.HTTPConfig.MaxRedirects must be -1 (none) or more (0: default), got %d", ErrInvalidConfig, c.MaxRedirects)
-	case c.RateLimitedAfter < 0:
-		return fmt.Errorf("%w: fetch.HTTPConfig.RateLimitedAfter must be > 0 (0: default), got %s", ErrInvalidConfig, c.RateLimitedAfter)
+	case c.Timeout < 0 || c.Timeout > MaxTimeout:
+		return fmt.Errorf("%w: fetch.HTTPConfig.Timeout must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxTimeout, c.Timeout)
+	case c.MaxBodyBytes < 0 || c.MaxBodyBytes > MaxBodyBytesLimit:
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxBodyBytes must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxBodyBytesLimit, c.MaxBodyBytes)
+	case c.MaxRedirects < -1 || c.MaxRedirects > MaxRedirectsLimit:
+		return fmt.Errorf("%w: fetch.HTTPConfig.MaxRedirects must be in [-1, %d] (-1: none, 0: default), got %d", ErrInvalidConfig, MaxRedirectsLimit, c.MaxRedirects)
+	case c.RateLimitedAfter < 0 || c.RateLimitedAfter > MaxRateLimitedAfter:
+		return fmt.Errorf("%w: fetch.HTTPConfig.RateLimitedAfter must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxRateLimitedAfter, c.RateLimitedAfter)
 	}
 	return nil
 }
@@ -153,6 +171,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 		}
 	}
 	h := &HTTP{cfg: cfg, guard: &guard{allowPrivate: cfg.AllowPrivateNetworks}}
+	for _, ap := range cfg.GuardExempt {
+		h.guard.allow = append(h.guard.allow, netip.AddrPortFrom(ap.Addr().WithZone("").Unmap(), ap.Port()))
+	}
 	transport := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           newDialer(h.guard, cfg.Resolver).DialContext,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -305,10 +306,14 @@ func TestBodyCap(t *testing.T) {
 	if res.Outcome != Failed || res.Reason != "body exceeds 1000 bytes" {
 		t.Fatalf("big body: %+v", res)
 	}
-	// The largest cap: cap + 1 must not overflow into "no body at all".
-	huge := setup(t, HTTPConfig{AllowPrivateNetworks: true, MaxBodyBytes: math.MaxInt64})
+	// The largest cap works; a larger one (MaxInt64, whose + 1 once
+	// overflowed into "no body at all") is refused.
+	huge := setup(t, HTTPConfig{AllowPrivateNetworks: true, MaxBodyBytes: MaxBodyBytesLimit})
 	if res := huge.Fetch(t.Context(), Request{URL: srv.URL + "?n=10"}); res.Outcome != OK || res.Bytes != 10 {
-		t.Fatalf("MaxBodyBytes = MaxInt64: %+v, want ok 10 bytes", res)
+		t.Fatalf("MaxBodyBytes = MaxBodyBytesLimit: %+v, want ok 10 bytes", res)
+	}
+	if _, err := NewHTTP(HTTPConfig{MaxBodyBytes: math.MaxInt64}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("MaxBodyBytes = MaxInt64: %v, want ErrInvalidConfig", err)
 	}
 	// Only the body within the cap was stored; no temp file is left behind.
 	files := storeFiles(t, dir)

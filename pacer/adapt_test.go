@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -116,26 +117,38 @@ func TestQuotaSpacing(t *testing.T) {
 	cases := []struct {
 		name                string
 		q                   ratelimit.Info
+		window              time.Duration
 		interval, ttl, hold time.Duration
 	}{
-		{"nothing", ratelimit.Info{}, 0, 0, 0},
+		{"nothing", ratelimit.Info{}, 0, 0, 0, 0},
 		{"strict limiter, next token in 125 ms", ratelimit.Info{Limit: 1, Remaining: 0, HasRemaining: true, Reset: 125 * time.Millisecond, HasReset: true},
-			125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
+			125 * time.Millisecond, 125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
 		{"fixed window, start", ratelimit.Info{Limit: 600, Remaining: 599, HasRemaining: true, Reset: time.Minute, HasReset: true, Window: time.Minute},
-			100 * time.Millisecond, 2 * time.Minute, 0},
-		{"token bucket half full", ratelimit.Info{Limit: 10, Remaining: 4, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
-			100 * time.Millisecond, time.Minute, 0},
-		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 2 * time.Second, time.Minute, 0},
-		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0},
-		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, time.Second, time.Minute, time.Second},
-		{"NaN remaining", ratelimit.Info{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
-		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, MaxHold, MaxHold, MaxHold},
-		{"infinite remaining", ratelimit.Info{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0},
-		{"zero reset", ratelimit.Info{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0},
-		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0},
+			0, 100 * time.Millisecond, 2 * time.Minute, 0},
+		{"fixed window, quota used up early", ratelimit.Info{Limit: 600, Remaining: 10, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 2727272727, 90 * time.Second, 0},
+		{"fixed window, behind its pace: no faster than the window's rate", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 100 * time.Millisecond, 90 * time.Second, 0},
+		{"token bucket half full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 5, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, time.Minute, 0},
+		{"token bucket nearly empty: what is left until full", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
+			time.Second, 450 * time.Millisecond, time.Minute, 0},
+		{"token bucket nearly full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, time.Minute, 0},
+		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 0, 2 * time.Second, time.Minute, 0},
+		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0, 0},
+		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, 0, time.Second, time.Minute, time.Second},
+		{"NaN remaining", ratelimit.Info{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, 0},
+		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, 0, MaxHold, MaxHold, MaxHold},
+		{"infinite remaining", ratelimit.Info{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, 0},
+		{"zero reset", ratelimit.Info{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0, 0},
+		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0, 0},
 	}
 	for _, c := range cases {
-		i, ttl, h := spacing(c.q)
+		i, ttl, h := spacing(c.q, c.window)
+		if c.interval > 0 && c.interval < MaxHold { // the fleet paces at 97 % of the announced rate
+			c.interval = secondsToDuration(c.interval.Seconds() / announcedShare)
+		}
 		if i != c.interval || ttl != c.ttl || h != c.hold {
 			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
 		}
@@ -170,7 +183,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 			}
 			slots = append(slots, r.Slot)
 		}
-		want := 200 * time.Millisecond
+		want := secondsToDuration(0.2 / announcedShare) // 5/s announced, paced at 97 %
 		if name == "deaf" {
 			want = 50 * time.Millisecond
 		}
@@ -187,7 +200,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	for _, s := range states {
 		switch s.Platform {
 		case "ann":
-			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5) || !near(s.EffectiveRate, 5) || s.AnnouncedFor < 50*time.Second {
+			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < 50*time.Second {
 				t.Fatalf("announced platform's state: %+v", s)
 			}
 		case "deaf":
@@ -208,7 +221,7 @@ func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 	r, _ := p.Reserve(ctx, "quota", time.Minute)
 	rep, err := p.Report(ctx, "quota", r, Outcome{Kind: Clean,
 		Quota: ratelimit.Info{Limit: 100, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
-	if err != nil || !rep.Slowed || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
+	if err != nil || !rep.Respaced || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
 		t.Fatalf("exhausted quota: %+v %v, want a 2 s hold", rep, err)
 	}
 	r, err = p.Reserve(ctx, "quota", 0)
@@ -255,9 +268,9 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := setup(t)
-			// Slots 500 ms apart, so every one is still ahead when the
+			// Slots 2 s apart, so every one is still ahead when the
 			// pressure comes, however slow the machine.
-			addPlatform(t, pool, platformSpec{name: "resp", rate: 2})
+			addPlatform(t, pool, platformSpec{name: "resp", rate: 0.5})
 			a := newPacer(t, url, nil)
 			clk := clocktest.New()
 			b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.PollOnly = pollOnly; c.MaxLate = time.Hour })
@@ -265,7 +278,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			// b connects its listener with its first reservation.
 			var rs []Reservation
 			for range 4 {
-				r, err := b.Reserve(ctx, "resp", 10*time.Second)
+				r, err := b.Reserve(ctx, "resp", time.Minute)
 				if err != nil || !r.Granted {
 					t.Fatalf("%+v %v", r, err)
 				}
@@ -288,8 +301,8 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 				}()
 			}
 			clocktest.WaitSleepers(t, clk, 3)
-			rep := pressure(t, a, "resp", Outcome{}) // ×2: 500 ms → 1 s
-			if !rep.Increased || !rep.Slowed {
+			rep := pressure(t, a, "resp", Outcome{}) // ×2: 2 s → 4 s
+			if !rep.Increased || !rep.Respaced {
 				t.Fatalf("pressure: %+v", rep)
 			}
 			if pollOnly {
@@ -314,22 +327,22 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 			}
 			for k := 2; k < 4; k++ {
 				gap := got[k].Slot.Sub(got[k-1].Slot)
-				if gap < 999*time.Millisecond || gap > 1001*time.Millisecond {
-					t.Fatalf("re-spaced slots %d and %d are %v apart, want 1 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
+				if gap < 3999*time.Millisecond || gap > 4001*time.Millisecond {
+					t.Fatalf("re-spaced slots %d and %d are %v apart, want 4 s (was %v)", k-1, k, gap, rs[k].Slot.Sub(rs[k-1].Slot))
 				}
-				if got[k].Interval != time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
+				if got[k].Interval != 4*time.Second || !got[k].ReservedAt.After(rs[k].ReservedAt) {
 					t.Fatalf("re-spaced slot %d: %+v", k, got[k])
 				}
 			}
 			if pollOnly {
 				return // the cursor has moved on by b's catch-up reservation
 			}
-			next, err := a.Reserve(ctx, "resp", time.Minute)
+			next, err := a.Reserve(ctx, "resp", 10*time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gap := next.Slot.Sub(got[3].Slot); gap < 999*time.Millisecond {
-				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 1 s: the cursor was not stretched alike", gap)
+			if gap := next.Slot.Sub(got[3].Slot); gap < 3999*time.Millisecond {
+				t.Fatalf("the next reservation is %v after the last re-spaced slot, want ≥ 4 s: the cursor was not stretched alike", gap)
 			}
 		})
 	}
@@ -394,11 +407,11 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 // Notifications from another process's report are parsed strictly.
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
-	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity")
-	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.hold, 1) {
+	p, ev, ok := parseEvent("feeds|7|1796054010.685273|0.1|Infinity|1796054015.5|Infinity")
+	if !ok || p != "feeds" || ev.seq != 7 || ev.interval != 0.1 || !math.IsInf(ev.shift, 1) || ev.horizon != 1796054015.5 || !math.IsInf(ev.hold, 1) {
 		t.Fatalf("parse: %q %+v %v", p, ev, ok)
 	}
-	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1", "feeds|1|NaN|1|1", "|1|1|1|1", "a|1|1|1|1|1", "feeds|1|1|1"} {
+	for _, bad := range []string{"", "feeds", "feeds|x|1|1|1|1|1", "feeds|1|NaN|1|1|1|1", "|1|1|1|1|1|1", "a|1|1|1|1|1|1|1", "feeds|1|1|1|1|1", "feeds|1|1|1|-1|1|1"} {
 		if _, _, ok := parseEvent(bad); ok {
 			t.Fatalf("%q parsed", bad)
 		}
@@ -433,7 +446,7 @@ func TestRespaceOff(t *testing.T) {
 	if after := readRow(t, pool, "old"); after.cursor-before.cursor > 0.051 {
 		t.Fatalf("cursor moved %.3fs for one reservation: stretched although respace is off", after.cursor-before.cursor)
 	}
-	if rep.Slowed || !rep.Increased || rep.Hold < 900*time.Millisecond {
+	if rep.Respaced || !rep.Increased || rep.Hold < 900*time.Millisecond {
 		t.Fatalf("pressure with respace off: %+v, want increased and held, not slowed", rep)
 	}
 	if row := readAdapt(t, pool, "old"); row.seq != 0 {
@@ -459,5 +472,171 @@ func TestStateJSONRoundTrip(t *testing.T) {
 	var back State
 	if err := json.Unmarshal(b, &back); err != nil || back != s {
 		t.Fatalf("round trip: %+v %v, want %+v", back, err, s)
+	}
+}
+
+// A hold moves granted slots only as far as it must: the earliest waiting
+// slot lands at the hold and the rest keep their spacing behind it (not a
+// whole hold's length later each).
+func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "shift", rate: 2})
+	clk := clocktest.New()
+	b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.MaxLate = time.Hour })
+	ctx := context.Background()
+	var rs []Reservation
+	for range 3 {
+		r, err := b.Reserve(ctx, "shift", 10*time.Second)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		rs = append(rs, r)
+	}
+	waitFor(t, "listener", func() bool { return b.Stats().Listening })
+	done := make(chan Reservation, 2)
+	for k := 1; k < 3; k++ {
+		go func() {
+			r := rs[k]
+			if err := b.Sleep(ctx, &r); err != nil {
+				t.Errorf("slot %d: %v", k, err)
+			}
+			done <- r
+		}()
+	}
+	clocktest.WaitSleepers(t, clk, 2)
+	until := rs[0].Slot.Add(2 * time.Second)
+	if err := Hold(ctx, pool, "shift", until, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-spacing", func() bool { return b.Stats().Respaced == 2 })
+	clk.Advance(time.Hour)
+	got := []Reservation{<-done, <-done}
+	if got[0].Slot.After(got[1].Slot) {
+		got[0], got[1] = got[1], got[0]
+	}
+	if d := got[0].Slot.Sub(until); d < -5*time.Millisecond || d > 5*time.Millisecond {
+		t.Fatalf("earliest granted slot %v from the hold, want at the hold (was %v before it)", d, until.Sub(rs[1].Slot))
+	}
+	if gap := got[1].Slot.Sub(got[0].Slot); gap < 499*time.Millisecond || gap > 501*time.Millisecond {
+		t.Fatalf("slots %v apart after the hold, want the spacing, 500 ms", gap)
+	}
+	if r := readAdapt(t, pool, "shift"); r.holdReason != "test" || r.seq != 1 {
+		t.Fatalf("row after the hold: %+v", r)
+	}
+}
+
+// ClearHold ends a hold at once: the next reservation goes now, and a slot
+// granted for after the hold is given back (its caller reserves again).
+func TestClearHoldGoesNow(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "clear", rate: 20})
+	clk := clocktest.New()
+	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
+	ctx := context.Background()
+	if _, err := p.Reserve(ctx, "clear", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "listener", func() bool { return p.Stats().Listening })
+	if err := Hold(ctx, pool, "clear", time.Now().Add(5*time.Second), "test"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Reserve(ctx, "clear", time.Minute)
+	if err != nil || !r.Granted || r.Wait < 4*time.Second {
+		t.Fatalf("during the hold: %+v %v, want a slot after it", r, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Sleep(ctx, &r) }()
+	clocktest.WaitSleepers(t, clk, 1)
+	if err := ClearHold(ctx, pool, "clear"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrGivenBack) {
+		t.Fatalf("a slot placed after a cleared hold: %v, want ErrGivenBack", err)
+	}
+	if r, err := p.Reserve(ctx, "clear", 100*time.Millisecond); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
+		t.Fatalf("after ClearHold: %+v %v, want a slot now", r, err)
+	}
+}
+
+// A process that has only seen a short Reset (late in a fixed window)
+// paces the quota by the longest window any process saw: the shared row
+// keeps it, so one process's partial view cannot speed the fleet up past
+// the quota's limit per window.
+func TestQuotaWindowIsTheFleets(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "win", rate: 20})
+	p1, p2 := newPacer(t, url, nil), newPacer(t, url, nil)
+	ctx := context.Background()
+	report := func(p *Pacer, q ratelimit.Info) {
+		t.Helper()
+		r, err := p.Reserve(ctx, "win", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if _, err := p.Report(ctx, "win", r, Outcome{Kind: Clean, Quota: q}); err != nil {
+			t.Fatal(err)
+		}
+		p.Flush(ctx) // a faster announcement waits for the clean batch
+	}
+	// p1 sees a window start: 5 per 1 s. p2 sees only the window's last
+	// 300 ms with 3 left: alone it would pace at (3+1)/0.3 s = 13.3/s.
+	report(p1, ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true})
+	report(p2, ratelimit.Info{Limit: 5, Remaining: 3, HasRemaining: true, Reset: 300 * time.Millisecond, HasReset: true})
+	if i, _, _ := spacing(ratelimit.Info{Limit: 5, Remaining: 3, HasRemaining: true, Reset: 300 * time.Millisecond, HasReset: true}, 300*time.Millisecond); i > 100*time.Millisecond {
+		t.Fatalf("the control: p2's own view spaces %v, want under 100 ms", i)
+	}
+	row := readAdapt(t, pool, "win")
+	want := 0.2 / announcedShare
+	if math.Abs(row.announcedInterval-want) > 1e-6 {
+		t.Fatalf("announced spacing %.4f s after p2's report, want %.4f s (5 per the fleet's 1-s window)", row.announcedInterval, want)
+	}
+}
+
+// An announced slow-down re-spaces what the fleet already sent in the
+// quota's window: a run at the ceiling (20/s) until the first answer says
+// 5 per second puts the next slot where 5/s spacing from the run's start
+// would, so no 1-s window holds more than the quota and the burst.
+func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "run", rate: 20})
+	p := newPacer(t, url, nil)
+	ctx := context.Background()
+	var sent []time.Time
+	var last Reservation
+	for range 5 { // sent at the old spacing before the answer came back
+		r, err := p.Reserve(ctx, "run", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if err := p.Sleep(ctx, &r); err != nil && !errors.Is(err, ErrLate) {
+			t.Fatal(err)
+		}
+		sent, last = append(sent, r.Slot), r
+	}
+	rep, err := p.Report(ctx, "run", last, Outcome{Kind: Clean,
+		Quota: ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true, Window: time.Second}})
+	if err != nil || !rep.Respaced {
+		t.Fatalf("the announcement is a slow-down: %+v %v", rep, err)
+	}
+	for range 6 {
+		r, err := p.Reserve(ctx, "run", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		sent = append(sent, r.Slot)
+	}
+	// 5 sent, then paced at 5/s × 0.97: the next one at least 5 spacings
+	// after the first (the pivot rule alone would put it 1 spacing after
+	// the report).
+	next := sent[5].Sub(sent[0])
+	if min := secondsToDuration(5 * 0.2 / announcedShare * 0.95); next < min {
+		t.Fatalf("first slot after the announcement %v after the run's first, want ≥ %v: the run's slots were not counted", next, min)
+	}
+	if n := fakedest.MaxInWindow(sent, time.Second); n > 6 {
+		t.Fatalf("%d slots in one second, want ≤ 5 + burst 1: %v", n, sent)
 	}
 }

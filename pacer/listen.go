@@ -2,6 +2,8 @@ package pacer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -21,26 +23,64 @@ import (
 // slow-down at its next reservation, which returns the platform's event
 // sequence.
 
+// Listen starts the listener now, if it does not run, and waits until it
+// LISTENs (or ctx ends, or the connection fails). A process that is about
+// to take work calls it first (the worker does, before River starts), so
+// that a slow-down reported by another process in its first moments already
+// reaches it; otherwise the first reservation starts the listener. With
+// Config.PollOnly it does nothing.
+func (p *Pacer) Listen(ctx context.Context) error {
+	if p.cfg.PollOnly || p.listening.Load() {
+		return nil
+	}
+	up, done := p.startListener(true)
+	if up == nil {
+		return errors.New("pacer: closing")
+	}
+	select {
+	case <-up:
+		return nil
+	case <-done:
+		return errors.New("pacer: the slow-down listener could not connect; reservations will catch up")
+	case <-ctx.Done():
+		return fmt.Errorf("pacer: listen: %w", ctx.Err())
+	}
+}
+
 // maybeListen starts the listener if it is not running and may be tried.
 func (p *Pacer) maybeListen() {
 	if p.cfg.PollOnly || p.listening.Load() {
 		return
 	}
-	now := p.clock.Now()
+	p.startListener(false)
+}
+
+// startListener starts a listener run unless one runs (or the pacer
+// closes, or — unless now — a failure was less than a latch period ago),
+// and returns the current run's channels: up is closed once it LISTENs,
+// done when it ends.
+func (p *Pacer) startListener(now bool) (up, done chan struct{}) {
+	at := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.listenRunning || p.closing || now.Before(p.listenRetry) {
-		return
+	if p.closing {
+		return nil, nil
+	}
+	if p.listenRunning || (!now && at.Before(p.listenRetry)) {
+		return p.listenUp, p.listenEnd
 	}
 	p.listenRunning = true
+	p.listenUp, p.listenEnd = make(chan struct{}), make(chan struct{})
 	p.listenDone.Add(1)
-	go p.listen()
+	go p.listen(p.listenUp, p.listenEnd)
+	return p.listenUp, p.listenEnd
 }
 
 // listen runs one listener connection until it fails or the pacer closes.
-func (p *Pacer) listen() {
+func (p *Pacer) listen(up, end chan struct{}) {
 	defer p.listenDone.Done()
-	err := p.listenOnce(p.listenCtx)
+	defer close(end)
+	err := p.listenOnce(p.listenCtx, up)
 	p.mu.Lock()
 	p.listenRunning = false
 	p.listenRetry = p.clock.Now().Add(p.cfg.Latch)
@@ -50,7 +90,7 @@ func (p *Pacer) listen() {
 	}
 }
 
-func (p *Pacer) listenOnce(ctx context.Context) error {
+func (p *Pacer) listenOnce(ctx context.Context, up chan struct{}) error {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.ConnectTimeout)
 	conn, err := pgx.ConnectConfig(cctx, p.listenConfig)
 	cancel()
@@ -67,6 +107,7 @@ func (p *Pacer) listenOnce(ctx context.Context) error {
 	}
 	p.listening.Store(true)
 	defer p.listening.Store(false)
+	close(up)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -79,25 +120,25 @@ func (p *Pacer) listenOnce(ctx context.Context) error {
 	}
 }
 
-// parseEvent reads a notification's payload: "platform|seq|at|interval|hold"
-// (a platform name cannot contain '|'; floats as PostgreSQL prints them,
-// "Infinity" included).
+// parseEvent reads a notification's payload:
+// "platform|seq|at|interval|shift|horizon|hold" (a platform name cannot
+// contain '|'; floats as PostgreSQL prints them, "Infinity" included).
 func parseEvent(payload string) (string, event, bool) {
 	f := strings.Split(payload, "|")
-	if len(f) != 5 || f[0] == "" {
+	if len(f) != 7 || f[0] == "" {
 		return "", event{}, false
 	}
 	seq, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
 		return "", event{}, false
 	}
-	var v [3]float64
+	var v [5]float64
 	for i, s := range f[2:] {
 		x, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(x) {
+		if err != nil || math.IsNaN(x) || x < 0 {
 			return "", event{}, false
 		}
 		v[i] = x
 	}
-	return f[0], event{seq: seq, at: v[0], interval: v[1], hold: v[2]}, true
+	return f[0], event{seq: seq, at: v[0], interval: v[1], shift: v[2], horizon: v[3], hold: v[4]}, true
 }

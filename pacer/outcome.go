@@ -47,6 +47,9 @@ type Outcome struct {
 	Quota ratelimit.Info
 }
 
+// announcedShare is the part of an announced rate the fleet paces at.
+const announcedShare = 0.97
+
 // MaxHold caps every hold a destination can ask for (Retry-After, an
 // exhausted quota's reset) and every wait the pacer returns: 24 hours, the
 // cap of a cooldown and of every wait package ratelimit derives.
@@ -54,28 +57,39 @@ const MaxHold = ratelimit.MaxWait
 
 // spacing turns an announced quota into the pacer's terms: the spacing
 // between requests it allows now (0: none implied), how long that
-// announcement holds, and a hold when the quota is exhausted.
+// announcement holds, and a hold when the quota is exhausted. window is the
+// quota's window when q announces none: the longest Reset this process has
+// seen from the platform lately (a token bucket's time to refill from
+// empty, a fixed window's length); 0 if unknown.
 //
-// The rate allowed now is (Remaining + 1) / Reset when both are announced:
-// the rest of the quota spread evenly until it resets, the +1 counting the
-// request that reported it. For a token bucket (Reset: until full) this
-// settles with the bucket half full; for a fixed window it is the window's
-// rate, whatever is left; for a strict limiter (Remaining 0, Reset the next
-// token) it is one request per Reset. Without Remaining and Reset, the
-// policy's Limit / Window. Remaining below 1 also holds the fleet until
-// Reset. The announcement holds for max(Reset + Window, 1 minute), so a
-// destination that stops announcing eventually stops constraining.
-func spacing(q ratelimit.Info) (interval, ttl, hold time.Duration) {
+// Two readings of a quota, and the pace is the slower of them:
+//   - what is left, spread evenly until it resets: (Remaining + 1) / Reset
+//     (the +1 counts the request that reported it). For a strict limiter
+//     (Remaining 0, Reset the next token) that is one request per Reset;
+//     for a fixed window used ahead of its pace, it slows the fleet down.
+//   - the long-run rate, Limit / window: a token bucket's refill rate (its
+//     Reset counting until full), a fixed window's quota per window.
+//
+// Together they settle a token bucket about half full at its refill rate
+// (below half, what is left spread until full is slower than the refill;
+// above, the refill is the slower), and never drain it to zero — where the
+// fleet would be held until the bucket is full again.
+func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
+	if q.Window > 0 {
+		window = q.Window
+	}
 	var rate float64
-	switch {
-	case q.HasRemaining && q.HasReset && q.Reset > 0:
+	if q.HasRemaining && q.HasReset && q.Reset > 0 {
 		rate = (max(q.Remaining, 0) + 1) / q.Reset.Seconds()
-	case q.Limit > 0 && q.Window > 0:
-		rate = q.Limit / q.Window.Seconds()
+	}
+	if q.Limit > 0 && window > 0 {
+		if lr := q.Limit / window.Seconds(); rate == 0 || lr < rate {
+			rate = lr
+		}
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
-		interval = clampDuration(secondsToDuration(1 / rate))
-		ttl = clampDuration(max(q.Reset+q.Window, time.Minute))
+		interval = clampDuration(secondsToDuration(1 / (rate * announcedShare)))
+		ttl = clampDuration(max(q.Reset+window, time.Minute))
 	}
 	if q.Exhausted() && q.HasReset && q.Reset > 0 {
 		hold = clampDuration(q.Reset)
@@ -137,9 +151,9 @@ type ReportResult struct {
 	CleanStreak int
 	// Hold is how long the fleet-wide hold still lasts.
 	Hold time.Duration
-	// Slowed: this report slowed the fleet down (a larger spacing or a
-	// longer hold); every process re-spaces the slots it holds.
-	Slowed bool
+	// Respaced: this report changed the fleet's spacing or extended its
+	// hold; every process re-spaces the slots it holds.
+	Respaced bool
 	// Dropped: the database was unreachable and the report was not stored
 	// (pressure is still applied to this process's degraded pacing).
 	Dropped bool

@@ -75,9 +75,11 @@ type Pacer struct {
 	listenCtx     context.Context
 	stopListen    context.CancelFunc
 	listenDone    sync.WaitGroup
-	listening     atomic.Bool // connected and LISTENing
-	listenRunning bool        // a listener goroutine exists (mu)
-	listenRetry   time.Time   // no new listener before this (mu)
+	listening     atomic.Bool   // connected and LISTENing
+	listenRunning bool          // a listener goroutine exists (mu)
+	listenRetry   time.Time     // no new listener before this (mu)
+	listenUp      chan struct{} // closed when the current run LISTENs (mu)
+	listenEnd     chan struct{} // closed when the current run ends (mu)
 
 	reservations, granted, denied, degraded atomic.Uint64
 	fromBlock, blockDiscarded               atomic.Uint64
@@ -119,6 +121,9 @@ type localState struct {
 	tat      time.Time   // local GCRA cursor (burst 1) for degraded pacing
 	block    []blockSlot // slots reserved in a block, not handed out yet, in time order
 	waiters  map[*waiter]struct{}
+
+	maxReset   time.Duration // the longest quota Reset announced lately (announce)
+	maxResetAt time.Time
 }
 
 // New creates a Pacer with its own small pool. It does not connect: the

@@ -372,8 +372,9 @@ func TestBurstDoesNotAccumulate(t *testing.T) {
 }
 
 // Property: random outcomes under concurrency never take the multiplier out
-// of [1, max_multiplier], and no two grants are closer than the interval
-// allows beyond burst (any burst+1 consecutive slots span ≥ 1/rate). prop-c's
+// of [1, max_multiplier], and no two slots used are closer than the interval
+// allows beyond burst (any burst+1 consecutive slots span ≥ 1/rate) — a slot
+// used being where Sleep ended, after any re-spacing. prop-c's
 // interval is shorter than a round trip, so most of its slots come from
 // blocks; one pacer of the three sends every clean report at once, the
 // others in batches.
@@ -418,6 +419,15 @@ func TestNeverPastTheCeiling(t *testing.T) {
 						}
 						if r.Wait > maxWait {
 							return fmt.Errorf("granted wait %s > max wait %s", r.Wait, maxWait)
+						}
+						// A holder sleeps until its slot, which a slow-down
+						// may move later or take back; the slot used is
+						// the one Sleep ends on.
+						switch err := p.Sleep(gctx, &r); {
+						case errors.Is(err, ErrGivenBack), errors.Is(err, ErrLate):
+							continue
+						case err != nil:
+							return err
 						}
 						mu.Lock()
 						slots = append(slots, timeToEpoch(r.Slot))

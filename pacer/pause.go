@@ -60,7 +60,8 @@ func Hold(ctx context.Context, db Execer, platform string, until time.Time, reas
 }
 
 // ClearHold ends platform's fleet-wide hold (a Retry-After, an exhausted
-// quota, a cooldown) at once.
+// quota, a cooldown) at once: the next reservation goes now, and slots
+// granted for after the hold are given back (their callers reserve again).
 func ClearHold(ctx context.Context, db Execer, platform string) error {
 	return execOne(ctx, db, "clear hold of", clearHoldSQL, platform)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,13 @@ type announcement struct {
 	interval float64  // seconds between requests (0: no spacing implied)
 	ttl      float64  // how long it holds, seconds
 	hold     *float64 // quota exhausted: hold this long, seconds
+	// window is the quota's window (announced, or the longest Reset seen),
+	// seconds (0: unknown), and limit its quota (0: unknown). The fleet
+	// keeps the longest window any process saw and never paces the quota
+	// faster than limit per that window; a slow-down it brings re-spaces as
+	// if the requests the fleet sent in the last window had been spaced by
+	// it.
+	window, limit float64
 }
 
 // Report tells the pacer how a request reserved by res ended, and what the
@@ -40,7 +48,7 @@ type announcement struct {
 // holds still slow this process's degraded pacing.
 func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Outcome) (ReportResult, error) {
 	p.reports.Add(1)
-	rep := report{pressure: out.Kind == Pressure, announce: announce(out.Quota)}
+	rep := report{pressure: out.Kind == Pressure, announce: p.announce(platform, out.Quota)}
 	if out.Kind == Clean || out.Kind == Pressure {
 		rep.n = 1
 	}
@@ -79,13 +87,32 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 	return r, nil
 }
 
-// announce is q in the pacer's terms, or nil if q says nothing usable.
-func announce(q ratelimit.Info) *announcement {
-	interval, ttl, hold := spacing(q)
+// announce is q in the pacer's terms, or nil if q says nothing usable. It
+// remembers the longest Reset the platform announced in the last
+// resetMemory, as the window of a quota that announces none.
+func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
+	if !q.Announced() && !q.HasReset {
+		return nil
+	}
+	now := p.clock.Now()
+	p.mu.Lock()
+	st := p.state(platform)
+	if q.HasReset && q.Reset > 0 && (q.Reset >= st.maxReset || now.Sub(st.maxResetAt) > resetMemory) {
+		st.maxReset, st.maxResetAt = q.Reset, now
+	}
+	window := st.maxReset
+	p.mu.Unlock()
+	interval, ttl, hold := spacing(q, window)
 	if interval <= 0 && hold <= 0 {
 		return nil
 	}
-	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds()}
+	if q.Window > 0 {
+		window = q.Window
+	}
+	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds(), window: window.Seconds()}
+	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
+		a.limit = q.Limit
+	}
 	if hold > 0 {
 		s := hold.Seconds()
 		a.hold = &s
@@ -93,9 +120,13 @@ func announce(q ratelimit.Info) *announcement {
 	return a
 }
 
+// resetMemory is how long the longest Reset a platform announced stands for
+// its quota's window before a shorter one replaces it.
+const resetMemory = 5 * time.Minute
+
 // slowsDown reports whether an announcement must be sent at once: it holds
-// the fleet, or asks for a spacing more than 10 % larger than this process
-// last saw in force.
+// the fleet, or asks for a spacing larger by more than respaceRatio than
+// this process last saw in force.
 func (p *Pacer) slowsDown(platform string, a *announcement) bool {
 	if a == nil {
 		return false
@@ -106,7 +137,7 @@ func (p *Pacer) slowsDown(platform string, a *announcement) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.local[platform]
-	return st == nil || a.interval > st.interval*1.1
+	return st == nil || a.interval > st.interval*respaceRatio
 }
 
 // send stores one statement's reports, or drops them when the database is
@@ -209,18 +240,26 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
 	defer cancel()
 	var (
-		r                                   ReportResult
-		effect                              int16
-		streak                              int32
-		holdLeft, eventAt, interval, holdAt float64
-		seq                                 int64
-		quiet                               bool
-		announced, quotaHold                *float64
-		ttl                                 float64
+		r                                                   ReportResult
+		effect                                              int16
+		streak                                              int32
+		holdLeft, eventAt, interval, shift, horizon, holdAt float64
+		seq                                                 int64
+		quiet                                               bool
+		announced, quotaHold                                *float64
+		ttl                                                 float64
+		window, limit                                       *float64
+		fleetWindow                                         float64
 	)
 	if a := rep.announce; a != nil {
 		if a.interval > 0 {
 			announced, ttl = &a.interval, a.ttl
+			if a.window > 0 {
+				window = &a.window
+			}
+			if a.limit > 0 {
+				limit = &a.limit
+			}
 		}
 		quotaHold = a.hold
 	}
@@ -230,9 +269,9 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	}
 	for attempt := 0; ; attempt++ {
 		err := p.pool.QueryRow(qctx, reportSQL, platform, rep.pressure, rep.reservedAt, rep.retry, rep.n,
-			announced, ttl, quotaHold, reason).
+			announced, ttl, quotaHold, reason, window, limit).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
-				&seq, &eventAt, &interval, &holdAt, &r.Slowed, &quiet)
+				&seq, &eventAt, &interval, &shift, &horizon, &holdAt, &r.Respaced, &fleetWindow, &quiet)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
@@ -258,8 +297,8 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	r.AtMax = effect == effectAtMax
 	r.Stale = effect == effectStale
 	r.Relaxed = effect == effectRelaxed
-	if r.Slowed {
-		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, hold: holdAt})
+	if r.Respaced {
+		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, shift: shift, horizon: horizon, hold: holdAt})
 	}
 
 	localNow := p.clock.Now()
@@ -270,6 +309,11 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		st.interval = interval
 	}
 	st.hold = maxTime(st.hold, localNow.Add(r.Hold))
+	// The longest quota window any process saw: this process's next
+	// announcements are spaced by it too.
+	if w := secondsToDuration(fleetWindow); w > st.maxReset {
+		st.maxReset, st.maxResetAt = w, localNow
+	}
 	p.mu.Unlock()
 	return r, nil
 }

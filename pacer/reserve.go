@@ -82,6 +82,7 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
 	var (
 		at, first, interval, cursor, rate, maxMult, mult, hold, paused float64
+		eventAt, eventShift, eventHorizon                              float64
 		count, burst                                                   int32
 		seq                                                            int64
 		rtt                                                            time.Duration
@@ -92,7 +93,8 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		// Config.Clock is: it sizes blocks by real network time.
 		t0 := time.Now()
 		err := p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
-			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused)
+			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
+			&eventAt, &eventShift, &eventHorizon)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -143,20 +145,24 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	res.due = p.offset.local(first)
 	st := p.state(platform)
 	if st.last.seq < seq {
-		// Slow-downs this process has not heard of (no listener, or a
-		// notification still on its way): catch up with the row as it is.
+		// A slow-down this process has not heard of yet (no listener, or
+		// its notification still on the way): apply it as the notification
+		// would. (If several were missed, the latest stands for all.)
+		ev := event{seq: seq, at: eventAt, interval: interval, shift: eventShift, horizon: eventHorizon, hold: hold}
 		if st.rate > 0 {
 			p.events.Add(1)
 			p.dropBlock(st)
-			ev := event{seq: seq, at: at, interval: interval, hold: hold}
 			for w := range st.waiters {
 				if w.shared {
 					p.respace(w, ev, localNow)
 				}
 			}
 		}
-		st.last = event{seq: seq, at: at, interval: interval, hold: hold}
+		st.last = ev
 	}
+	// Slots of a block granted before a slow-down this process already
+	// applied were spaced for less: keep none of them.
+	keepBlock := st.last.seq <= seq
 	st.rate, st.maxMult, st.mult, st.interval = rate, maxMult, mult, interval
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
@@ -167,7 +173,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
 	base := cursor - float64(burst-1)/rate - float64(count)*interval
 	last := res.Wait
-	for k := 1; k < int(count); k++ {
+	for k := 1; k < int(count) && keepBlock; k++ {
 		slot := math.Max(first, base+float64(k)*interval)
 		st.block = append(st.block, blockSlot{at: p.offset.local(slot), slot: slot, reservedAt: at,
 			mult: mult, interval: interval, seq: seq, maxWait: maxWait})

@@ -127,7 +127,9 @@ type event struct {
 	seq      int64
 	at       float64 // database time of the slow-down
 	interval float64 // effective spacing after it, seconds
-	hold     float64 // the later of the hold and the pause after it (+Inf: paused until resumed)
+	shift    float64 // seconds every stretched slot moves later (+Inf: paused; give every slot back)
+	horizon  float64 // a slot moved later than this (database time) is given back (+Inf: none)
+	hold     float64 // the later of the hold and the pause after it (database time)
 }
 
 // applyEvent brings this process in line with a slow-down it learnt of (its
@@ -145,6 +147,7 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	}
 	p.events.Add(1)
 	st.last = ev
+	p.dropBlock(st) // spaced for less, or (ClearHold) placed after a hold that is gone
 	if ev.interval > 0 {
 		st.interval = ev.interval
 	}
@@ -153,42 +156,53 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	if ev.hold > ev.at {
 		st.hold = maxTime(st.hold, now.Add(secondsToDuration(ev.hold-ev.at)))
 	}
-	p.dropBlock(st)
+	n := 0
 	for w := range st.waiters {
 		if w.shared {
+			n++
 			p.respace(w, ev, now)
 		}
 	}
+	p.log.Debug("pacer: slow-down", "platform", platform, "seq", ev.seq, "interval_s", ev.interval, "shift_s", ev.shift,
+		"horizon_s", ev.horizon-ev.at, "waiters", n)
 }
 
 // respace moves one waiter's slot after a slow-down, as reportSQL moved the
-// shared cursor: a slot later than the event keeps its distance from the
-// event stretched by the ratio of the new spacing to the one it was granted
-// at, counted from the later of the event and the hold. A slot due at or
-// before the event goes as it is. Call with p.mu held.
+// shared cursor: a slot due more than respaceLead after the event has its
+// distance from that pivot stretched by the ratio of the new spacing to the
+// one it was granted at, then moves later by the event's shift (what puts
+// the fleet's earliest granted slot at the hold). A slot due before the
+// pivot goes as it is; nothing moves earlier. Call with p.mu held.
 func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
 	}
 	w.seq = ev.seq
-	if w.slot <= ev.at {
+	pivot := ev.at + respaceLead.Seconds()
+	if w.slot <= pivot {
 		return
 	}
 	ratio := 1.0
 	if w.interval > 0 && ev.interval > w.interval {
 		ratio = ev.interval / w.interval
 	}
-	slot := math.Max(ev.at, ev.hold) + (w.slot-ev.at)*ratio
-	if !(slot > w.slot) {
-		return
+	slot := pivot + (w.slot-pivot)*ratio + ev.shift
+	moved := slot > w.slot
+	if moved {
+		w.due = w.due.Add(secondsToDuration(slot - w.slot))
+		w.slot, w.reservedAt = slot, ev.at // a 429 for it now speaks of the new spacing
+		w.interval = math.Max(w.interval, ev.interval)
+		p.respaced.Add(1)
 	}
-	w.due = w.due.Add(secondsToDuration(slot - w.slot))
-	w.slot, w.reservedAt = slot, ev.at
-	w.interval = math.Max(w.interval, ev.interval)
-	p.respaced.Add(1)
-	if w.due.Sub(now) > w.maxWait {
+	// Past the horizon the database no longer counts the slot (the cursor
+	// ends before it), moved or not: it is given back.
+	gone := w.due.Sub(now) > w.maxWait || w.slot > ev.horizon
+	if gone {
 		w.givenBack = true
 		p.givenBack.Add(1)
+	}
+	if !moved && !gone {
+		return
 	}
 	select {
 	case w.wake <- struct{}{}:

@@ -120,7 +120,17 @@ func (s *State) UnmarshalJSON(b []byte) error {
 
 // States reads every platform's pacer state, ordered by platform name.
 func States(ctx context.Context, q Querier) ([]State, error) {
-	rows, err := q.Query(ctx, statesSQL)
+	return states(ctx, q, statesSQL)
+}
+
+// StatesOf reads the pacer state of the named platforms (those that exist),
+// ordered by name: a page of a dashboard reads its rows only.
+func StatesOf(ctx context.Context, q Querier, platforms []string) ([]State, error) {
+	return states(ctx, q, statesOfSQL, platforms)
+}
+
+func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("pacer: states: %w", err)
 	}

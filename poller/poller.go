@@ -53,6 +53,14 @@ const (
 // like `--startup-jitter 0` maps to it.
 const NoStartupJitter time.Duration = -1
 
+// Bounds of Config: a loop that polls more often than every MinBase is a
+// busy loop, and one that sleeps longer than MaxSleep (Max, StartupJitter)
+// has stopped.
+const (
+	MinBase  = 10 * time.Millisecond
+	MaxSleep = time.Hour
+)
+
 // NoJitter, as Config.JitterRatio, disables per-sleep jitter (every sleep is
 // exactly the schedule). Any negative ratio does the same.
 const NoJitter float64 = -1
@@ -98,10 +106,12 @@ type Config struct {
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
 	switch {
-	case c.Base < 0:
-		return fmt.Errorf("%w: poller.Config.Base must not be negative, got %s", ErrInvalidConfig, c.Base)
-	case c.Max < 0:
-		return fmt.Errorf("%w: poller.Config.Max must not be negative, got %s", ErrInvalidConfig, c.Max)
+	case c.Base < 0 || (c.Base > 0 && c.Base < MinBase) || c.Base > MaxSleep:
+		return fmt.Errorf("%w: poller.Config.Base must be in [%s, %s] (0: default), got %s", ErrInvalidConfig, MinBase, MaxSleep, c.Base)
+	case c.Max < 0 || c.Max > MaxSleep:
+		return fmt.Errorf("%w: poller.Config.Max must be in [0, %s] (0: default), got %s", ErrInvalidConfig, MaxSleep, c.Max)
+	case c.StartupJitter > MaxSleep:
+		return fmt.Errorf("%w: poller.Config.StartupJitter must be at most %s, got %s", ErrInvalidConfig, MaxSleep, c.StartupJitter)
 	case math.IsNaN(c.JitterRatio) || c.JitterRatio > 1:
 		return fmt.Errorf("%w: poller.Config.JitterRatio must be in [0, 1] (or negative to disable), got %v", ErrInvalidConfig, c.JitterRatio)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -55,6 +56,16 @@ const (
 	DefaultJobTimeout      = 2 * time.Minute
 	DefaultRescueAfter     = 5 * time.Minute
 	DefaultSoftStopTimeout = 10 * time.Second
+)
+
+// Bounds of Config: beyond them a setting is a mistake (a job timeout of
+// 1 ns fails every job; River refuses more than river.QueueNumWorkersMax
+// workers).
+const (
+	MinJobTimeout      = time.Second
+	MaxJobTimeout      = 24 * time.Hour
+	MaxRescueAfter     = 2 * MaxJobTimeout
+	MaxSoftStopTimeout = time.Hour
 )
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate and
@@ -118,14 +129,16 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.MaxWorkers < 1:
-		return fmt.Errorf("%w: queue.Config.MaxWorkers must be ≥ 1, got %d", ErrInvalidConfig, c.MaxWorkers)
-	case c.JobTimeout < 0:
-		return fmt.Errorf("%w: queue.Config.JobTimeout must be > 0, got %s", ErrInvalidConfig, c.JobTimeout)
+	case c.MaxWorkers < 1 || c.MaxWorkers > river.QueueNumWorkersMax:
+		return fmt.Errorf("%w: queue.Config.MaxWorkers must be in [1, %d], got %d", ErrInvalidConfig, river.QueueNumWorkersMax, c.MaxWorkers)
+	case c.JobTimeout < MinJobTimeout || c.JobTimeout > MaxJobTimeout:
+		return fmt.Errorf("%w: queue.Config.JobTimeout must be in [%s, %s], got %s", ErrInvalidConfig, MinJobTimeout, MaxJobTimeout, c.JobTimeout)
 	case c.RescueAfter <= c.JobTimeout:
 		return fmt.Errorf("%w: queue.Config.RescueAfter (%s) must exceed queue.Config.JobTimeout (%s)", ErrInvalidConfig, c.RescueAfter, c.JobTimeout)
-	case c.SoftStopTimeout < 0:
-		return fmt.Errorf("%w: queue.Config.SoftStopTimeout must be ≥ 0, got %s", ErrInvalidConfig, c.SoftStopTimeout)
+	case c.RescueAfter > MaxRescueAfter:
+		return fmt.Errorf("%w: queue.Config.RescueAfter must be at most %s, got %s", ErrInvalidConfig, MaxRescueAfter, c.RescueAfter)
+	case c.SoftStopTimeout < 0 || c.SoftStopTimeout > MaxSoftStopTimeout:
+		return fmt.Errorf("%w: queue.Config.SoftStopTimeout must be in [0, %s], got %s", ErrInvalidConfig, MaxSoftStopTimeout, c.SoftStopTimeout)
 	}
 	return nil
 }
@@ -192,19 +205,39 @@ func Pending(ctx context.Context, pool *pgxpool.Pool, soon time.Duration) (int64
 	return n, nil
 }
 
-// UnfinishedJobsSQL is a relation, for a FROM clause, of the ids of River jobs
-// that have not finished (neither completed, discarded nor cancelled): for
-// statements of other packages that must see River's job states in the same
-// statement (the scan's reconciliation). River's tables are read by this
-// package's SQL only.
-const UnfinishedJobsSQL = `(SELECT id FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled'))`
+// DB is what the functions on fetch jobs need: a pool, a connection or a
+// transaction (then their change takes effect at its commit).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
-const pendingSQL = `
-SELECT count(*) FROM river_job
-WHERE queue = $1
-  AND (state IN ('available', 'running', 'pending')
-       OR (state IN ('scheduled', 'retryable')
-           AND scheduled_at <= now() + make_interval(secs => $2)))`
+// WakeFetches makes the fetch jobs of platform that are snoozed (River's
+// scheduled state: a pause, a hold, a cooldown, a long pacer wait) available
+// now, and wakes the clients of the fleet to fetch them, so they run at once
+// instead of at their snooze's end: after a platform is resumed or its
+// cooldown cleared. It returns how many it woke. A snooze uses up no
+// attempt, nor does waking. Jobs not yet due for another reason (a retry
+// after an error, state retryable) keep their backoff.
+func WakeFetches(ctx context.Context, db DB, platform string) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, wakeFetchesSQL, Name, FetchArgs{}.Kind(), platform).Scan(&n, new(bool)); err != nil {
+		return 0, fmt.Errorf("queue: wake fetches of %s: %w", platform, err)
+	}
+	return n, nil
+}
+
+// CancelFetches deletes the fetch jobs of platform that are not running
+// (available, scheduled, retryable, pending): when the platform is deleted.
+// A running job finishes (and is cancelled by its pacer reservation when the
+// platform is gone). It returns how many it deleted.
+func CancelFetches(ctx context.Context, db DB, platform string) (int64, error) {
+	tag, err := db.Exec(ctx, cancelFetchesSQL, Name, FetchArgs{}.Kind(), platform)
+	if err != nil {
+		return 0, fmt.Errorf("queue: cancel fetches of %s: %w", platform, err)
+	}
+	return tag.RowsAffected(), nil
+}
 
 // DrainConfig configures Drain. The zero value means defaults.
 type DrainConfig struct {

@@ -13,9 +13,15 @@ import (
 )
 
 // Enqueue queues a fetch job for each given source that is enabled and not
-// already queued, in one transaction; it returns the sources it queued.
+// already queued, in one transaction; it returns the sources it queued. An
+// id that names no source is bad input, as in sources.RemoveSources: nothing
+// is queued, and the error (a *sources.FieldError wrapping
+// sources.ErrNotFound and sources.ErrInvalid) names every such id.
 func Enqueue(ctx context.Context, db sources.Beginner, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
 	return inTx(ctx, db, func(tx pgx.Tx) ([]queue.FetchArgs, error) {
+		if err := sources.RequireSources(ctx, tx, ids, "nothing queued"); err != nil {
+			return nil, err
+		}
 		return enqueueTx(ctx, tx, client, ids)
 	})
 }

@@ -33,6 +33,24 @@ const (
 	// DefaultLookAhead is how much work a tick queues per platform, in time
 	// at its rate.
 	DefaultLookAhead = 30 * time.Second
+	// DefaultHistoryRetention is how long the fetch history is kept.
+	DefaultHistoryRetention = 7 * 24 * time.Hour
+)
+
+// NoHistory, as Config.HistoryRetention, keeps no fetch history: every tick
+// deletes what there is (and a worker with it writes none).
+const NoHistory time.Duration = -1
+
+// Bounds of Config. One tick is one transaction: MaxLimit jobs (or history
+// rows deleted) is already a large one. A look-ahead past MaxLookAhead
+// queues work long before it can run (and rate × look-ahead must fit an
+// int64). MaxHistoryRetention is the longest interval of a source
+// (sources.MaxInterval): every source has a check in a history kept that
+// long.
+const (
+	MaxLimit            = 100_000
+	MaxLookAhead        = time.Hour
+	MaxHistoryRetention = sources.MaxInterval
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
@@ -49,17 +67,28 @@ type Config struct {
 	// already has queued. There is no point queueing an hour of work for a
 	// 7/s destination. Default: DefaultLookAhead.
 	LookAhead time.Duration
+	// HistoryRetention is how long the fetch history (sources.History) is
+	// kept: every tick deletes older rows, at most PruneBatch of them.
+	// Default: DefaultHistoryRetention; NoHistory keeps none.
+	HistoryRetention time.Duration
+	// PruneBatch is the most history rows one tick deletes. Default
+	// sources.DefaultPruneBatch.
+	PruneBatch int
 }
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
 	switch {
-	case c.Limit < 0:
-		return fmt.Errorf("%w: scan.Config.Limit must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Limit)
-	case c.PerPlatformCap < 0:
-		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.PerPlatformCap)
-	case c.LookAhead < 0:
-		return fmt.Errorf("%w: scan.Config.LookAhead must be > 0 (0: default), got %s", ErrInvalidConfig, c.LookAhead)
+	case c.Limit < 0 || c.Limit > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.Limit must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.Limit)
+	case c.PerPlatformCap < 0 || c.PerPlatformCap > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.PerPlatformCap must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.PerPlatformCap)
+	case c.LookAhead < 0 || c.LookAhead > MaxLookAhead:
+		return fmt.Errorf("%w: scan.Config.LookAhead must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxLookAhead, c.LookAhead)
+	case (c.HistoryRetention < 0 && c.HistoryRetention != NoHistory) || c.HistoryRetention > MaxHistoryRetention:
+		return fmt.Errorf("%w: scan.Config.HistoryRetention must be in (0, %s] (0: default; NoHistory: keep none), got %s", ErrInvalidConfig, MaxHistoryRetention, c.HistoryRetention)
+	case c.PruneBatch < 0 || c.PruneBatch > MaxLimit:
+		return fmt.Errorf("%w: scan.Config.PruneBatch must be in [1, %d] (0: default), got %d", ErrInvalidConfig, MaxLimit, c.PruneBatch)
 	}
 	return nil
 }
@@ -74,7 +103,19 @@ func (c Config) withDefaults() Config {
 	if c.LookAhead == 0 {
 		c.LookAhead = DefaultLookAhead
 	}
+	if c.HistoryRetention == 0 {
+		c.HistoryRetention = DefaultHistoryRetention
+	}
+	if c.PruneBatch == 0 {
+		c.PruneBatch = sources.DefaultPruneBatch
+	}
 	return c
+}
+
+// Retention is the history retention c keeps: 0 for NoHistory.
+func (c Config) Retention() time.Duration {
+	c = c.withDefaults()
+	return max(c.HistoryRetention, 0)
 }
 
 // Result reports one scan tick.
@@ -84,17 +125,22 @@ type Result struct {
 	Enqueued    int            `json:"enqueued"`
 	ByPlatform  map[string]int `json:"by_platform"`
 	CoolingDown []string       `json:"cooling_down"` // platforms left out for an active cooldown
+	Paused      []string       `json:"paused"`       // platforms left out because an operator paused them
 	Released    int            `json:"released"`     // sources released after their job ended without a check
 	// Saturated: the tick filled its Limit, or a platform got its whole
 	// PerPlatformCap while its rate allowed more; another tick now would
 	// queue more. A scan loop runs the next one at once.
-	Saturated bool `json:"saturated"`
+	Saturated bool  `json:"saturated"`
+	Pruned    int64 `json:"pruned"` // fetch history rows deleted beyond the retention
 }
 
 // Tick runs one scan: select due sources and enqueue one fetch job each, all
 // in one transaction. It takes a transaction-scoped advisory lock first; if
-// another tick holds it, Tick returns at once with Skipped set.
-func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Config) (*Result, error) {
+// another tick holds it, Tick returns at once with Skipped set. After the
+// commit, the tick that ran prunes the fetch history beyond the retention
+// (a statement of its own, so the jobs are not held back by it; a failed
+// prune is an error, but the tick's jobs are queued).
+func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,11 +166,10 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 	}
 	res.Released = int(tag.RowsAffected())
 
-	args, capped, cooling, err := plan(ctx, tx, cfg)
+	args, capped, err := plan(ctx, tx, cfg, res)
 	if err != nil {
 		return nil, err
 	}
-	res.CoolingDown = cooling
 	due, err := selectDue(ctx, tx, args)
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
@@ -144,7 +189,17 @@ func Tick(ctx context.Context, db sources.Beginner, client *queue.Client, cfg Co
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("tick: commit: %w", err)
 	}
+	if res.Pruned, err = sources.PruneHistory(ctx, db, cfg.Retention(), cfg.PruneBatch); err != nil {
+		return res, fmt.Errorf("tick: %w", err)
+	}
 	return res, nil
+}
+
+// DB is what Tick needs: a pool (or a connection, or a transaction, which
+// makes the tick a savepoint).
+type DB interface {
+	sources.Beginner
+	sources.DBTX
 }
 
 // interleave returns the ids of due (in fair order) so that platforms take
@@ -175,28 +230,33 @@ func interleave(due []Due) []int64 {
 
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)
 // minus what it already has queued, at most PerPlatformCap; platforms cooling
-// down get nothing. It returns the due query's arguments, and the platforms
-// whose share PerPlatformCap or Limit cut (with their cap).
-func plan(ctx context.Context, db sources.DBTX, cfg Config) (args dueArgs, capped map[string]int, cooling []string, err error) {
+// down or paused get nothing (they are noted in res). It returns the due
+// query's arguments, and the platforms whose share PerPlatformCap or Limit
+// cut (with their cap).
+func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args dueArgs, capped map[string]int, err error) {
 	rows, err := db.Query(ctx, planSQL)
 	if err != nil {
-		return args, nil, nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	defer rows.Close()
 	args = dueArgs{limit: cfg.Limit}
 	capped = map[string]int{}
 	for rows.Next() {
 		var (
-			name   string
-			rate   float64
-			queued int64
-			until  *time.Time
+			name            string
+			rate            float64
+			queued          int64
+			cooling, paused bool
 		)
-		if err := rows.Scan(&name, &rate, &queued, &until); err != nil {
-			return args, nil, nil, fmt.Errorf("tick: plan: %w", err)
+		if err := rows.Scan(&name, &rate, &queued, &cooling, &paused); err != nil {
+			return args, nil, fmt.Errorf("tick: plan: %w", err)
 		}
-		if until != nil {
-			cooling = append(cooling, name)
+		switch {
+		case cooling:
+			res.CoolingDown = append(res.CoolingDown, name)
+			continue
+		case paused:
+			res.Paused = append(res.Paused, name)
 			continue
 		}
 		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
@@ -207,7 +267,7 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config) (args dueArgs, cappe
 		args.add(name, limit)
 	}
 	if err := rows.Err(); err != nil {
-		return args, nil, nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
-	return args, capped, cooling, nil
+	return args, capped, nil
 }

@@ -35,14 +35,18 @@ const tickSettings = `set_config('plan_cache_mode', 'force_custom_plan', true), 
 
 const platformNamesSQL = `SELECT name FROM fleetpace_platform ORDER BY name`
 
-// planSQL reads, per platform, its rate, how many of its sources are queued
-// and whether it is cooling down: the inputs of each platform's share.
-const planSQL = `
-SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0), c.until
+// planSQL reads, per platform, its rate, how many of its sources are queued,
+// whether it is cooling down and whether an operator paused it: the inputs
+// of each platform's share. The pause is read from the pacer's row
+// (fleetpace_pace, written only by package pacer) through
+// sources.PausedSQL, the condition `sources list --due` and the status
+// counts use too.
+var planSQL = `
+SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0),
+       ` + sources.CoolingDownSQL("p.name") + `, ` + sources.PausedSQL("p.name") + `
 FROM fleetpace_platform p
 LEFT JOIN (SELECT platform, count(*) AS queued FROM fleetpace_source
            WHERE queued_at IS NOT NULL GROUP BY platform) q ON q.platform = p.name
-LEFT JOIN fleetpace_cooldown c ON c.platform = p.name AND c.until > now()
 ORDER BY p.name`
 
 // fairKey is a source's place in fair order, with the id as the tie-break:
@@ -123,7 +127,7 @@ WITH cand AS (
     FROM fleetpace_platform_due d
     JOIN unnest($2::text[], $3::int[]) AS c (platform, cap) ON c.platform = d.platform
     WHERE d.head_id IS NOT NULL AND c.cap > 0
-      AND NOT ` + sources.CoolingDownSQL("d.platform") + `
+      AND NOT ` + sources.StoppedSQL("d.platform") + `
     ORDER BY d.head_key, d.head_id
     LIMIT $1
 ),

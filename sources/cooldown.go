@@ -22,7 +22,7 @@ const MaxCooldown = 24 * time.Hour
 type Cooldown struct {
 	Platform  string        `json:"platform"`
 	Until     time.Time     `json:"until"`
-	Remaining time.Duration `json:"remaining"`
+	Remaining time.Duration `json:"-"` // JSON: remaining_s
 	Reason    string        `json:"reason"`
 	Count     int           `json:"count"` // escalation level: 1, 2, 3… (duration doubles each)
 	StartedAt time.Time     `json:"started_at"`
@@ -74,13 +74,52 @@ func ActiveCooldowns(ctx context.Context, db DBTX) ([]Cooldown, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cooldown: list: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Cooldown, error) {
-		var c Cooldown
-		err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining)
-		return c, err
-	})
+	out, err := pgx.CollectRows(rows, scanCooldown)
 	if err != nil {
 		return nil, fmt.Errorf("cooldown: list: %w", err)
 	}
 	return out, nil
+}
+
+// ClearCooldown ends a platform's cooldown at once and forgets its
+// escalation (the next cooldown starts from the platform's own length), and
+// ends the pacer's fleet-wide hold of the platform (pacer.ClearHold: the
+// cooldown's, or a Retry-After's), in one transaction, so every process
+// may reserve again at once. It returns the cooldown it ended (nil when the
+// platform had none: the hold is cleared anyway). An unknown platform wraps
+// ErrNotFound. Fetch jobs snoozed until the cooldown's end run then unless
+// the caller reschedules them (control.ClearCooldown does).
+func ClearCooldown(ctx context.Context, db Beginner, platform string) (*Cooldown, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := GetPlatform(ctx, tx, platform); err != nil {
+		return nil, fmt.Errorf("cooldown: %w", err)
+	}
+	rows, err := tx.Query(ctx, clearCooldownSQL, platform)
+	if err != nil {
+		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
+	}
+	cleared, err := pgx.CollectRows(rows, scanCooldown)
+	if err != nil {
+		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
+	}
+	if err := pacer.ClearHold(ctx, tx, platform); err != nil && !errors.Is(err, pacer.ErrUnknownPlatform) {
+		return nil, fmt.Errorf("cooldown: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
+	}
+	if len(cleared) == 0 {
+		return nil, nil
+	}
+	return &cleared[0], nil
+}
+
+func scanCooldown(row pgx.CollectableRow) (Cooldown, error) {
+	var c Cooldown
+	err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining)
+	return c, err
 }

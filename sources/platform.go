@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strconv"
 	"time"
@@ -44,7 +43,7 @@ type Platform struct {
 	Burst         int           `json:"burst"`          // requests allowed back to back; default 1
 	MaxMultiplier float64       `json:"max_multiplier"` // largest backoff multiplier; default 16
 	DecayAfter    int           `json:"decay_after"`    // clean responses, fleet-wide, per recovery step; default 100
-	Cooldown      time.Duration `json:"cooldown"`       // pause after the platform says stop; default 15m
+	Cooldown      time.Duration `json:"-"`              // pause after the platform says stop; default 15m (JSON: cooldown_s)
 	// BackoffFactor multiplies the shared multiplier on rate pressure (once
 	// per episode); default DefaultBackoffFactor, in [MinFactor, MaxFactor].
 	BackoffFactor float64 `json:"backoff_factor"`
@@ -96,14 +95,14 @@ func (p Platform) Validate() error {
 	switch {
 	case !nameRE.MatchString(p.Name):
 		return &FieldError{Field: "name", Value: p.Name, Reason: "must match " + NamePattern}
-	case math.IsNaN(p.RatePerSec) || math.IsInf(p.RatePerSec, 0) || p.RatePerSec <= 0:
-		return &FieldError{Field: "rate_per_sec", Value: fmtFloat(p.RatePerSec), Reason: "must be finite and > 0"}
-	case p.Burst < 1:
-		return &FieldError{Field: "burst", Value: strconv.Itoa(p.Burst), Reason: "must be ≥ 1"}
-	case p.Cooldown <= 0:
-		return &FieldError{Field: "cooldown", Value: p.Cooldown.String(), Reason: "must be > 0"}
-	case math.IsNaN(p.MaxMultiplier) || math.IsInf(p.MaxMultiplier, 0) || p.MaxMultiplier < 1:
-		return &FieldError{Field: "max_multiplier", Value: fmtFloat(p.MaxMultiplier), Reason: "must be finite and ≥ 1"}
+	case !(p.RatePerSec >= MinRate && p.RatePerSec <= MaxRate): // NaN too
+		return &FieldError{Field: "rate_per_sec", Value: fmtFloat(p.RatePerSec), Reason: fmt.Sprintf("must be in [%g, %g] requests per second", MinRate, MaxRate)}
+	case p.Burst < 1 || p.Burst > MaxBurst:
+		return &FieldError{Field: "burst", Value: strconv.Itoa(p.Burst), Reason: fmt.Sprintf("must be in [1, %d]", MaxBurst)}
+	case p.Cooldown < MinCooldown || p.Cooldown > MaxCooldown:
+		return &FieldError{Field: "cooldown", Value: p.Cooldown.String(), Reason: fmt.Sprintf("must be in [%s, %s]", MinCooldown, fmtHours(MaxCooldown))}
+	case !(p.MaxMultiplier >= 1 && p.MaxMultiplier <= MaxMultiplierLimit):
+		return &FieldError{Field: "max_multiplier", Value: fmtFloat(p.MaxMultiplier), Reason: fmt.Sprintf("must be in [1, %d]", MaxMultiplierLimit)}
 	case p.DecayAfter < 1 || p.DecayAfter > MaxDecayAfter:
 		return &FieldError{Field: "decay_after", Value: strconv.Itoa(p.DecayAfter), Reason: fmt.Sprintf("must be in [1, %d]", MaxDecayAfter)}
 	case !(p.BackoffFactor >= MinFactor && p.BackoffFactor <= MaxFactor):
@@ -115,6 +114,9 @@ func (p Platform) Validate() error {
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// fmtHours prints a whole number of hours as "24h" rather than "24h0m0s".
+func fmtHours(d time.Duration) string { return strconv.Itoa(int(d/time.Hour)) + "h" }
 
 // SetPlatform creates or replaces a platform's configuration. Invalid input
 // writes nothing and returns an error wrapping ErrInvalid.
@@ -167,4 +169,154 @@ func scanPlatform(row pgx.CollectableRow) (Platform, error) {
 		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace)
 	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
+}
+
+// PlatformUpdate is a change to a platform's settings: nil fields stay as
+// they are (for a new platform: their defaults; RatePerSec is then
+// required).
+type PlatformUpdate struct {
+	RatePerSec     *float64
+	Burst          *int
+	MaxMultiplier  *float64
+	DecayAfter     *int
+	Cooldown       *time.Duration
+	BackoffFactor  *float64
+	RecoveryFactor *float64
+	Probe          *bool // false: Platform.NoProbe
+	UseHeaders     *bool // false: Platform.IgnoreHeaders
+	Respace        *bool // false: Platform.NoRespace
+}
+
+// Apply returns p with the update's fields set.
+func (u PlatformUpdate) Apply(p Platform) Platform {
+	set := func(dst *float64, v *float64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&p.RatePerSec, u.RatePerSec)
+	set(&p.MaxMultiplier, u.MaxMultiplier)
+	set(&p.BackoffFactor, u.BackoffFactor)
+	set(&p.RecoveryFactor, u.RecoveryFactor)
+	if u.Burst != nil {
+		p.Burst = *u.Burst
+	}
+	if u.DecayAfter != nil {
+		p.DecayAfter = *u.DecayAfter
+	}
+	if u.Cooldown != nil {
+		p.Cooldown = *u.Cooldown
+	}
+	if u.Probe != nil {
+		p.NoProbe = !*u.Probe
+	}
+	if u.UseHeaders != nil {
+		p.IgnoreHeaders = !*u.UseHeaders
+	}
+	if u.Respace != nil {
+		p.NoRespace = !*u.Respace
+	}
+	return p
+}
+
+// ConfigurePlatform changes the given settings of a platform and keeps the
+// others (a partial update), or creates the platform when it does not
+// exist: then RatePerSec is required and the other settings default. The
+// change is validated whole before anything is written (invalid input
+// writes nothing and wraps ErrInvalid). It returns the platform as saved
+// and whether it was created.
+func ConfigurePlatform(ctx context.Context, db Beginner, name string, u PlatformUpdate) (p Platform, created bool, err error) {
+	if !nameRE.MatchString(name) {
+		return Platform{}, false, fmt.Errorf("platform: %w", &FieldError{Field: "name", Value: name, Reason: "must match " + NamePattern})
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, lockPlatformSQL, name)
+	if err != nil {
+		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
+	}
+	cur, err := pgx.CollectExactlyOneRow(rows, scanPlatform)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		if u.RatePerSec == nil {
+			return Platform{}, false, fmt.Errorf("platform: %w", &FieldError{Field: "rate_per_sec", Value: "",
+				Reason: "is required for a new platform (" + name + " does not exist)"})
+		}
+		created = true
+		cur = Platform{Name: name}.WithDefaults()
+	case err != nil:
+		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
+	}
+	// Validated as given: an explicit 0 is an error, not "the default".
+	p = u.Apply(cur)
+	if err := p.Validate(); err != nil {
+		return Platform{}, false, fmt.Errorf("platform: %w", err)
+	}
+	if p, err = SetPlatform(ctx, tx, p); err != nil {
+		return Platform{}, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
+	}
+	return p, created, nil
+}
+
+// ErrHasSources is wrapped by DeletePlatform's refusal to delete a platform
+// that still has sources (an ErrInvalid: the caller did not ask for them to
+// go too).
+var ErrHasSources = errors.New("platform has sources")
+
+// PlatformDeletion is what DeletePlatform deleted.
+type PlatformDeletion struct {
+	Platform string `json:"platform"`
+	Sources  int64  `json:"sources"`  // sources deleted with it
+	History  int64  `json:"history"`  // history rows (checks) of the platform deleted
+	Cooldown bool   `json:"cooldown"` // its cooldown row (active or remembered for escalation)
+}
+
+// DeletePlatform deletes a platform and its pacer state (the pace row, by
+// the foreign key's cascade), its cooldown and its history, in one
+// transaction. A platform that still has sources is refused (an error
+// wrapping ErrHasSources and ErrInvalid) unless withSources, which deletes
+// them too. An unknown platform wraps ErrNotFound. Fetch jobs already
+// queued for its sources are cancelled when they run (the pacer no longer
+// knows the platform).
+func DeletePlatform(ctx context.Context, db Beginner, name string, withSources bool) (PlatformDeletion, error) {
+	d := PlatformDeletion{Platform: name}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return d, fmt.Errorf("platform: delete %s: %w", name, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	rows, err := tx.Query(ctx, lockPlatformSQL, name)
+	if err != nil {
+		return d, fmt.Errorf("platform: delete %s: %w", name, err)
+	}
+	if _, err := pgx.CollectExactlyOneRow(rows, scanPlatform); errors.Is(err, pgx.ErrNoRows) {
+		return d, fmt.Errorf("platform %q: %w", name, ErrNotFound)
+	} else if err != nil {
+		return d, fmt.Errorf("platform: delete %s: %w", name, err)
+	}
+	if !withSources {
+		var n int64
+		if err := tx.QueryRow(ctx, countPlatformSourcesSQL, name).Scan(&n); err != nil {
+			return d, fmt.Errorf("platform: delete %s: %w", name, err)
+		}
+		if n > 0 {
+			return d, fmt.Errorf("platform %s: %w", name, &FieldError{Field: "with_sources", Value: "false",
+				Reason: fmt.Sprintf("must be set to delete a platform that has sources (%d); nothing deleted", n), Err: ErrHasSources})
+		}
+	}
+	var cooldowns, platforms int64
+	if err := tx.QueryRow(ctx, deletePlatformSQL, name).Scan(&d.Sources, &d.History, &cooldowns, &platforms); err != nil {
+		return d, fmt.Errorf("platform: delete %s: %w", name, err)
+	}
+	d.Cooldown = cooldowns > 0
+	if err := tx.Commit(ctx); err != nil {
+		return d, fmt.Errorf("platform: delete %s: %w", name, err)
+	}
+	return d, nil
 }

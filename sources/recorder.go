@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/clock"
 )
 
 // ErrRecorderStopped is returned by Recorder.Record after Stop (or after the
@@ -28,7 +31,22 @@ type RecorderConfig struct {
 	MaxQueued int
 	// Logger receives failed writes of submitted checks. Default: discard.
 	Logger *slog.Logger
+	// Worker names the process in the history rows of its checks (a check's
+	// own Check.Worker wins). Default: "".
+	Worker string
+	// NoHistory turns the history rows off: checks are recorded without
+	// them (when the scan keeps no history, or to measure their cost).
+	NoHistory bool
+	// HistoryPause is how long the Recorder writes checks without their
+	// history after a history write failed (each failure otherwise costs a
+	// second statement per batch). Default DefaultHistoryPause.
+	HistoryPause time.Duration
+	// Clock times HistoryPause. Default (nil): the real clock.
+	Clock clock.Clock
 }
+
+// DefaultHistoryPause is RecorderConfig.HistoryPause's default.
+const DefaultHistoryPause = time.Minute
 
 func (c *RecorderConfig) validate() error {
 	if c.MaxBatch < 0 {
@@ -36,6 +54,9 @@ func (c *RecorderConfig) validate() error {
 	}
 	if c.MaxQueued < 0 {
 		return fmt.Errorf("sources: RecorderConfig.MaxQueued must be ≥ 0, got %d", c.MaxQueued)
+	}
+	if c.HistoryPause < 0 {
+		return fmt.Errorf("sources: RecorderConfig.HistoryPause must be ≥ 0, got %s", c.HistoryPause)
 	}
 	return nil
 }
@@ -45,7 +66,13 @@ func (c *RecorderConfig) validate() error {
 // instead of one round trip and one commit each. It adds no delay: its loop
 // takes whatever is queued (at most MaxBatch), writes it, and while that
 // statement runs the next batch gathers. With one caller at a time it is one
-// statement per check, as RecordCheck is.
+// statement per check, as RecordCheck is. Each check's history row is
+// written by the same statement (RecordChecks), unless NoHistory.
+//
+// The pool's sessions should not wait for the disk (ConfigureRecorderPool):
+// a check lost with its commit is recovered like any check the Recorder
+// loses (see Submit), so waiting for every batch's flush buys nothing but
+// time.
 //
 // A Recorder is started once and stopped once; Stop writes what is already
 // queued before it returns, within the bound of its context.
@@ -54,6 +81,13 @@ type Recorder struct {
 	maxBatch  int
 	maxQueued int
 	logger    *slog.Logger
+	worker    string
+	history   bool
+	pause     time.Duration
+	clock     clock.Clock
+	// historyAfter is when history rows are written again after a failure
+	// (zero: now); only the loop uses it.
+	historyAfter time.Time
 
 	mu      sync.Mutex
 	queue   []*recordRequest
@@ -70,7 +104,7 @@ type Recorder struct {
 	abort context.CancelFunc
 	run   context.Context // the statements' base context, cancelled by abort
 
-	batches, records, skipped, failed atomic.Int64
+	batches, records, skipped, failed, refused, historyFailed atomic.Int64
 }
 
 type recordRequest struct {
@@ -97,8 +131,12 @@ func NewRecorder(pool *pgxpool.Pool, cfg RecorderConfig) (*Recorder, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.HistoryPause == 0 {
+		cfg.HistoryPause = DefaultHistoryPause
+	}
 	return &Recorder{
 		pool: pool, maxBatch: cfg.MaxBatch, maxQueued: cfg.MaxQueued, logger: cfg.Logger,
+		worker: cfg.Worker, history: !cfg.NoHistory, pause: cfg.HistoryPause, clock: clock.Or(cfg.Clock),
 		wake: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
@@ -157,7 +195,9 @@ func (r *Recorder) Stop(ctx context.Context) error {
 
 // Record records one check and returns once the statement that holds it has
 // committed, with that statement's error (the same error for every check of
-// the batch). It returns ErrRecorderStopped if the Recorder was not started
+// the batch), except that a check the database refused on its own gets its
+// own error, wrapping ErrCheckRefused, and the batch's other checks none
+// (see RecordChecks: the batch is written again row by row). It returns ErrRecorderStopped if the Recorder was not started
 // or is stopped.
 //
 // If ctx ends first, Record returns ctx's error at once. A check whose ctx
@@ -233,7 +273,11 @@ type RecorderStats struct {
 	Records int64 // checks those statements carried (a duplicate source counts each time)
 	Skipped int64 // checks not written because their caller had given up before their batch
 	Failed  int64 // submitted checks whose statement failed (not written)
+	Refused int64 // submitted checks the database refused, recorded as failed checks instead (see RecordChecks)
 	Queued  int   // checks waiting for a batch now (not counting the one being written)
+	// HistoryFailed counts checks recorded without their history row
+	// because the history write failed.
+	HistoryFailed int64
 }
 
 // Stats returns the Recorder's counters.
@@ -242,7 +286,7 @@ func (r *Recorder) Stats() RecorderStats {
 	queued := len(r.queue)
 	r.mu.Unlock()
 	return RecorderStats{Batches: r.batches.Load(), Records: r.records.Load(), Skipped: r.skipped.Load(),
-		Failed: r.failed.Load(), Queued: queued}
+		Failed: r.failed.Load(), Refused: r.refused.Load(), Queued: queued, HistoryFailed: r.historyFailed.Load()}
 }
 
 func (r *Recorder) loop(ctx context.Context) {
@@ -319,6 +363,7 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 		}
 	}
 	var err error
+	var refused map[int64]*RefusedCheck
 	if len(live) > 0 {
 		ctx, cancel := context.WithCancel(base)
 		defer cancel()
@@ -328,6 +373,9 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 		var unregister []func() bool
 		for i, q := range live {
 			recs[i] = q.rec
+			if recs[i].Check.Worker == "" {
+				recs[i].Check.Worker = r.worker
+			}
 			if submitted == 0 {
 				unregister = append(unregister, context.AfterFunc(q.ctx, func() {
 					if waiting.Add(-1) == 0 {
@@ -336,7 +384,17 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 				}))
 			}
 		}
-		err = RecordChecks(ctx, r.pool, recs)
+		history := r.history && !r.clock.Now().Before(r.historyAfter)
+		var rcs []*RefusedCheck
+		rcs, err = recordChecks(ctx, r.pool, recs, history)
+		if errors.Is(err, ErrHistoryNotRecorded) {
+			// The checks are written: only their history is lost.
+			r.historyFailed.Add(int64(len(live)))
+			r.historyAfter = r.clock.Now().Add(r.pause)
+			r.logger.Warn("fetch history not recorded (the checks are); writing checks without history for a while",
+				"checks", len(live), "for", r.pause, "err", err)
+			err = nil
+		}
 		for _, f := range unregister {
 			f()
 		}
@@ -352,13 +410,49 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 				r.logger.Debug("recording checks failed", "checks", len(live), "err", err)
 			}
 		}
+		refused = make(map[int64]*RefusedCheck, len(rcs))
+		for _, rc := range rcs {
+			refused[rc.SourceID] = rc
+			r.logger.Warn("the database refused a check", "source", rc.SourceID, "recorded_as_failed", !rc.Lost, "err", rc.Err)
+		}
 	}
 	for _, q := range live {
+		qerr := err
+		if rc := refused[q.rec.SourceID]; rc != nil && err == nil {
+			// One refused row: its own error, nobody else's.
+			qerr = fmt.Errorf("sources: recorder: %w", rc)
+			if q.done == nil && rc.Lost {
+				r.failed.Add(1)
+			} else if q.done == nil {
+				r.refused.Add(1)
+			}
+		}
 		if q.done != nil {
-			q.done <- err
+			q.done <- qerr
 		}
 	}
 	for _, q := range markers {
 		q.done <- err
+	}
+}
+
+// ConfigureRecorderPool sets the session settings a Recorder's pool should
+// have: synchronous_commit off, so a batch's commit does not wait for the
+// disk. It is safe because a check is soft state, recovered when lost: a
+// check lost with an unflushed commit (the database crashed within a
+// fraction of a second of it) leaves its source queued for a job that has
+// completed, and the scan's reconciliation releases it a minute later to be
+// fetched again — exactly what happens to a check lost with a worker killed
+// before the Recorder wrote it (Submit). Its history row is lost with it.
+// Nothing else is written through that pool. On a database where every
+// commit waits for the disk, this is what lets a batch of checks cost about
+// what a River job's own completion costs.
+func ConfigureRecorderPool(pc *pgxpool.Config) {
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pc.ConnConfig.RuntimeParams["application_name"] = "fleetpace-recorder"
 	}
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +24,7 @@ type Source struct {
 	ID                  int64         `json:"id"`
 	Platform            string        `json:"platform"`
 	URL                 string        `json:"url"`
-	Interval            time.Duration `json:"interval"`
+	Interval            time.Duration `json:"-"` // JSON: interval_s
 	Enabled             bool          `json:"enabled"`
 	DueAt               time.Time     `json:"due_at"`
 	LastCheckedAt       *time.Time    `json:"last_checked_at"`
@@ -55,31 +58,91 @@ func (s NewSource) Validate() error {
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
-	if s.Interval <= 0 {
-		return &FieldError{Field: "interval", Value: s.Interval.String(), Reason: "must be > 0"}
+	if s.Interval < MinInterval || s.Interval > MaxInterval {
+		return &FieldError{Field: "interval", Value: s.Interval.String(),
+			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
 	}
 	return nil
 }
 
-// ValidateURL accepts absolute http and https URLs with a host.
+// ValidateURL accepts absolute http and https URLs with a host and, if
+// any, a port in [1, 65535]: at most MaxURLBytes bytes of valid UTF-8,
+// without whitespace or control characters. The error's Value is the URL
+// with its credentials redacted (RedactURL).
 func ValidateURL(raw string) error {
-	if raw == "" {
+	bad := func(reason string) error {
+		return &FieldError{Field: "url", Value: RedactURL(raw), Reason: reason}
+	}
+	switch {
+	case raw == "":
 		return &FieldError{Field: "url", Value: raw, Reason: "is required"}
+	case len(raw) > MaxURLBytes:
+		return bad(fmt.Sprintf("must be at most %d bytes, got %d", MaxURLBytes, len(raw)))
+	case !utf8.ValidString(raw):
+		return bad("must be valid UTF-8")
+	case strings.IndexFunc(raw, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		return bad("must not contain whitespace or control characters")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return &FieldError{Field: "url", Value: raw, Reason: "is not a valid URL"}
+		return bad("is not a valid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return &FieldError{Field: "url", Value: raw, Reason: "must be an absolute http or https URL"}
+		return bad("must be an absolute http or https URL")
 	}
 	if u.Host == "" || u.Hostname() == "" {
-		return &FieldError{Field: "url", Value: raw, Reason: "must have a host"}
+		return bad("must have a host")
 	}
-	if strings.ContainsAny(raw, " \t\r\n") {
-		return &FieldError{Field: "url", Value: raw, Reason: "must not contain whitespace"}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad("must have a port in [1, 65535]")
+		}
 	}
 	return nil
+}
+
+// redactedSecret replaces the credentials of a URL in RedactURL.
+const redactedSecret = "xxxxx"
+
+// RedactURL returns a source URL fit to print: a password in its user
+// information is replaced by "xxxxx" (https://user:xxxxx@host/…), and so
+// is a user name given alone (https://xxxxx@host/…), which is often a
+// token. When the URL's '@' could be read more than one way (several before
+// the path, or one after the path begins in a URL that does not parse as an
+// ordinary one), everything between "://" and the last '@' is replaced; an
+// '@' in the path or query of a URL with plain user information is not
+// one of those. Every human
+// and JSON output of a source URL goes through it; a URL without user
+// information comes back unchanged.
+func RedactURL(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !strings.Contains(rest, "@") {
+		return raw
+	}
+	maskAll := scheme + "://" + redactedSecret + "@" + rest[strings.LastIndex(rest, "@")+1:]
+	userinfo, after, _ := strings.Cut(rest, "@")
+	host := after
+	if i := strings.IndexAny(after, "/?#"); i >= 0 {
+		host = after[:i]
+	}
+	switch {
+	case strings.Contains(host, "@"), strings.Contains(after, "@") && strings.ContainsAny(userinfo, "/?#"):
+		// Another '@' before the path, or one after a user information
+		// that is not plainly one.
+		return maskAll
+	case strings.ContainsAny(userinfo, "/?#"):
+		// The '@' is in the path, query or fragment: no user information
+		// if the URL parses as one with a host and none (a profile URL such
+		// as https://example.social/@name); otherwise a password with a '/'.
+		if u, err := url.Parse(raw); err == nil && u.User == nil && u.Host != "" {
+			return raw
+		}
+		return maskAll
+	}
+	if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
+		return scheme + "://" + user + ":" + redactedSecret + "@" + after
+	}
+	return scheme + "://" + redactedSecret + "@" + after
 }
 
 // AddSource adds one source. created is false when the platform already has a
@@ -106,17 +169,43 @@ func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created boo
 // default.
 const DefaultListLimit = 1000
 
-// ListFilter selects sources for ListSources.
+// ListFilter selects sources for ListSources. The zero value selects every
+// source (up to DefaultListLimit).
 type ListFilter struct {
 	Platform string // "" means every platform
-	DueOnly  bool   // only sources due now (not queued, enabled, platform not cooling down)
+	DueOnly  bool   // only sources due now (enabled, not queued, platform neither cooling down nor paused)
 	Limit    int    // the most returned; 0 means DefaultListLimit
+	// MinFailures keeps only sources that failed at least this many times
+	// in a row (0: no filter).
+	MinFailures int
+	// Outcome keeps only sources whose last outcome is this one of Outcomes
+	// ("": no filter).
+	Outcome string
 }
+
+// The outcomes of a check, as recorded (Check.Outcome, Source.LastOutcome).
+const (
+	OutcomeOK           = "ok"
+	OutcomeNotModified  = "not_modified"
+	OutcomeRatePressure = "rate_pressure"
+	OutcomeRateLimited  = "rate_limited"
+	OutcomeFailed       = "failed"
+)
+
+// Outcomes lists every outcome a check can have.
+var Outcomes = []string{OutcomeOK, OutcomeNotModified, OutcomeRatePressure, OutcomeRateLimited, OutcomeFailed}
 
 // Validate reports an invalid field, wrapping ErrInvalid.
 func (f ListFilter) Validate() error {
-	if f.Limit < 0 {
-		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: "must be ≥ 1 (0: default)"}
+	switch {
+	case f.Limit < 0 || f.Limit > MaxListLimit:
+		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: fmt.Sprintf("must be in [1, %d] (0: default)", MaxListLimit)}
+	case f.MinFailures < 0 || f.MinFailures > MaxFailures:
+		return &FieldError{Field: "min_failures", Value: strconv.Itoa(f.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
+	case f.Outcome != "" && !slices.Contains(Outcomes, f.Outcome):
+		return &FieldError{Field: "outcome", Value: f.Outcome, Reason: "must be one of " + strings.Join(Outcomes, ", ")}
+	case f.Platform != "" && !nameRE.MatchString(f.Platform):
+		return &FieldError{Field: "platform", Value: f.Platform, Reason: "must match " + NamePattern}
 	}
 	return nil
 }
@@ -130,13 +219,21 @@ func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
 	if f.Limit == 0 {
 		f.Limit = DefaultListLimit
 	}
-	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit)
+	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit, f.MinFailures, f.Outcome)
 	if err != nil {
 		return nil, fmt.Errorf("source: list: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanSource)
 	if err != nil {
 		return nil, fmt.Errorf("source: list: %w", err)
+	}
+	if len(out) == 0 && f.Platform != "" {
+		// Nothing listed: say so if the platform itself does not exist.
+		if _, err := GetPlatform(ctx, db, f.Platform); errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("source: list: %w", unknownPlatform(f.Platform))
+		} else if err != nil {
+			return nil, fmt.Errorf("source: list: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -182,17 +279,7 @@ func RemoveSources(ctx context.Context, db Beginner, ids []int64) (int, error) {
 		return 0, fmt.Errorf("source: remove: %w", err)
 	}
 	if len(removed) != len(uniqueIDs(ids)) {
-		got := map[int64]bool{}
-		for _, id := range removed {
-			got[id] = true
-		}
-		var missing []string
-		for _, id := range ids {
-			if !got[id] {
-				missing = append(missing, fmt.Sprint(id))
-			}
-		}
-		return 0, fmt.Errorf("source: remove: %w", &FieldError{Field: "id", Value: strings.Join(missing, ","), Reason: "does not exist; nothing removed"})
+		return 0, fmt.Errorf("source: remove: %w", missingIDs(ids, removed, "nothing removed"))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("source: remove: %w", err)
@@ -206,4 +293,194 @@ func uniqueIDs(ids []int64) map[int64]bool {
 		m[id] = true
 	}
 	return m
+}
+
+// ErrAmbiguous is wrapped when a URL names sources of several platforms
+// (an ErrInvalid too: the caller should give an id).
+var ErrAmbiguous = errors.New("ambiguous")
+
+// Lookup finds one source by reference: its id (digits) or its URL. A URL
+// added on several platforms is an error wrapping ErrAmbiguous and naming
+// their ids; an unknown one wraps ErrNotFound.
+func Lookup(ctx context.Context, db DBTX, ref string) (Source, error) {
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		if id <= 0 {
+			return Source{}, fmt.Errorf("source: %w", &FieldError{Field: "id", Value: ref, Reason: "must be a positive integer"})
+		}
+		return GetSource(ctx, db, id)
+	}
+	if err := ValidateURL(ref); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.Field, fe.Reason = "id", "is neither an id nor a source's URL: the URL "+fe.Reason
+		}
+		return Source{}, fmt.Errorf("source: %w", err)
+	}
+	rows, err := db.Query(ctx, sourcesByURLSQL, ref)
+	if err != nil {
+		return Source{}, fmt.Errorf("source: lookup: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, scanSource)
+	if err != nil {
+		return Source{}, fmt.Errorf("source: lookup: %w", err)
+	}
+	switch len(found) {
+	case 0:
+		return Source{}, fmt.Errorf("source %s: %w", RedactURL(ref), ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	ids := make([]string, len(found))
+	for i, s := range found {
+		ids[i] = fmt.Sprintf("%d (%s)", s.ID, s.Platform)
+	}
+	return Source{}, fmt.Errorf("source: %w", &FieldError{Field: "id", Value: RedactURL(ref),
+		Reason: "is the URL of several sources: " + strings.Join(ids, ", ") + "; give the id", Err: ErrAmbiguous})
+}
+
+// SourceUpdate is a change to a source: nil fields stay as they are.
+type SourceUpdate struct {
+	// Interval is how often to check the source (> 0). The next check of a
+	// source that is not failing moves to its last check + Interval.
+	Interval *time.Duration
+	// Enabled: false stops queueing the source (a job already queued still
+	// runs); true queues it again when due.
+	Enabled *bool
+}
+
+// Validate reports an invalid field, wrapping ErrInvalid.
+func (u SourceUpdate) Validate() error {
+	switch {
+	case u.Interval == nil && u.Enabled == nil:
+		return &FieldError{Field: "interval", Value: "", Reason: "or enabled must be given: nothing to change"}
+	case u.Interval != nil && (*u.Interval < MinInterval || *u.Interval > MaxInterval):
+		return &FieldError{Field: "interval", Value: u.Interval.String(), Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
+	}
+	return nil
+}
+
+// UpdateSource changes a source's settings and returns it as saved. An
+// unknown id wraps ErrNotFound; invalid input writes nothing.
+func UpdateSource(ctx context.Context, db DBTX, id int64, u SourceUpdate) (Source, error) {
+	if err := u.Validate(); err != nil {
+		return Source{}, fmt.Errorf("source %d: %w", id, err)
+	}
+	rows, err := db.Query(ctx, updateSourceSQL, id, u.Interval, u.Enabled)
+	if err != nil {
+		return Source{}, fmt.Errorf("source %d: update: %w", id, err)
+	}
+	s, err := pgx.CollectExactlyOneRow(rows, scanSource)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Source{}, fmt.Errorf("source %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Source{}, fmt.Errorf("source %d: update: %w", id, err)
+	}
+	return s, nil
+}
+
+// Selection selects sources for SetEnabled: by ids, or by platform and/or
+// by failures. At least one field must be set; IDs excludes the others.
+type Selection struct {
+	IDs         []int64 // these sources (all must exist)
+	Platform    string  // every source of this platform
+	MinFailures int     // sources that failed at least this many times in a row (0: no filter)
+}
+
+// Validate reports an invalid field, wrapping ErrInvalid.
+func (sel Selection) Validate() error {
+	switch {
+	case len(sel.IDs) == 0 && sel.Platform == "" && sel.MinFailures == 0:
+		return &FieldError{Field: "id", Value: "", Reason: "or platform or min_failures must be given"}
+	case len(sel.IDs) > 0 && (sel.Platform != "" || sel.MinFailures != 0):
+		return &FieldError{Field: "id", Value: fmt.Sprint(sel.IDs), Reason: "excludes platform and min_failures"}
+	case sel.MinFailures < 0 || sel.MinFailures > MaxFailures:
+		return &FieldError{Field: "min_failures", Value: strconv.Itoa(sel.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
+	case sel.Platform != "" && !nameRE.MatchString(sel.Platform):
+		return &FieldError{Field: "platform", Value: sel.Platform, Reason: "must match " + NamePattern}
+	}
+	for _, id := range sel.IDs {
+		if id <= 0 {
+			return &FieldError{Field: "id", Value: strconv.FormatInt(id, 10), Reason: "must be a positive integer"}
+		}
+	}
+	return nil
+}
+
+// SetEnabled enables or disables the selected sources, all or nothing: an
+// unknown id or platform changes nothing and is an error wrapping
+// ErrInvalid. It returns the ids of the selected sources, in id order
+// (sources already in that state included).
+func SetEnabled(ctx context.Context, db Beginner, sel Selection, enabled bool) ([]int64, error) {
+	what := map[bool]string{true: "enable", false: "disable"}[enabled]
+	if err := sel.Validate(); err != nil {
+		return nil, fmt.Errorf("source: %s: %w", what, err)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("source: %s: %w", what, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if sel.Platform != "" {
+		if _, err := GetPlatform(ctx, tx, sel.Platform); errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("source: %s: %w", what, unknownPlatform(sel.Platform))
+		} else if err != nil {
+			return nil, fmt.Errorf("source: %s: %w", what, err)
+		}
+	}
+	var ids []int64
+	if len(sel.IDs) > 0 {
+		ids = sel.IDs
+	}
+	rows, err := tx.Query(ctx, setEnabledSQL, enabled, ids, sel.Platform, sel.MinFailures)
+	if err != nil {
+		return nil, fmt.Errorf("source: %s: %w", what, err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("source: %s: %w", what, err)
+	}
+	if len(sel.IDs) > 0 && len(got) != len(uniqueIDs(sel.IDs)) {
+		return nil, fmt.Errorf("source: %s: %w", what, missingIDs(sel.IDs, got, "nothing changed"))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("source: %s: %w", what, err)
+	}
+	slices.Sort(got)
+	return got, nil
+}
+
+// RequireSources returns nil when every id of ids names a source, else the
+// error naming those that do not (a *FieldError wrapping ErrNotFound and
+// ErrInvalid), whose reason ends with consequence ("nothing queued"): an
+// operation on sources by id is all or nothing.
+func RequireSources(ctx context.Context, db DBTX, ids []int64, consequence string) error {
+	rows, err := db.Query(ctx, existingSourceIDsSQL, ids)
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	existing, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("source: %w", err)
+	}
+	if len(existing) != len(uniqueIDs(ids)) {
+		return missingIDs(ids, existing, consequence)
+	}
+	return nil
+}
+
+// missingIDs is the error naming the ids of want not in got (each once).
+func missingIDs(want, got []int64, consequence string) error {
+	have := make(map[int64]bool, len(got))
+	for _, id := range got {
+		have[id] = true
+	}
+	var missing []string
+	for _, id := range want {
+		if !have[id] {
+			missing = append(missing, fmt.Sprint(id))
+			have[id] = true
+		}
+	}
+	return &FieldError{Field: "id", Value: strings.Join(missing, ","), Reason: "does not exist; " + consequence, Err: ErrNotFound}
 }

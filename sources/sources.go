@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -50,7 +51,26 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("%s %s (got %q)", e.Field, e.Reason, e.Value)
+	if e.Value == "" {
+		return e.Field + " " + e.Reason
+	}
+	return fmt.Sprintf("%s %s (got %q)", e.Field, e.Reason, clip(e.Value, maxShownValue))
+}
+
+// maxShownValue is the most bytes of a bad value an error message shows.
+const maxShownValue = 100
+
+// clip shortens s to at most n bytes, cut at a character boundary, marking
+// the cut with "…".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // Unwrap makes every FieldError an ErrInvalid, and one with Err that too.
@@ -72,6 +92,10 @@ func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e
 // Unwrap makes every LineError an ErrInvalid.
 func (e *LineError) Unwrap() error { return ErrInvalid }
 
+// maxShownLines is the most bad lines an ImportError's message lists (Lines
+// holds them all).
+const maxShownLines = 50
+
 // ImportError lists every bad line of an import; nothing was written.
 type ImportError struct {
 	Lines []*LineError
@@ -80,7 +104,11 @@ type ImportError struct {
 func (e *ImportError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "import rejected, nothing written: %d bad line(s)", len(e.Lines))
-	for _, l := range e.Lines {
+	for i, l := range e.Lines {
+		if i == maxShownLines {
+			fmt.Fprintf(&b, "\n  … and %d more", len(e.Lines)-i)
+			break
+		}
 		b.WriteString("\n  ")
 		b.WriteString(l.Error())
 	}

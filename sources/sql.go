@@ -63,17 +63,68 @@ func CoolingDownSQL(platform string) string {
 // activeCooldown is the condition "cooldown c has not ended".
 const activeCooldown = `c.until > now()`
 
+// PausedSQL returns the condition "the platform named by the SQL expression
+// platform is paused now" (an operator's pause, pacer.Pause). It reads the
+// pacer's table, fleetpace_pace, written only by package pacer: paused_until
+// is in epoch seconds of the database clock ('Infinity' until resumed).
+// platform is an expression of the caller's statement, never input.
+func PausedSQL(platform string) string {
+	return `EXISTS (SELECT 1 FROM fleetpace_pace x WHERE x.platform = ` + platform +
+		` AND x.paused_until > date_part('epoch', now()))`
+}
+
+// StoppedSQL returns the condition "the platform named by the SQL expression
+// platform takes no new jobs now": it cools down or is paused. A source is
+// due now — for the scan, `sources list --due` and the status counts alike —
+// when DueSQL holds and its platform is not stopped.
+func StoppedSQL(platform string) string {
+	return `(` + CoolingDownSQL(platform) + ` OR ` + PausedSQL(platform) + `)`
+}
+
 var listSourcesSQL = `
 SELECT ` + sourceColumns + `
 FROM fleetpace_source s
 WHERE ($1 = '' OR s.platform = $1)
-  AND (NOT $2 OR (` + DueSQL + ` AND NOT ` + CoolingDownSQL("s.platform") + `))
+  AND (NOT $2 OR (` + DueSQL + ` AND NOT ` + StoppedSQL("s.platform") + `))
+  AND s.consecutive_failures >= $4
+  AND ($5 = '' OR s.last_outcome = $5)
 ORDER BY s.last_checked_at ASC NULLS FIRST, s.id
 LIMIT $3`
 
 const getSourceSQL = `SELECT ` + sourceColumns + ` FROM fleetpace_source WHERE id = $1`
 
-const removeSourcesSQL = `DELETE FROM fleetpace_source WHERE id = ANY($1) RETURNING id`
+// existingSourceIDsSQL returns which of the ids $1 name a source.
+const existingSourceIDsSQL = `SELECT id FROM fleetpace_source WHERE id = ANY($1)`
+
+// removeSourcesSQL deletes sources and their history.
+const removeSourcesSQL = `
+WITH h AS (DELETE FROM fleetpace_check WHERE source_id = ANY($1))
+DELETE FROM fleetpace_source WHERE id = ANY($1) RETURNING id`
+
+const sourcesByURLSQL = `SELECT ` + sourceColumns + ` FROM fleetpace_source WHERE url = $1 ORDER BY id LIMIT 10`
+
+// updateSourceSQL changes a source's interval ($2, NULL: unchanged) and
+// whether it is enabled ($3, NULL: unchanged). A new interval moves the
+// next check of a source that is not failing to its last check plus the new
+// interval (a failing source keeps its backoff).
+var updateSourceSQL = `
+UPDATE fleetpace_source s SET
+    check_interval = COALESCE($2::interval, s.check_interval),
+    enabled        = COALESCE($3::boolean, s.enabled),
+    due_at         = CASE WHEN $2::interval IS NOT NULL AND s.last_checked_at IS NOT NULL AND s.consecutive_failures = 0
+                          THEN s.last_checked_at + $2::interval ELSE s.due_at END
+WHERE s.id = $1
+RETURNING ` + sourceColumns
+
+// setEnabledSQL enables or disables ($1) the sources selected by ids ($2,
+// NULL: any), platform ($3, empty: any) and consecutive failures (at least $4),
+// and returns the ids it selected.
+const setEnabledSQL = `
+UPDATE fleetpace_source s SET enabled = $1
+WHERE ($2::bigint[] IS NULL OR s.id = ANY($2))
+  AND ($3 = '' OR s.platform = $3)
+  AND s.consecutive_failures >= $4
+RETURNING s.id`
 
 const importTempTableSQL = `
 CREATE TEMP TABLE fleetpace_import (
@@ -88,7 +139,8 @@ SELECT platform, url, check_interval FROM fleetpace_import
 ON CONFLICT (platform, url) DO NOTHING`
 
 // recordSQL builds the statement that records checks, one definition for
-// both forms (one check, a batch), so they cannot drift apart. The rules:
+// every form (one check or a batch, with or without its history row), so
+// they cannot drift apart. The rules:
 //   - ok, not_modified: checked now; failures reset; next due after the interval.
 //   - failed: checked now; failures + 1; next due after interval × 2^failures,
 //     capped at 64 × interval and at max(interval, 24 h).
@@ -101,12 +153,15 @@ ON CONFLICT (platform, url) DO NOTHING`
 // for another job (released by the tick's reconciliation while this check
 // was on its way), nothing is written and that job checks it.
 //
+// With history, the statement is a data-modifying CTE: the UPDATE returns
+// the rows it wrote, and the same statement inserts one fleetpace_check row
+// for each (a check that is not written has no history either). One
+// statement, one round trip, one commit: the history costs the insert, not
+// a trip.
+//
 // v names the check's values in the statement; from adds the batch's rows.
-func recordSQL(v checkValues, from string) string {
-	return strings.NewReplacer(
-		"{id}", v.id, "{outcome}", v.outcome, "{status}", v.status, "{error}", v.error, "{etag}", v.etag,
-		"{last_modified}", v.lastModified, "{content_hash}", v.contentHash, "{job}", v.job, "{from}", from,
-	).Replace(`
+func recordSQL(v checkValues, from string, history bool) string {
+	update := `
 UPDATE fleetpace_source s SET
     queued_at            = NULL,
     queued_job_id        = NULL,
@@ -127,25 +182,55 @@ UPDATE fleetpace_source s SET
             GREATEST(s.check_interval, interval '24 hours'))
         ELSE now() END{from}
 WHERE s.id = {id}
-  AND ({job} = 0 OR s.queued_job_id IS NULL OR s.queued_job_id = {job})`)
+  AND ({job} = 0 OR s.queued_job_id IS NULL OR s.queued_job_id = {job})`
+	if history {
+		update = `
+WITH u AS (` + update + `
+RETURNING s.id, s.platform, {outcome} AS outcome, {status} AS status, NULLIF({error}, '') AS reason,
+          {duration_ms} AS duration_ms, {bytes} AS bytes, {worker} AS worker
+)
+INSERT INTO fleetpace_check (source_id, platform, outcome, status, reason, duration_ms, bytes, worker)
+SELECT id, platform, outcome, status, reason, duration_ms, bytes, worker FROM u`
+	}
+	return strings.NewReplacer(
+		"{id}", v.id, "{outcome}", v.outcome, "{status}", v.status, "{error}", v.error, "{etag}", v.etag,
+		"{last_modified}", v.lastModified, "{content_hash}", v.contentHash, "{job}", v.job, "{from}", from,
+		"{duration_ms}", v.durationMS, "{bytes}", v.bytes, "{worker}", v.worker,
+	).Replace(update)
 }
 
 // checkValues are the SQL expressions of one check's values.
 type checkValues struct {
 	id, outcome, status, error, etag, lastModified, contentHash, job string
+	durationMS, bytes, worker                                        string // history only
 }
 
-// recordCheckSQL records one check: $1 the source, $2…$7 outcome, status,
-// error, etag, last_modified, content_hash, $8 the job.
-var recordCheckSQL = recordSQL(checkValues{"$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8::bigint"}, "")
+// oneCheck names the values of one check: $1 the source, $2…$7 outcome,
+// status, error, etag, last_modified, content_hash, $8 the job, and for the
+// history $9…$11 duration (ms), bytes, worker.
+var oneCheck = checkValues{"$1::bigint", "$2::text", "$3::integer", "$4::text", "$5::text", "$6::text", "$7::text", "$8::bigint", "$9::real", "$10::bigint", "$11::text"}
 
-// recordChecksSQL records many checks in one statement: the same rules, row
-// by row, the i-th element of each array being that source's $1…$8. The ids
-// must be distinct (with a duplicate, UPDATE … FROM would apply one of its
-// rows, unspecified which).
-var recordChecksSQL = recordSQL(checkValues{"r.id", "r.outcome", "r.status", "r.error", "r.etag", "r.last_modified", "r.content_hash", "r.job_id"}, `
-FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-    AS r(id, outcome, status, error, etag, last_modified, content_hash, job_id)`)
+// batchChecks names the values of a batch: the i-th element of each array is
+// one check's $1…$11. The ids must be distinct (with a duplicate, UPDATE …
+// FROM would apply one of its rows, unspecified which).
+var batchChecks = checkValues{"r.id", "r.outcome", "r.status", "r.error", "r.etag", "r.last_modified", "r.content_hash", "r.job_id",
+	"r.duration_ms", "r.bytes", "r.worker"}
+
+const batchFrom = `
+FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]{history})
+    AS r(id, outcome, status, error, etag, last_modified, content_hash, job_id{historyColumns})`
+
+var (
+	// recordCheckSQL records one check ($1…$8), recordCheckHistorySQL one
+	// check and its history row ($1…$11).
+	recordCheckSQL        = recordSQL(oneCheck, "", false)
+	recordCheckHistorySQL = recordSQL(oneCheck, "", true)
+	// recordChecksSQL and recordChecksHistorySQL are the same for a batch.
+	recordChecksSQL        = recordSQL(batchChecks, strings.NewReplacer("{history}", "", "{historyColumns}", "").Replace(batchFrom), false)
+	recordChecksHistorySQL = recordSQL(batchChecks, strings.NewReplacer(
+		"{history}", ", $9::real[], $10::bigint[], $11::text[]",
+		"{historyColumns}", ", duration_ms, bytes, worker").Replace(batchFrom), true)
+)
 
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
 
@@ -185,18 +270,84 @@ SELECT platform, until, reason, count, started_at, until - now()
 FROM fleetpace_cooldown c WHERE ` + activeCooldown + ` ORDER BY platform`
 
 // countsSQL is the per-platform summary for status: sources, enabled, queued,
-// due now, never checked, and how late the due ones are (max, p95).
-const countsSQL = `
+// due now (as `sources list --due` and the scan see it: not while the
+// platform is stopped), never checked, failing, and how late the due ones
+// are (max, p95). Whether the platform is stopped is asked once per
+// platform (the lateral subquery), not once per source.
+var countsSQL = `
 SELECT p.name,
        count(s.id),
        count(s.id) FILTER (WHERE s.enabled),
        count(s.id) FILTER (WHERE s.queued_at IS NOT NULL),
-       count(s.id) FILTER (WHERE ` + DueSQL + `),
+       count(s.id) FILTER (WHERE ` + DueSQL + ` AND r.ready),
        count(s.id) FILTER (WHERE s.last_checked_at IS NULL),
+       count(s.id) FILTER (WHERE s.enabled AND s.consecutive_failures > 0),
        COALESCE(EXTRACT(EPOCH FROM max(now() - s.due_at) FILTER (WHERE s.enabled AND s.due_at <= now())), 0)::float8,
        COALESCE(percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM now() - s.due_at))
                 FILTER (WHERE s.enabled AND s.due_at <= now()), 0)::float8
 FROM fleetpace_platform p
+CROSS JOIN LATERAL (SELECT NOT ` + StoppedSQL("p.name") + ` AS ready) r
 LEFT JOIN fleetpace_source s ON s.platform = p.name
-GROUP BY p.name
+GROUP BY p.name, r.ready
 ORDER BY p.name`
+
+// historySQL is one source's last $2 checks, newest first: a backward walk
+// of fleetpace_check_source_idx.
+const historySQL = `
+SELECT checked_at, outcome, status, duration_ms, bytes, reason, worker
+FROM fleetpace_check
+WHERE source_id = $1
+ORDER BY checked_at DESC
+LIMIT $2`
+
+// pruneHistorySQL deletes up to $2 history rows recorded before now() − $1,
+// oldest first per platform: each platform's old rows are the start of its
+// range of fleetpace_check_platform_idx, so the statement costs about the
+// rows it deletes plus one index descent per platform, however large the
+// table is.
+const pruneHistorySQL = `
+DELETE FROM fleetpace_check
+WHERE ctid = ANY (ARRAY(
+    SELECT h.ctid
+    FROM fleetpace_platform p
+    CROSS JOIN LATERAL (
+        SELECT c.ctid FROM fleetpace_check c
+        WHERE c.platform = p.name AND c.checked_at < now() - $1::interval
+        ORDER BY c.checked_at
+        LIMIT $2) h
+    LIMIT $2))`
+
+// activitySQL counts checks per platform ($1: every platform when empty),
+// time bucket ($3 wide, from now() − $2) and outcome. Each platform's
+// window is a range of fleetpace_check_platform_idx: the cost is the rows in
+// the window, not the table.
+const activitySQL = `
+SELECT p.name, a.bucket, a.outcome, a.n
+FROM fleetpace_platform p
+CROSS JOIN LATERAL (
+    SELECT date_bin($3::interval, c.checked_at, n.since) AS bucket, c.outcome, count(*) AS n
+    FROM (SELECT now() - $2::interval AS since) n
+    JOIN fleetpace_check c ON c.platform = p.name AND c.checked_at >= n.since
+    GROUP BY 1, 2) a
+WHERE $1 = '' OR p.name = $1
+ORDER BY p.name, a.bucket, a.outcome`
+
+const lockPlatformSQL = `SELECT ` + platformColumns + ` FROM fleetpace_platform WHERE name = $1 FOR UPDATE`
+
+// deletePlatformSQL deletes a platform with its sources, their history and
+// its cooldown; the pace row goes with the platform (ON DELETE CASCADE).
+// It returns what it deleted: sources, history rows, cooldowns (0 or 1).
+const deletePlatformSQL = `
+WITH s AS (DELETE FROM fleetpace_source WHERE platform = $1 RETURNING 1),
+     h AS (DELETE FROM fleetpace_check WHERE platform = $1 RETURNING 1),
+     c AS (DELETE FROM fleetpace_cooldown WHERE platform = $1 RETURNING 1),
+     p AS (DELETE FROM fleetpace_platform WHERE name = $1 RETURNING 1)
+SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM h), (SELECT count(*) FROM c), (SELECT count(*) FROM p)`
+
+const countPlatformSourcesSQL = `SELECT count(*) FROM fleetpace_source WHERE platform = $1`
+
+// clearCooldownSQL ends a platform's cooldown and forgets its escalation
+// (the next cooldown starts from the platform's own length).
+const clearCooldownSQL = `
+DELETE FROM fleetpace_cooldown c WHERE platform = $1
+RETURNING platform, until, reason, count, started_at, GREATEST(until - now(), interval '0')`

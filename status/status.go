@@ -6,6 +6,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -16,12 +17,108 @@ import (
 	"github.com/fleetpace/fleetpace/sources"
 )
 
-// Platform is one platform's row of the report.
+// RecentWindow is how far back Platform.Recent counts the fetch history.
+const RecentWindow = time.Minute
+
+// Platform is one platform's row of the report. Its JSON is the platform's
+// settings (sources.Platform) with "pace", "cooldown", "counts" and
+// "recent" beside them; every duration is in seconds under a key ending in
+// _s.
 type Platform struct {
 	sources.Platform
-	Pace     pacer.State            `json:"pace"` // every platform has a pace row
+	Pace     pacer.State            // every platform has a pace row
+	Cooldown *sources.Cooldown      // nil: not cooling down
+	Counts   sources.PlatformCounts // sources: due, queued, failing, staleness
+	Recent   Recent                 // fetches over the last RecentWindow, from the history
+}
+
+// Recent is a platform's fetches over a recent window, from the fetch
+// history (sources.Activity).
+type Recent struct {
+	Window time.Duration
+	// Checks counts the window's fetches by outcome (ok, not_modified,
+	// rate_pressure, rate_limited, failed); absent outcomes are 0.
+	Checks map[string]int64
+}
+
+// Total is the number of fetches in the window.
+func (r Recent) Total() int64 {
+	var n int64
+	for _, c := range r.Checks {
+		n += c
+	}
+	return n
+}
+
+// PerSec is the fetch rate over the window, requests per second.
+func (r Recent) PerSec() float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return float64(r.Total()) / r.Window.Seconds()
+}
+
+type recentJSON struct {
+	Window float64          `json:"window_s"`
+	Checks map[string]int64 `json:"checks"`
+	PerSec float64          `json:"requests_per_sec"`
+}
+
+// MarshalJSON writes the window in seconds and the rate beside the counts.
+func (r Recent) MarshalJSON() ([]byte, error) {
+	checks := r.Checks
+	if checks == nil {
+		checks = map[string]int64{}
+	}
+	return json.Marshal(recentJSON{r.Window.Seconds(), checks, r.PerSec()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *Recent) UnmarshalJSON(b []byte) error {
+	var j recentJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = Recent{Window: time.Duration(j.Window * float64(time.Second)), Checks: j.Checks}
+	return nil
+}
+
+// platformParts is what a Platform adds to the platform's settings in JSON.
+type platformParts struct {
+	Pace     pacer.State            `json:"pace"`
 	Cooldown *sources.Cooldown      `json:"cooldown,omitempty"`
 	Counts   sources.PlatformCounts `json:"counts"`
+	Recent   Recent                 `json:"recent"`
+}
+
+// MarshalJSON writes the platform's settings and, beside them, its pace,
+// cooldown, counts and recent fetches. (Embedding sources.Platform, whose
+// own MarshalJSON would otherwise write the settings alone.)
+func (p Platform) MarshalJSON() ([]byte, error) {
+	settings, err := json.Marshal(p.Platform)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent})
+	if err != nil {
+		return nil, err
+	}
+	// Two objects made one: {settings…} + {parts…}.
+	out := append(settings[:len(settings)-1:len(settings)-1], ',')
+	return append(out, parts[1:]...), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *Platform) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &p.Platform); err != nil {
+		return err
+	}
+	var parts platformParts
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return err
+	}
+	p.Pace, p.Cooldown, p.Counts, p.Recent = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent
+	return nil
 }
 
 // Report is the whole status.
@@ -39,8 +136,9 @@ type DB interface {
 
 // Read builds the report, reading everything in one repeatable-read
 // transaction so the numbers agree with each other. It runs the per-source
-// counts and staleness (sources.Counts), a scan of every source: Cache
-// shares one read between frequent callers.
+// counts and staleness (sources.Counts), a scan of every source, and counts
+// the last RecentWindow of the fetch history (an index range per platform):
+// Cache shares one read between frequent callers.
 func Read(ctx context.Context, db DB) (*Report, error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -67,6 +165,10 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
+	activity, err := sources.Activity(ctx, tx, sources.ActivityQuery{Window: RecentWindow})
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
 	if rep.Fleet, err = fleet.Live(ctx, tx); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -83,8 +185,21 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 	for i := range cooldowns {
 		cooldown[cooldowns[i].Platform] = &cooldowns[i]
 	}
+	recent := make(map[string]Recent, len(platforms))
+	for _, a := range activity {
+		r, ok := recent[a.Platform]
+		if !ok {
+			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
+		}
+		r.Checks[a.Outcome] += a.Checks
+		recent[a.Platform] = r
+	}
 	for _, p := range platforms {
-		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name]})
+		r, ok := recent[p.Name]
+		if !ok {
+			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
+		}
+		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r})
 	}
 	return rep, nil
 }

@@ -2,6 +2,8 @@ package status_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,5 +97,62 @@ func TestCacheReadsOncePerMaxAge(t *testing.T) {
 	clk.Advance(time.Second)
 	if rep, err := cache.Get(ctx); err != nil || len(rep.Platforms) != 1 || db.reads.Load() != 2 {
 		t.Fatalf("Get 10 s later: %+v, %d reads, %v; want a new read with the new platform", rep, db.reads.Load(), err)
+	}
+}
+
+// The report's JSON: every duration in seconds under a key that says so,
+// the platform's settings beside its pace, cooldown, counts and recent
+// fetches (from the history); and it reads back.
+func TestReportJSON(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 8}); err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []sources.Check{{Outcome: "ok"}, {Outcome: "failed", Error: "HTTP 500"}, {Outcome: "rate_limited"}} {
+		if err := sources.RecordCheck(ctx, pool, id, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := sources.SetCooldown(ctx, pool, "p", time.Minute, "stop", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := status.Read(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Platforms[0]
+	if p.Recent.Total() != 3 || p.Recent.Checks["failed"] != 1 || p.Recent.Window != status.RecentWindow || p.Cooldown == nil {
+		t.Fatalf("platform = %+v, want 3 recent fetches and a cooldown", p)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := string(b)
+	for _, key := range []string{`"name":"p"`, `"cooldown_s":900`, `"remaining_s":`, `"stale_max_s":`, `"stale_p95_s":`,
+		`"hold_s":`, `"effective_rate_per_sec":`, `"window_s":60`, `"requests_per_sec":0.05`, `"failing":1`, `"pace":`} {
+		if !strings.Contains(js, key) {
+			t.Errorf("status JSON lacks %s:\n%s", key, js)
+		}
+	}
+	for _, bad := range []string{`"cooldown":9`, `"remaining":`, `"stale_max":`, `"interval":`} {
+		if strings.Contains(js, bad) {
+			t.Errorf("status JSON has a duration without its unit (%s):\n%s", bad, js)
+		}
+	}
+	var back status.Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	q := back.Platforms[0]
+	if q.Name != "p" || q.Cooldown == nil || q.Cooldown.Remaining != p.Cooldown.Remaining || q.Recent.Total() != 3 ||
+		q.Pace.Rate != 8 || q.Counts.Sources != 1 || q.Platform.Cooldown != 15*time.Minute {
+		t.Fatalf("read back %+v, want %+v", q, p)
 	}
 }

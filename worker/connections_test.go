@@ -172,6 +172,7 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 		"fleetpace_pacer_degraded_reservations_total", "fleetpace_pacer_reservations_total",
 		"fleetpace_cooldowns_active", "fleetpace_database_up 1", "fleetpace_fleet_size",
 		"fleetpace_record_checks_total", "fleetpace_pacer_block_reservations_total",
+		"fleetpace_pacer_slowdowns_total", "fleetpace_pacer_slots_given_back_total", "fleetpace_pacer_listening",
 	} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)
@@ -207,6 +208,10 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 	if ui := body("/riverui/"); !strings.Contains(strings.ToLower(ui), "<html") {
 		t.Errorf("/riverui/ is not the River UI page")
 	}
+	// The dashboard at /, with the platform and this worker.
+	if page := body("/"); !strings.Contains(page, `data-platform="st"`) || !strings.Contains(page, "Live workers: 1") {
+		t.Errorf("/ is not the dashboard with platform st and this worker:\n%s", page)
+	}
 
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -222,6 +227,16 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("readyz took %s during the outage, want a fast answer", d)
+	}
+	// The dashboard says so in a banner.
+	resp, err = http.Get("http://" + addr.String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(page), "The database is unreachable") {
+		t.Errorf("dashboard during outage: %d\n%s", resp.StatusCode, page)
 	}
 	// /healthz is about the process, not the database.
 	resp, err = http.Get("http://" + addr.String() + "/healthz")

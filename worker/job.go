@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +41,60 @@ type FetchWorker struct {
 	rand     func() float64
 	metrics  *Metrics
 	logger   *slog.Logger
+	worker   string
+	record   func(context.Context, sources.DBTX, []sources.CheckRecord) error // with or without history
+	pushback episodes                                                         // platforms in a rate-limiting episode, logged once each
+}
+
+// episodes remembers which platforms are pushing back (rate pressure or
+// rate limited since their last clean response) and the escalation of the
+// last cooldown logged, so that an episode and each cooldown in it are
+// logged once, not once per job.
+type episodes struct {
+	mu       sync.Mutex
+	on       map[string]bool
+	cooldown map[string]int
+}
+
+// begin marks platform as pushing back and reports whether that is news.
+func (e *episodes) begin(platform string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.on[platform] {
+		return false
+	}
+	if e.on == nil {
+		e.on = map[string]bool{}
+	}
+	e.on[platform] = true
+	return true
+}
+
+// coolingDown notes that platform cools down at escalation count and
+// reports whether that is news (a first cooldown in the episode, or an
+// escalated one; not an active cooldown extended by a later answer).
+func (e *episodes) coolingDown(platform string, count int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cooldown[platform] == count {
+		return false
+	}
+	if e.cooldown == nil {
+		e.cooldown = map[string]int{}
+	}
+	e.cooldown[platform] = count
+	return true
+}
+
+// end ends platform's episode (a clean response) and reports whether one
+// was going on.
+func (e *episodes) end(platform string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	was := e.on[platform]
+	delete(e.on, platform)
+	delete(e.cooldown, platform)
+	return was
 }
 
 // JobConfig configures a FetchWorker.
@@ -63,8 +118,17 @@ type JobConfig struct {
 	Rand func() float64
 	// Metrics, if set, counts fetches and pacer waits.
 	Metrics *Metrics
-	// Logger. Default: discard.
+	// Logger receives a warning per failed fetch (source, URL without its
+	// credentials, reason) and one per platform per episode of rate
+	// limiting. Default: discard.
 	Logger *slog.Logger
+	// Worker names this process in the history of the checks it records
+	// without a Recorder (a Recorder stamps its own). Default: "".
+	Worker string
+	// NoHistory records checks without their history rows when a job
+	// records them itself (a Recorder has a setting of its own). Default:
+	// with history.
+	NoHistory bool
 }
 
 // DefaultMaxWait is JobConfig.MaxWait's default.
@@ -91,8 +155,12 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	record := sources.RecordChecks
+	if cfg.NoHistory {
+		record = sources.RecordChecksWithoutHistory
+	}
 	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
-		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger}, nil
+		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger, worker: cfg.Worker, record: record}, nil
 }
 
 // Work runs one fetch job: reserve → fetch → report → record. Nothing comes
@@ -184,11 +252,12 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 
 	check := sources.Check{
 		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,
-		ContentHash: r.ContentHash, JobID: job.ID,
+		ContentHash: r.ContentHash, JobID: job.ID, Duration: r.Duration, Bytes: r.Bytes, Worker: w.worker,
 	}
 	if outcome == fetch.Failed || outcome == fetch.RateLimited {
 		check.Error = r.Reason
 	}
+	w.logOutcome(args, outcome, r)
 	if outcome != fetch.RateLimited {
 		// Without a Recorder: one autocommit statement, then River completes
 		// the job in its batched completer; should the process die in
@@ -200,14 +269,21 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		if w.recorder != nil {
 			return w.recorder.Submit(ctx, args.SourceID, check)
 		}
-		return sources.RecordCheck(ctx, w.pool, args.SourceID, check)
+		// A check the database refuses is recorded as a failed check (the
+		// job is not retried to fetch it again).
+		err := w.record(ctx, w.pool, []sources.CheckRecord{{SourceID: args.SourceID, Check: check}})
+		if errors.Is(err, sources.ErrCheckRefused) {
+			w.logger.Warn("the database refused a check", "source", args.SourceID, "err", err)
+			return nil
+		}
+		return w.historyLost(err)
 	}
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := sources.RecordCheck(ctx, tx, args.SourceID, check); err != nil {
+	if err := w.historyLost(w.record(ctx, tx, []sources.CheckRecord{{SourceID: args.SourceID, Check: check}})); err != nil {
 		return err
 	}
 	reason := r.Reason
@@ -221,7 +297,9 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	w.logger.Warn("platform cooling down", "platform", args.Platform, "until", until, "escalation", count, "reason", reason)
+	if w.pushback.coolingDown(args.Platform, count) {
+		w.logger.Warn("platform cooling down", "platform", args.Platform, "until", until, "escalation", count, "reason", reason)
+	}
 	return nil
 }
 
@@ -231,6 +309,37 @@ const (
 	lateAttempts = 5
 	lateSnooze   = time.Second
 )
+
+// historyLost logs a check recorded without its history row and returns
+// nil for it (the job is done: retrying would fetch again); other errors
+// are returned as they are.
+func (w *FetchWorker) historyLost(err error) error {
+	if errors.Is(err, sources.ErrHistoryNotRecorded) {
+		w.logger.Warn("fetch history not recorded (the check is)", "err", err)
+		return nil
+	}
+	return err
+}
+
+// logOutcome logs what an operator must see: every failed fetch, once,
+// and the start of a platform's rate limiting (pressure or a cooldown),
+// once per episode: a clean response ends the episode.
+func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r fetch.Result) {
+	switch outcome {
+	case fetch.Failed:
+		w.logger.Warn("fetch failed", "source", args.SourceID, "platform", args.Platform,
+			"url", sources.RedactURL(args.URL), "status", r.Status, "reason", r.Reason)
+	case fetch.RatePressure, fetch.RateLimited:
+		if w.pushback.begin(args.Platform) {
+			w.logger.Warn("platform is rate limiting", "platform", args.Platform, "status", r.Status,
+				"retry_after", r.RetryAfter, "outcome", string(outcome), "reason", r.Reason)
+		}
+	case fetch.OK, fetch.NotModified:
+		if w.pushback.end(args.Platform) {
+			w.logger.Info("platform answers normally again", "platform", args.Platform)
+		}
+	}
+}
 
 // reserve takes a pacer slot and sleeps until it. It returns a snooze error
 // (for River) when the wait is longer than the job should hold its worker
@@ -262,7 +371,7 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 				reason = "hold"
 			}
 			w.metrics.snoozed(platform, reason)
-			return res, river.JobSnooze(res.Wait + time.Duration(w.rand()*0.1*float64(res.Wait)))
+			return res, river.JobSnooze(snoozeFor(res.Wait, w.rand()))
 		}
 		w.metrics.waited(platform, res.Wait)
 		err = w.pacer.Sleep(ctx, &res)
@@ -281,6 +390,24 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 			return res, interrupted(ctx, err)
 		}
 	}
+}
+
+// MinSnooze is the shortest a job denied a pacer slot snoozes. A denial
+// always means "later", but the wait it names can be 0 or negative (the
+// slot's time rounded, or passed while the answer travelled): snoozed for
+// that, the job would be back at once, spinning through River as fast as it
+// can be fetched.
+const MinSnooze = time.Second
+
+// snoozeFor is how long a job denied a slot snoozes: the wait, at least
+// MinSnooze and at most pacer.MaxHold, spread by up to 10 % with u, a
+// uniform draw in [0, 1) (clamped there).
+func snoozeFor(wait time.Duration, u float64) time.Duration {
+	d := min(max(wait, MinSnooze), pacer.MaxHold)
+	if !(u >= 0 && u < 1) { // NaN too
+		u = 0
+	}
+	return d + time.Duration(u*0.1*float64(d))
 }
 
 // interrupted turns a cancelled fetch into a snooze, so a job stopped by a

@@ -111,9 +111,14 @@ var (
 	descFromBlock    = prometheus.NewDesc("fleetpace_pacer_block_reservations_total", "Granted reservations served from a block of slots, without a round trip.", nil, nil)
 	descBlockWaste   = prometheus.NewDesc("fleetpace_pacer_block_slots_discarded_total", "Slots of blocks that went unused (too late, or dropped on rate pressure).", nil, nil)
 	descDeferred     = prometheus.NewDesc("fleetpace_pacer_reports_batched_total", "Clean reports sent in batches rather than one statement each.", nil, nil)
+	descEvents       = prometheus.NewDesc("fleetpace_pacer_slowdowns_total", "Slow-downs (pressure, announced limits, holds, pauses) this process learnt of, by how (all; notified: through LISTEN/NOTIFY).", []string{"how"}, nil)
+	descRespaced     = prometheus.NewDesc("fleetpace_pacer_slots_respaced_total", "Granted slots moved later by a slow-down before they were used.", nil, nil)
+	descGivenBack    = prometheus.NewDesc("fleetpace_pacer_slots_given_back_total", "Granted slots given back: a slow-down moved them beyond the job's wait (the job snoozes).", nil, nil)
+	descLate         = prometheus.NewDesc("fleetpace_pacer_slots_late_total", "Granted slots given up because the job woke too late for them.", nil, nil)
+	descListening    = prometheus.NewDesc("fleetpace_pacer_listening", "1 while the pacer's slow-down listener is connected.", nil, nil)
 
 	descRecBatches = prometheus.NewDesc("fleetpace_record_statements_total", "Statements that wrote checks (group commit).", nil, nil)
-	descRecChecks  = prometheus.NewDesc("fleetpace_record_checks_total", "Checks written, by result (written, failed: lost with their statement, the scan re-queues their sources).", []string{"result"}, nil)
+	descRecChecks  = prometheus.NewDesc("fleetpace_record_checks_total", "Checks written, by result (written; refused: the database refused the check, recorded as a failed check instead; failed: lost with their statement, the scan re-queues their sources).", []string{"result"}, nil)
 	descRecQueued  = prometheus.NewDesc("fleetpace_record_queued", "Checks waiting to be written.", nil, nil)
 )
 
@@ -128,7 +133,8 @@ func (c recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c recorderCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.r.Stats()
 	ch <- prometheus.MustNewConstMetric(descRecBatches, prometheus.CounterValue, float64(s.Batches))
-	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Records-s.Failed), "written")
+	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Records-s.Failed-s.Refused), "written")
+	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Refused), "refused")
 	ch <- prometheus.MustNewConstMetric(descRecChecks, prometheus.CounterValue, float64(s.Failed), "failed")
 	ch <- prometheus.MustNewConstMetric(descRecQueued, prometheus.GaugeValue, float64(s.Queued))
 }
@@ -137,7 +143,7 @@ type pacerCollector struct{ p *pacer.Pacer }
 
 func (c pacerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descDown, descFleet,
-		descFromBlock, descBlockWaste, descDeferred} {
+		descFromBlock, descBlockWaste, descDeferred, descEvents, descRespaced, descGivenBack, descLate, descListening} {
 		ch <- d
 	}
 }
@@ -158,6 +164,16 @@ func (c pacerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFromBlock, prometheus.CounterValue, float64(s.FromBlock))
 	ch <- prometheus.MustNewConstMetric(descBlockWaste, prometheus.CounterValue, float64(s.BlockDiscarded))
 	ch <- prometheus.MustNewConstMetric(descDeferred, prometheus.CounterValue, float64(s.ReportsDeferred))
+	ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(s.Events), "all")
+	ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(s.Notifications), "notified")
+	ch <- prometheus.MustNewConstMetric(descRespaced, prometheus.CounterValue, float64(s.Respaced))
+	ch <- prometheus.MustNewConstMetric(descGivenBack, prometheus.CounterValue, float64(s.GivenBack))
+	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(s.Late))
+	listening := 0.0
+	if s.Listening {
+		listening = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descListening, prometheus.GaugeValue, listening)
 }
 
 var (
@@ -170,6 +186,9 @@ var (
 	descStaleMax   = prometheus.NewDesc("fleetpace_staleness_max_seconds", "How late the most overdue source of the platform is.", []string{"platform"}, nil)
 	descStaleP95   = prometheus.NewDesc("fleetpace_staleness_p95_seconds", "95th percentile of lateness among the platform's overdue sources.", []string{"platform"}, nil)
 	descUp         = prometheus.NewDesc("fleetpace_database_up", "1 if the fleet-wide state could be read at its last refresh.", nil, nil)
+	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, multiplier, announced, hold, paused).", []string{"platform", "source"}, nil)
+	descAnnounced  = prometheus.NewDesc("fleetpace_pacer_announced_rate", "Rate the destination's rate-limit headers allow now, requests per second (0: none announced).", []string{"platform"}, nil)
+	descHold       = prometheus.NewDesc("fleetpace_pacer_hold_remaining_seconds", "Remaining fleet-wide hold (Retry-After, exhausted quota, cooldown) per platform.", []string{"platform"}, nil)
 )
 
 // stateCollector reports the fleet-wide state from a shared status report,
@@ -181,7 +200,8 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp} {
+	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp,
+		descEffective, descAnnounced, descHold} {
 		ch <- d
 	}
 }
@@ -206,6 +226,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			active++
 		}
 		ch <- prometheus.MustNewConstMetric(descMultiplier, prometheus.GaugeValue, p.Pace.Multiplier, p.Name)
+		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, p.Pace.EffectiveRate, p.Name, p.Pace.Source)
+		ch <- prometheus.MustNewConstMetric(descAnnounced, prometheus.GaugeValue, p.Pace.AnnouncedRate, p.Name)
+		ch <- prometheus.MustNewConstMetric(descHold, prometheus.GaugeValue, p.Pace.Hold.Seconds(), p.Name)
 		ch <- prometheus.MustNewConstMetric(descCeiling, prometheus.GaugeValue, p.RatePerSec, p.Name)
 		ch <- prometheus.MustNewConstMetric(descCooldown, prometheus.GaugeValue, remaining, p.Name)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(p.Counts.Queued), p.Name)

@@ -13,14 +13,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"riverqueue.com/riverui"
 
+	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/status"
 )
 
-// server serves /healthz, /readyz, /metrics, /status and /riverui/.
+// server serves /healthz, /readyz, /metrics, /status, /riverui/ and the
+// dashboard at /.
 type server struct {
 	http   *http.Server
 	addr   net.Addr
@@ -28,7 +30,7 @@ type server struct {
 	done   chan struct{}
 }
 
-func startServer(ctx context.Context, addr string, pool *pgxpool.Pool, client *queue.Client, m *Metrics, log *slog.Logger) (*server, error) {
+func startServer(ctx context.Context, cfg Config, pool *pgxpool.Pool, client *queue.Client, pc *pacer.Pacer, m *Metrics, log *slog.Logger) (*server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -71,26 +73,27 @@ func startServer(ctx context.Context, addr string, pool *pgxpool.Pool, client *q
 	})
 
 	srvCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ui, err := riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(client, nil),
-		Logger:    log,
-		Prefix:    "/riverui",
-	})
+	ui, err := dashboard.RiverUI(srvCtx, client, log)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("worker: river ui: %w", err)
+		return nil, fmt.Errorf("worker: %w", err)
 	}
-	if err := ui.Start(srvCtx); err != nil {
+	dashboard.Mount(mux, ui)
+	dash, err := dashboard.New(dashboard.Config{DB: pool, AdminToken: cfg.AdminToken, RiverUI: dashboard.DefaultRiverUIPath,
+		Degraded: func() bool { return pc.Stats().Down }, Logger: log})
+	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("worker: river ui: %w", err)
+		return nil, fmt.Errorf("worker: %w", err)
 	}
-	mux.Handle("/riverui/", ui)
-	mux.Handle("/riverui", http.RedirectHandler("/riverui/", http.StatusMovedPermanently))
+	mux.Handle("/", dash)
 
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("worker: http listen %s: %w", addr, err)
+		return nil, fmt.Errorf("worker: http listen %s: %w", cfg.HTTPAddr, err)
+	}
+	if w := dashboard.ExposureWarning(ln.Addr(), cfg.AdminToken); w != "" {
+		log.Warn(w)
 	}
 	s := &server{
 		http:   &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},

@@ -1,7 +1,7 @@
 // Package worker is the fleetpace runtime: a River client working fetch jobs
 // through the shared pacer, a jittered scan loop that queues due sources, a
 // heartbeat that tells the pacer the fleet size, and an HTTP server with
-// health, readiness, metrics, status and River UI.
+// health, readiness, metrics, status, River UI and the dashboard.
 //
 // Every connection follows one rule: one attempt, fail fast. When the
 // database is unreachable the scan loop backs off on its jittered schedule,
@@ -18,6 +18,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,6 +63,16 @@ const ConnIdleTimeout = 5 * time.Second
 func MinMaxConns(pollOnly bool) int {
 	return connShares{}.listeners(pollOnly) + 3
 }
+
+// Bounds of Config. A heartbeat must come well within fleet.LiveWindow, or
+// the worker counts as dead between two; more often than MinHeartbeat is a
+// write per worker for nothing. Degraded pacing divides by the fleet size.
+const (
+	MinHeartbeat = 500 * time.Millisecond
+	MaxHeartbeat = fleet.LiveWindow / 2
+	MaxFleetSize = 100_000
+	MaxPacerWait = time.Hour
+)
 
 // Bounds of the shutdown steps after River's stop.
 const (
@@ -141,6 +153,10 @@ type Config struct {
 	// HTTPAddr is the address of the health/metrics/status server.
 	// Default "" (no server); the CLI's default is DefaultHTTPAddr.
 	HTTPAddr string
+	// AdminToken turns the dashboard's actions on (pause, resume, clear a
+	// cooldown, change rate and burst, disable and enable a source), behind
+	// a sign-in with it. Default "": the dashboard is read-only.
+	AdminToken string
 	// MetricsMaxAge is how old the fleet-wide figures of /metrics may be
 	// (see status.Cache). Default status.DefaultMaxAge.
 	MetricsMaxAge time.Duration
@@ -204,22 +220,45 @@ func (c Config) Validate() error {
 		return bad("Concurrency must be ≥ 1 (0: default), got %d", c.Concurrency)
 	case c.SoftStop < 0:
 		return bad("SoftStop must be ≥ 0, got %s", c.SoftStop)
-	case c.MaxWait < 0:
-		return bad("MaxWait must be ≥ 0, got %s", c.MaxWait)
-	case c.Heartbeat < 0:
-		return bad("Heartbeat must be > 0 (0: default), got %s", c.Heartbeat)
-	case c.MinFleetSize < 0:
-		return bad("MinFleetSize must be ≥ 1 (0: default), got %d", c.MinFleetSize)
+	case c.MaxWait < 0 || c.MaxWait > MaxPacerWait:
+		return bad("MaxWait must be in [0, %s], got %s", MaxPacerWait, c.MaxWait)
+	case c.Heartbeat < 0 || (c.Heartbeat > 0 && c.Heartbeat < MinHeartbeat) || c.Heartbeat > MaxHeartbeat:
+		return bad("Heartbeat must be in [%s, %s] (0: default), got %s", MinHeartbeat, MaxHeartbeat, c.Heartbeat)
+	case c.MinFleetSize < 0 || c.MinFleetSize > MaxFleetSize:
+		return bad("MinFleetSize must be in [1, %d] (0: default), got %d", MaxFleetSize, c.MinFleetSize)
 	case c.MetricsMaxAge < 0:
 		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
 	case c.MaxConns != 0 && c.MaxConns < MinMaxConns(c.PollOnly):
 		return bad("MaxConns must be ≥ %d (0: default), got %d", MinMaxConns(c.PollOnly), c.MaxConns)
+	}
+	if err := validateHTTPAddr(c.HTTPAddr); err != nil {
+		return bad("HTTPAddr %s, got %q", err, c.HTTPAddr)
 	}
 	c = c.withDefaults()
 	for _, err := range []error{c.queueConfig(nil).Validate(), c.Poll.Validate(), c.Tick.Validate(), c.httpValidate()} {
 		if err != nil {
 			return invalid{err}
 		}
+	}
+	return nil
+}
+
+// validateHTTPAddr checks a listen address: "" (no server) or host:port,
+// the host empty (every interface), an IP address or a name, the port
+// numeric in [0, 65535] (0: any free port).
+func validateHTTPAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("must be host:port (e.g. 127.0.0.1:9464, :9464)")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return errors.New("must have a port in [0, 65535]")
+	}
+	if strings.ContainsAny(host, " /\\@?#") {
+		return errors.New("must have a host name or an IP address")
 	}
 	return nil
 }
@@ -268,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// The HTTP server runs from the start, so health checks answer during the
 	// startup jitter too.
 	if cfg.HTTPAddr != "" {
-		srv, serr := startServer(ctx, cfg.HTTPAddr, pool, client, rt.metrics, log)
+		srv, serr := startServer(ctx, cfg, pool, client, rt.pacer, rt.metrics, log)
 		if serr != nil {
 			return serr
 		}
@@ -378,11 +417,24 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	}
 	rt.closers = append(rt.closers, closer(rt.pool.Close))
 
-	// Fetch jobs record their checks with group commit. The recorder stops
-	// only when told (Run stops it after the River client; on every other
-	// way out, close does, before the pool closes), so jobs still running
-	// during a soft stop can record.
-	rt.recorder, err = sources.NewRecorder(rt.pool, sources.RecorderConfig{Logger: cfg.Logger})
+	// Fetch jobs record their checks with group commit, through a small
+	// pool of their own whose commits do not wait for the disk
+	// (sources.ConfigureRecorderPool says why that is safe). The recorder
+	// stops only when told (Run stops it after the River client; on every
+	// other way out, close does, before the pools close), so jobs still
+	// running during a soft stop can record.
+	recPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout, MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	sources.ConfigureRecorderPool(recPoolCfg)
+	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: recorder pool: %w", err)
+	}
+	rt.closers = append(rt.closers, closer(recPool.Close))
+	rt.recorder, err = sources.NewRecorder(recPool, sources.RecorderConfig{Logger: cfg.Logger, Worker: cfg.ID,
+		NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +460,14 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.closers = append(rt.closers, closer(rt.pacer.Close))
+	// Listen for other processes' slow-downs before taking any work, so the
+	// fleet's first moments are paced together too; without it the first
+	// reservations start the listener and catch up.
+	lctx, cancel := context.WithTimeout(ctx, 2*cmp.Or(cfg.ConnectTimeout, dbconn.DefaultConnectTimeout))
+	if err := rt.pacer.Listen(lctx); err != nil {
+		cfg.Logger.Warn("pacer: not listening for slow-downs yet", "err", err)
+	}
+	cancel()
 
 	fetcher := cfg.Fetcher
 	if fetcher == nil {
@@ -420,7 +480,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	}
 	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
 	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
-		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger})
+		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {
 		return nil, err
 	}
@@ -491,9 +551,10 @@ func (rt *runtime) scanCycle(cfg Config) poller.Cycle {
 				return found, nil
 			}
 			rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
-			if res.Enqueued > 0 {
-				found = true
-				cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform, "saturated", res.Saturated)
+			found = found || res.Enqueued > 0
+			if res.Enqueued > 0 || res.Pruned > 0 {
+				cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform,
+					"paused", res.Paused, "history_pruned", res.Pruned, "saturated", res.Saturated)
 			}
 			if !res.Saturated || ctx.Err() != nil {
 				break

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -36,16 +36,18 @@ type AdaptConfig struct {
 	// Executable is the fleetpace binary the workers run. Default: this
 	// process's own executable.
 	Executable string
-	// Workers is how many worker processes. Default 3.
+	// Workers is how many worker processes. Default DefaultAdaptWorkers.
 	Workers int
-	// Concurrency is each worker's --concurrency. Default 50: enough job
-	// slots that no platform waits for one (every platform's jobs sleep on
-	// the pacer at once).
+	// Concurrency is each worker's --concurrency. Default: enough job slots
+	// that no platform waits for one — every platform's jobs sleep on the
+	// pacer at once, each up to the workers' --max-pacer-wait (1 s):
+	// 1.5 × platforms of a run × ceiling × 1 s / workers, at least 50.
 	Concurrency int
 	// Ceiling is every platform's configured rate, requests/s. Default 20.
 	Ceiling float64
-	// Duration is one run. Default 4 minutes: the steady half then holds two
-	// whole 60-s windows.
+	// Duration is one run of one model (its schedules side by side). Default
+	// 2 minutes; a model with a long fixed window runs at least 4.5 of its
+	// windows, so the steady half holds two whole ones.
 	Duration time.Duration
 	// Runs is how many runs; every figure is the median. Default 3.
 	Runs int
@@ -73,6 +75,15 @@ var (
 	SweepRecovery = []float64{1.1, 1.25, 2}
 )
 
+// Defaults of AdaptConfig.
+const (
+	DefaultAdaptWorkers     = 3
+	DefaultAdaptConcurrency = 50
+	DefaultAdaptCeiling     = 20.0
+	DefaultAdaptDuration    = 2 * time.Minute
+	DefaultAdaptRuns        = 3
+)
+
 func (c *AdaptConfig) setDefaults() error {
 	if c.Executable == "" {
 		exe, err := os.Executable()
@@ -82,19 +93,16 @@ func (c *AdaptConfig) setDefaults() error {
 		c.Executable = exe
 	}
 	if c.Workers == 0 {
-		c.Workers = 3
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 50
+		c.Workers = DefaultAdaptWorkers
 	}
 	if c.Ceiling == 0 {
-		c.Ceiling = 20
+		c.Ceiling = DefaultAdaptCeiling
 	}
 	if c.Duration == 0 {
-		c.Duration = 4 * time.Minute
+		c.Duration = DefaultAdaptDuration
 	}
 	if c.Runs == 0 {
-		c.Runs = 3
+		c.Runs = DefaultAdaptRuns
 	}
 	if len(c.Models) == 0 {
 		for _, m := range Models() {
@@ -112,26 +120,26 @@ func (c *AdaptConfig) setDefaults() error {
 	return nil
 }
 
-func (c *AdaptConfig) validate() error {
+// Validate reports the first invalid field, wrapping ErrInvalidConfig (zero
+// fields are defaults; DatabaseURL is checked by Adapt).
+func (c AdaptConfig) Validate() error {
 	switch {
-	case c.DatabaseURL == "":
-		return errors.New("bench: AdaptConfig.DatabaseURL is required")
-	case c.Workers < 1:
-		return fmt.Errorf("bench: AdaptConfig.Workers must be ≥ 1, got %d", c.Workers)
-	case c.Concurrency < 1:
-		return fmt.Errorf("bench: AdaptConfig.Concurrency must be ≥ 1, got %d", c.Concurrency)
-	case math.IsNaN(c.Ceiling) || c.Ceiling < 1 || c.Ceiling > 1000:
-		return fmt.Errorf("bench: AdaptConfig.Ceiling must be in [1, 1000], got %g", c.Ceiling)
-	case c.Duration < 30*time.Second:
-		return fmt.Errorf("bench: AdaptConfig.Duration must be ≥ 30s, got %s", c.Duration)
-	case c.Runs < 1:
-		return fmt.Errorf("bench: AdaptConfig.Runs must be ≥ 1, got %d", c.Runs)
+	case c.Workers < 0:
+		return fmt.Errorf("%w: bench.AdaptConfig.Workers must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Workers)
+	case c.Concurrency < 0:
+		return fmt.Errorf("%w: bench.AdaptConfig.Concurrency must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Concurrency)
+	case math.IsNaN(c.Ceiling) || c.Ceiling < 0 || (c.Ceiling > 0 && c.Ceiling < 1) || c.Ceiling > 1000:
+		return fmt.Errorf("%w: bench.AdaptConfig.Ceiling must be in [1, 1000] (0: default), got %g", ErrInvalidConfig, c.Ceiling)
+	case c.Duration != 0 && c.Duration < 30*time.Second:
+		return fmt.Errorf("%w: bench.AdaptConfig.Duration must be ≥ 30s (0: default), got %s", ErrInvalidConfig, c.Duration)
+	case c.Runs < 0:
+		return fmt.Errorf("%w: bench.AdaptConfig.Runs must be ≥ 1 (0: default), got %d", ErrInvalidConfig, c.Runs)
 	case c.Sweep != "" && c.Sweep != "decay" && c.Sweep != "factors":
-		return fmt.Errorf("bench: AdaptConfig.Sweep must be decay or factors, got %q", c.Sweep)
+		return fmt.Errorf("%w: bench.AdaptConfig.Sweep must be decay or factors, got %q", ErrInvalidConfig, c.Sweep)
 	}
 	for _, name := range c.Models {
 		if _, ok := modelByName(name); !ok {
-			return fmt.Errorf("bench: AdaptConfig.Models: unknown model %q (known: %s)", name, strings.Join(modelNames(), ", "))
+			return fmt.Errorf("%w: bench.AdaptConfig.Models: unknown model %q (known: %s)", ErrInvalidConfig, name, strings.Join(modelNames(), ", "))
 		}
 	}
 	return nil
@@ -320,7 +328,7 @@ const (
 	adaptSettleShare          = 0.10
 	adaptDropQuietSpan        = 10 * time.Second
 	adaptProgressEvery        = 10 * time.Second
-	adaptWorkerMaxPacerWait   = "2s"
+	adaptMaxPacerWait         = time.Second
 	adaptWorkerPollBase       = "200ms"
 	adaptWorkerPollMax        = "1s"
 	adaptWorkerHeartbeat      = "2s"
@@ -336,10 +344,13 @@ type cell struct {
 
 // Adapt runs the benchmark.
 func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
-	if err := cfg.setDefaults(); err != nil {
+	if cfg.DatabaseURL == "" {
+		return nil, fmt.Errorf("%w: bench.AdaptConfig.DatabaseURL is required", ErrInvalidConfig)
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	dir := cfg.Dir
@@ -364,16 +375,38 @@ func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
 			cells = append(cells, cell{model: m, schedule: s, platform: m.Name + "." + s.Name})
 		}
 	}
+	if cfg.Concurrency == 0 {
+		perRun := len(cfg.schedules())
+		cfg.Concurrency = max(DefaultAdaptConcurrency,
+			int(math.Ceil(1.5*float64(perRun)*cfg.Ceiling*adaptMaxPacerWait.Seconds()/float64(cfg.Workers))))
+	}
 	res := &AdaptResult{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Ceiling: cfg.Ceiling,
 		Duration: cfg.Duration.String(), Runs: cfg.Runs, Sweep: cfg.Sweep, Schedules: cfg.schedules()}
+	// One run per model: its schedules side by side on destinations of
+	// their own, and nothing else on the machine (a run of every model at
+	// once loads two cores enough to blur the strict ones).
 	perRun := make([][]AdaptRow, len(cells))
 	for run := 1; run <= cfg.Runs; run++ {
-		rows, err := adaptRun(ctx, cfg, pool, cells, filepath.Join(dir, fmt.Sprintf("run-%d", run)), run)
-		if err != nil {
-			return nil, fmt.Errorf("bench adapt: run %d: %w", run, err)
-		}
-		for i, r := range rows {
-			perRun[i] = append(perRun[i], r)
+		for _, name := range cfg.Models {
+			var idx []int
+			var group []cell
+			for i, c := range cells {
+				if c.model.Name == name {
+					idx, group = append(idx, i), append(group, c)
+				}
+			}
+			gcfg := cfg
+			if m := group[0].model; m.Window > time.Second {
+				// Two whole windows in the steady half, at least.
+				gcfg.Duration = max(cfg.Duration, 4*m.Window+m.Window/2)
+			}
+			rows, err := adaptRun(ctx, gcfg, pool, group, filepath.Join(dir, fmt.Sprintf("run-%d-%s", run, name)), run)
+			if err != nil {
+				return nil, fmt.Errorf("bench adapt: run %d of %s: %w", run, name, err)
+			}
+			for k, r := range rows {
+				perRun[idx[k]] = append(perRun[idx[k]], r)
+			}
 		}
 	}
 	for i, c := range cells {
@@ -424,7 +457,7 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: []string{
 		"worker", "--database-url", cfg.DatabaseURL, "-q", "--log-level", "warn",
 		"--allow-private-networks", "--http-addr", "", "--startup-jitter", "0",
-		"--concurrency", fmt.Sprint(cfg.Concurrency), "--max-pacer-wait", adaptWorkerMaxPacerWait,
+		"--concurrency", fmt.Sprint(cfg.Concurrency), "--max-pacer-wait", adaptMaxPacerWait.String(),
 		"--poll-base", adaptWorkerPollBase, "--poll-max", adaptWorkerPollMax, "--heartbeat", adaptWorkerHeartbeat,
 		"--rate-limited-after", adaptWorkerRateLimitAfter,
 	}})
@@ -485,6 +518,30 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 		}
 	}
 done:
+	if states, err := pacer.States(ctx, pool); err == nil {
+		for _, st := range states {
+			fmt.Fprintf(cfg.Progress, "run %d: %-24s multiplier %.3f (pressure %.3f), announced %.2f/s, effective %.2f/s (%s), slow-downs %d\n",
+				run, st.Platform, st.Multiplier, st.PressureMultiplier, st.AnnouncedRate, st.EffectiveRate, st.Source, st.Slowdowns)
+		}
+	}
+	if os.Getenv("FLEETPACE_BENCH_ADAPT_TRACE") != "" {
+		for _, c := range cells {
+			prefix := "/" + c.platform + "/"
+			var ok, lim []time.Time
+			for _, r := range dest.Requests() {
+				if strings.HasPrefix(r.Path, prefix) {
+					if r.Limited {
+						lim = append(lim, r.Time)
+					} else {
+						ok = append(ok, r.Time)
+					}
+				}
+			}
+			okS, limS := fakedest.RateSeries(ok, start, time.Second), fakedest.RateSeries(lim, start, time.Second)
+			fmt.Fprintf(cfg.Progress, "run %d: %s per second ok:  %v\n", run, c.platform, okS)
+			fmt.Fprintf(cfg.Progress, "run %d: %s per second 429: %v\n", run, c.platform, limS)
+		}
+	}
 	if err := fleet.Stop(ctx); err != nil {
 		cfg.Logger.Warn("bench adapt: stopping the workers", "err", err)
 	}
@@ -517,7 +574,12 @@ func analyze(c cell, reqs []fakedest.Request, start time.Time, d time.Duration, 
 	// over its whole windows inside the steady half.
 	from, to := start.Add(d/2), start.Add(d)
 	if w := c.model.Window; w > time.Second {
+		// Whole windows of the steady half; at least the last whole window
+		// of the run.
 		from, to = from.Add(w-1).Truncate(w), to.Truncate(w)
+		if !from.Before(to) {
+			from = to.Add(-w)
+		}
 	}
 	var accepted, limited, total int
 	allowed := 0.0
@@ -669,7 +731,7 @@ func (r AdaptRow) Met() bool {
 
 // WriteText prints the table.
 func (r *AdaptResult) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "bench adapt: %d workers × concurrency %d, ceiling %g/s, %s per run, medians of %d run(s)\n",
+	fmt.Fprintf(w, "bench adapt: %d workers × concurrency %d, ceiling %g/s, %s per run of a model, medians of %d run(s)\n",
 		r.Workers, r.Concurrency, r.Ceiling, r.Duration, r.Runs)
 	for _, s := range r.Schedules {
 		fmt.Fprintf(w, "  schedule %-8s backoff ×%g, recovery ÷%g per %d clean, probe %v, headers %v, respace %v\n",

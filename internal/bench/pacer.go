@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sources"
 )
 
 // PacerChildURLEnv carries the database URL to pacer-child processes, so a
@@ -106,6 +107,13 @@ func (c PacerConfig) Validate() error {
 		if f.negative {
 			return fmt.Errorf("%w: bench.PacerConfig.%s must be > 0 (0: default), got %v", ErrInvalidConfig, f.name, f.value)
 		}
+	}
+	// The accuracy platform is a platform: sources' bounds (NaN too).
+	switch {
+	case c.Ceiling != 0 && !(c.Ceiling >= sources.MinRate && c.Ceiling <= sources.MaxRate):
+		return fmt.Errorf("%w: bench.PacerConfig.Ceiling must be in [%g, %g] (0: default), got %v", ErrInvalidConfig, sources.MinRate, sources.MaxRate, c.Ceiling)
+	case c.Burst > sources.MaxBurst:
+		return fmt.Errorf("%w: bench.PacerConfig.Burst must be at most %d, got %d", ErrInvalidConfig, sources.MaxBurst, c.Burst)
 	}
 	return nil
 }

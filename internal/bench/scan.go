@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -338,7 +339,7 @@ func fillScanData(ctx context.Context, pool *pgxpool.Pool, cfg ScanConfig, platf
 	if _, err := pool.Exec(ctx, `TRUNCATE river_job, fleetpace_cooldown, fleetpace_source, fleetpace_pace, fleetpace_platform CASCADE`); err != nil {
 		return fmt.Errorf("bench: reset: %w", err)
 	}
-	width := len(fmt.Sprint(platforms - 1))
+	width := platformDigits(platforms)
 	_, err := pool.Exec(ctx, `
 INSERT INTO fleetpace_platform (name, rate_per_sec)
 SELECT format('bench-%s', lpad(i::text, $2, '0')), 5 + 5 * (i % 10) FROM generate_series(0, $1 - 1) i`, platforms, width)
@@ -370,7 +371,7 @@ FROM generate_series(1, $1) AS g,
 		return fmt.Errorf("bench: sources: %w", err)
 	}
 	for i := 0; i < cfg.CoolingDown; i++ {
-		name := fmt.Sprintf("bench-%0*d", width, i)
+		name := benchPlatform(i, platforms)
 		if _, _, err := sources.SetCooldown(ctx, pool, name, time.Hour, "bench", 0.5); err != nil {
 			return err
 		}
@@ -439,6 +440,14 @@ WHERE i.indrelid = $1::regclass AND NOT i.indisprimary
 	}()
 	return load(conn)
 }
+
+// benchPlatform is the name of the i-th of n benchmark platforms: bench-00,
+// bench-01, … (as many digits as n needs, at least two).
+func benchPlatform(i, n int) string {
+	return fmt.Sprintf("bench-%0*d", platformDigits(n), i)
+}
+
+func platformDigits(n int) int { return max(2, len(strconv.Itoa(n-1))) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

@@ -38,6 +38,11 @@ func TestWorkerBench(t *testing.T) {
 	if got := res.FleetpaceJobsPerSec / res.RiverJobsPerSec; got != res.Ratio {
 		t.Errorf("ratio %v, want %v", res.Ratio, got)
 	}
+	// Every check was recorded with its history row, and the table's size
+	// per million checks is reported.
+	if !res.History || res.HistoryRows != 60*2 || res.HistoryBytesPerMillion <= 0 {
+		t.Errorf("history: %v, %d rows, %.0f bytes per million; want 120 rows and a size", res.History, res.HistoryRows, res.HistoryBytesPerMillion)
+	}
 	if n := strings.Count(progress.String(), "jobs/s"); n != 4 {
 		t.Errorf("progress has %d run lines, want 4:\n%s", n, progress.String())
 	}
@@ -70,11 +75,12 @@ func TestWorkerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	var platforms, srcs, jobs int
-	if err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM fleetpace_platform), (SELECT count(*) FROM fleetpace_source), (SELECT count(*) FROM river_job)`).Scan(&platforms, &srcs, &jobs); err != nil {
+	var platforms, srcs, jobs, history int
+	if err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM fleetpace_platform), (SELECT count(*) FROM fleetpace_source),
+		(SELECT count(*) FROM river_job), (SELECT count(*) FROM fleetpace_check)`).Scan(&platforms, &srcs, &jobs, &history); err != nil {
 		t.Fatal(err)
 	}
-	if platforms+srcs+jobs != 0 {
-		t.Errorf("left behind: %d platforms, %d sources, %d jobs", platforms, srcs, jobs)
+	if platforms+srcs+jobs+history != 0 {
+		t.Errorf("left behind: %d platforms, %d sources, %d jobs, %d history rows", platforms, srcs, jobs, history)
 	}
 }

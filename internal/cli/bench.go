@@ -21,8 +21,10 @@ func (a *app) benchCmd(benchmarks ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure fleetpace against its baselines (one run, one database, medians)",
-		Long: `Benchmarks that measure fleetpace side by side with the baseline named in
-its issue, in one run on one database, and report medians.
+		Long: `Benchmarks that measure fleetpace side by side with a named baseline (what
+you would run without fleetpace: a bare single-row upsert, a bare River job,
+the plain ORDER BY … LIMIT of the due sources), in one run on one database,
+and report medians.
 
 Without --database-url each benchmark starts a throwaway embedded cluster;
 with one, use a throwaway database: benchmarks delete and create data.`,
@@ -38,7 +40,7 @@ func (a *app) benchDB(ctx context.Context, maxConns int32) (*pgxpool.Pool, strin
 	cleanup := func() {}
 	if url == "" {
 		fmt.Fprintln(a.stderr, "fleetpace: starting a throwaway embedded PostgreSQL for the benchmark")
-		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'"}})
+		c, err := pgembed.Start(ctx, pgembed.Config{Logger: a.logger, Settings: map[string]string{"shared_buffers": "'512MB'", "max_connections": "1000"}})
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -115,6 +117,42 @@ func (a *app) benchScanCmd() *cobra.Command {
 	return cmd
 }
 
+func (a *app) benchDashboardCmd() *cobra.Command {
+	var (
+		cfg    bench.DashboardConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dashboard",
+		Short: "Server time of each dashboard page on 1,000,000 sources and 10,000 platforms",
+		Long: `Fill a throwaway database with the scan benchmark's data set (--sources
+spread evenly over --platforms, about 10 % due, 0.5 % queued, two platforms
+cooling down, 1 % failing) and serve each dashboard page --runs times
+through the handler a worker serves, reporting the time of its SQL and of
+the whole answer (Server-Timing), median and 95th percentile. Target: the
+overview's SQL under 100 ms on 10,000 platforms and 1,000,000 sources. With
+--platforms 20 it is the scan benchmark's own data set.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(pool *pgxpool.Pool, _ string) (benchResult, error) {
+				cfg.Pool = pool
+				cfg.Progress = a.stderr
+				return bench.Dashboard(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Sources, "sources", bench.DefaultDashboardSources, "sources to create")
+	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultDashboardPlatforms, "platforms sharing them")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultDashboardRuns, "times each page is served")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "sources", "platforms", "runs")
+	return cmd
+}
+
 func (a *app) benchPacerCmd() *cobra.Command {
 	var (
 		cfg    bench.PacerConfig
@@ -179,10 +217,60 @@ func (a *app) benchPacerChildCmd() *cobra.Command {
 	}
 }
 
+func (a *app) benchAdaptCmd() *cobra.Command {
+	var (
+		cfg    bench.AdaptConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "adapt",
+		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, vs the seed's schedule",
+		Long: `Runs real worker processes (this binary) against fake destinations that allow
+less than the configured ceiling, one run per destination model with one
+platform per schedule side by side: strict spacing at 40 % and 70 % of the ceiling, a
+token bucket with burst 10 at 50 %, fixed 1-s and 60-s windows at 50 %, each
+again with X-RateLimit-* headers, one with the IETF RateLimit fields, and a
+limit that drops from 80 % to 30 % and comes back. Every model runs with the
+seed's schedule (×2, ÷2 per 100 clean, no probing, no headers, no re-spacing)
+beside the defaults. Per row: goodput over what the destination allows and
+the share of 429s in the steady half, time to settle, requests sent at the
+old spacing after the first 429, the largest 1-s window (never above ceiling
++ burst), and for the drop how soon the 429s stop. Medians of --runs.
+
+--sweep decay runs the defaults with decay_after 10, 30, 100, 300, 1000;
+--sweep factors the backoff × recovery factors; both on the models without
+headers. The README's table of defaults comes from them.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Adapt(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultAdaptWorkers, "worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", 0, "each worker's --concurrency (default: enough for every platform's jobs to sleep on the pacer at once)")
+	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultAdaptCeiling, "every platform's rate, requests/s")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run of a model (the steady half is measured; a 60-s window runs 4.5 windows at least)")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultAdaptRuns, "runs; every figure is the median")
+	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run (default: all; see --help of the models in the README)")
+	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the adaptation settings instead of seed vs defaults")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	zeroIsDefault(f, "workers", "ceiling", "duration", "runs")
+	return cmd
+}
+
 func (a *app) benchWorkerCmd() *cobra.Command {
 	var (
-		cfg    bench.WorkerConfig
-		asJSON bool
+		cfg     bench.WorkerConfig
+		asJSON  bool
+		history bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -194,7 +282,12 @@ group commit) — with a no-op fetcher and an effectively unlimited platform
 database with the same River settings and worker count. Each run inserts
 --jobs jobs, starts a client and times until all have completed and, for
 fleetpace, every check has been written; the sides alternate for --runs runs
-and medians are reported. Target: ratio ≥ 0.7.
+and medians are reported. Target: ratio ≥ 0.9, with the fetch history on.
+
+Each check is recorded with its fetch history row, in the same statement,
+as a worker records it; --history=false records the checks alone, to
+measure what the history costs. With the history on, the result gives the
+history table's size (indexes included) per million checks.
 
 --fetch-cooldown defaults to River's minimum (1ms): with River's default
 (100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
@@ -208,6 +301,7 @@ nothing about the cost of a job.`,
 				cfg.DatabaseURL = url
 				cfg.Progress = a.stderr
 				cfg.Logger = a.logger
+				cfg.NoHistory = !history
 				return bench.Worker(cmd.Context(), cfg)
 			})
 		},
@@ -217,6 +311,7 @@ nothing about the cost of a job.`,
 	f.IntVar(&cfg.Jobs, "jobs", bench.DefaultWorkerJobs, "jobs per run")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultWorkerRuns, "runs of each side (alternating); medians are reported")
 	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", bench.DefaultWorkerFetchCooldown, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
+	f.BoolVar(&history, "history", true, "record each check with its fetch history row, as a worker does (false: the checks alone)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
 	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
 	return cmd

@@ -103,8 +103,8 @@ func TestSchemaApplyConcurrentProcesses(t *testing.T) {
 			t.Fatalf("process %d: %s", i, r)
 		}
 	}
-	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 7 {
-		t.Fatalf("fleetpace tables = %d, want 7", n)
+	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 8 {
+		t.Fatalf("fleetpace tables = %d, want 8", n)
 	}
 	migrations := count(t, url, `SELECT count(*) FROM river_migration`)
 	distinct := count(t, url, `SELECT count(DISTINCT version) FROM river_migration`)
@@ -227,8 +227,8 @@ func TestExitCodesAndMessages(t *testing.T) {
 		code int
 		want string // in stderr
 	}{
-		{[]string{"platforms", "set", "p", "--rate", "-1"}, 2, "--rate must be finite and > 0"},
-		{[]string{"platforms", "set", "p", "--rate", "NaN"}, 2, "--rate must be finite"},
+		{[]string{"platforms", "set", "p", "--rate", "-1"}, 2, "--rate must be in [0.0001, 1e+09]"},
+		{[]string{"platforms", "set", "p", "--rate", "NaN"}, 2, "--rate must be in"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--burst", "0"}, 2, "--burst must be"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--cooldown", "0s"}, 2, "--cooldown must be"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--max-multiplier", "0.5"}, 2, "--max-multiplier must be"},
@@ -239,20 +239,20 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{[]string{"sources", "add", "--platform", "ok", "--url", "ftp://x"}, 2, "--url must be an absolute"},
 		{[]string{"sources", "add", "--platform", "nope", "--url", "https://x.example/"}, 2, "--platform does not exist"},
 		{[]string{"sources", "add", "--platform", "nope", "--url", "https://x.example/"}, 2, "hint: create the platform first: fleetpace platforms set"},
-		{[]string{"sources", "add", "--platform", "ok", "--url", "https://x.example/", "--interval", "-1s"}, 2, "--interval must be > 0"},
+		{[]string{"sources", "add", "--platform", "ok", "--url", "https://x.example/", "--interval", "-1s"}, 2, "--interval must be in [1s, 8760h]"},
 		{[]string{"sources", "import", "--interval", "0", "x.csv"}, 2, "--interval: must not be 0"},
 		{[]string{"sources", "list", "--limit", "-5"}, 2, "--limit must be"},
 		{[]string{"sources", "remove", "abc"}, 2, "abc"},
 		{[]string{"sources", "remove", "424242"}, 2, "424242"},
 		{[]string{"enqueue", "--platform", "nope"}, 2, "nope"},
 		{[]string{"scan", "--limit", "0"}, 2, "--limit: must not be 0"},
-		{[]string{"scan", "--look-ahead", "-1s"}, 2, "--look-ahead must be > 0"},
+		{[]string{"scan", "--look-ahead", "-1s"}, 2, "--look-ahead must be in"},
 		{[]string{"worker", "--concurrency", "-1"}, 2, "--concurrency must be ≥ 1"},
 		{[]string{"worker", "--job-timeout", "10m"}, 2, "--rescue-after (5m0s) must exceed --job-timeout (10m0s)"},
 		{[]string{"worker", "--poll-jitter", "2"}, 2, "--poll-jitter must be in [0, 1]"},
-		{[]string{"worker", "--max-body-bytes", "-1"}, 2, "--max-body-bytes must be > 0"},
+		{[]string{"worker", "--max-body-bytes", "-1"}, 2, "--max-body-bytes must be in"},
 		{[]string{"drain", "--max-duration", "-1s"}, 2, "--max-duration must be ≥ 0"},
-		{[]string{"--connect-timeout", "-1s", "status"}, 2, "--connect-timeout must be > 0"},
+		{[]string{"--connect-timeout", "-1s", "status"}, 2, "--connect-timeout must be in"},
 		{[]string{"no-such-command"}, 2, "unknown command"},
 		{[]string{"status", "--no-such-flag"}, 2, "unknown flag"},
 	}
@@ -328,17 +328,23 @@ func TestSchemaPrintNeedsNoDatabase(t *testing.T) {
 	}
 }
 
-func TestEmbeddedDefaultSharedByConcurrentProcesses(t *testing.T) {
-	t.Parallel()
-	// As root the server runs as the postgres user, which must be able to
-	// enter every parent of the data directory.
+// embeddedDataDir is a data directory, not yet created, for an embedded
+// cluster of the test's own. As root the server runs as the postgres user,
+// which must be able to enter every parent of the data directory.
+func embeddedDataDir(t *testing.T) string {
+	t.Helper()
 	tmp := t.TempDir()
 	for _, d := range []string{tmp, filepath.Dir(tmp)} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dir := filepath.Join(tmp, "data")
+	return filepath.Join(tmp, "data")
+}
+
+func TestEmbeddedDefaultSharedByConcurrentProcesses(t *testing.T) {
+	t.Parallel()
+	dir := embeddedDataDir(t)
 	var wg sync.WaitGroup
 	results := make([]result, 2)
 	for i := range results {

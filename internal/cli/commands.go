@@ -68,7 +68,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 }
 
 func (a *app) platformsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "platforms", Short: "Configure destinations and their rate ceilings"}
+	cmd := &cobra.Command{Use: "platforms", Short: "Configure destinations and their rate ceilings; pause, resume, delete them"}
 
 	var (
 		p                       sources.Platform
@@ -76,45 +76,60 @@ func (a *app) platformsCmd() *cobra.Command {
 		probe, headers, respace bool
 	)
 	set := &cobra.Command{
-		Use:   "set NAME --rate R",
-		Short: "Create or update a platform (fleet-wide rate ceiling, burst, cooldown, backoff)",
+		Use:   "set NAME [--rate R] [flags]",
+		Short: "Create a platform (--rate required) or change the settings given of an existing one",
 		Long: "Create or update a platform. NAME must match " + sources.NamePattern + ".\n" +
-			"The rate is a ceiling for the whole fleet: every process and thread together.",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usagef("platforms set needs exactly one NAME, got %d arguments", len(args))
-			}
-			return nil
-		},
+			"The rate is a ceiling for the whole fleet: every process and thread together.\n\n" +
+			"On an existing platform only the flags given change; the others keep their\n" +
+			"values (the defaults below are those of a new platform, which needs --rate).",
+		Args: exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p.Name = args[0]
-			p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
-			if !cmd.Flags().Changed("rate") {
-				return usagef("platforms set: --rate is required")
+			name := args[0]
+			f := cmd.Flags()
+			var u sources.PlatformUpdate
+			for flag, set := range map[string]func(){
+				"rate":               func() { u.RatePerSec = &p.RatePerSec },
+				"burst":              func() { u.Burst = &p.Burst },
+				"cooldown":           func() { u.Cooldown = &p.Cooldown },
+				"max-multiplier":     func() { u.MaxMultiplier = &p.MaxMultiplier },
+				"decay-after":        func() { u.DecayAfter = &p.DecayAfter },
+				"backoff-factor":     func() { u.BackoffFactor = &p.BackoffFactor },
+				"recovery-factor":    func() { u.RecoveryFactor = &p.RecoveryFactor },
+				"probe":              func() { u.Probe = &probe },
+				"rate-limit-headers": func() { u.UseHeaders = &headers },
+				"respace":            func() { u.Respace = &respace },
+			} {
+				if f.Changed(flag) {
+					set()
+				}
 			}
-			// Validate before touching the database: bad input changes nothing.
-			// Every flag has a value (its default if not given), so a zero is
-			// an error here, not "default".
-			if err := p.Validate(); err != nil {
+			// Validate the values given before touching the database: bad
+			// input changes nothing. (A zero is an error here, not "default".)
+			check := u.Apply(sources.Platform{Name: name, RatePerSec: 1}.WithDefaults())
+			if err := check.Validate(); err != nil {
 				return fmt.Errorf("platform: %w", renameField(err, platformFlags))
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				saved, err := sources.SetPlatform(cmd.Context(), pool, p)
+				saved, created, err := sources.ConfigurePlatform(cmd.Context(), pool, name, u)
 				if err != nil {
-					return dbError(err)
+					return dbError(renameField(err, platformFlags))
 				}
-				fmt.Fprintf(a.stdout, "platform %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, backoff ×%g, recovery ÷%g per %d clean, probe %v, rate-limit headers %v\n",
-					saved.Name, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.BackoffFactor,
-					saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe, !saved.IgnoreHeaders)
+				verb := "updated"
+				if created {
+					verb = "created"
+				}
+				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, backoff ×%g, recovery ÷%g per %d clean, probe %v, rate-limit headers %v, respace %v\n",
+					saved.Name, verb, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.BackoffFactor,
+					saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe, !saved.IgnoreHeaders, !saved.NoRespace)
 				return nil
 			})
 		},
 	}
 	f := set.Flags()
-	f.Float64Var(&p.RatePerSec, "rate", 0, "fleet-wide ceiling in requests per second (required, > 0)")
-	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, "requests allowed back to back (≥ 1)")
-	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, "pause after the platform says stop (> 0)")
-	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, "largest shared backoff multiplier (≥ 1)")
+	f.Float64Var(&p.RatePerSec, "rate", 0, fmt.Sprintf("fleet-wide ceiling in requests per second (%g to %g; required for a new platform)", sources.MinRate, sources.MaxRate))
+	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, fmt.Sprintf("requests allowed back to back (1 to %d)", sources.MaxBurst))
+	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, fmt.Sprintf("pause after the platform says stop (%s to %s)", sources.MinCooldown, sources.MaxCooldown))
+	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, fmt.Sprintf("largest shared backoff multiplier (1 to %d)", sources.MaxMultiplierLimit))
 	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, fmt.Sprintf("clean responses, fleet-wide, per recovery step of the multiplier (1 to %d)", sources.MaxDecayAfter))
 	f.Float64Var(&p.BackoffFactor, "backoff-factor", sources.DefaultBackoffFactor, fmt.Sprintf("rate pressure multiplies the multiplier by this, once per episode (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
 	f.Float64Var(&p.RecoveryFactor, "recovery-factor", sources.DefaultRecoveryFactor, fmt.Sprintf("every --decay-after clean responses divide the multiplier by this (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
@@ -146,7 +161,7 @@ func (a *app) platformsCmd() *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(set, list)
+	cmd.AddCommand(set, list, a.platformsPauseCmd(), a.platformsResumeCmd(), a.platformsDeleteCmd())
 	return cmd
 }
 
@@ -162,6 +177,7 @@ var platformFlags = map[string]string{
 // validation errors.
 var sourceFlags = map[string]string{
 	"platform": "--platform", "url": "--url", "interval": "--interval", "limit": "--limit", "format": "--format",
+	"outcome": "--outcome", "min_failures": "--failing",
 }
 
 // sourceError renames the field of a sources validation error to its flag
@@ -180,7 +196,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func (a *app) sourcesCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "sources", Short: "Add, import, list and remove sources"}
+	cmd := &cobra.Command{Use: "sources", Short: "Add, import, list, show, edit, disable, enable and remove sources"}
 
 	var ns sources.NewSource
 	add := &cobra.Command{
@@ -206,8 +222,8 @@ func (a *app) sourcesCmd() *cobra.Command {
 		},
 	}
 	add.Flags().StringVar(&ns.Platform, "platform", "", "platform name (required)")
-	add.Flags().StringVar(&ns.URL, "url", "", "absolute http or https URL (required)")
-	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, "how often to check the source (> 0)")
+	add.Flags().StringVar(&ns.URL, "url", "", fmt.Sprintf("absolute http or https URL, at most %d bytes (required)", sources.MaxURLBytes))
+	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s)", sources.MinInterval, sources.MaxInterval))
 
 	var (
 		format      string
@@ -263,47 +279,69 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		},
 	}
 	imp.Flags().StringVar(&format, "format", "", "csv or jsonl (default: from the file extension, else sniffed)")
-	imp.Flags().DurationVar(&defInterval, "interval", sources.DefaultInterval, "interval for rows that give none")
+	imp.Flags().DurationVar(&defInterval, "interval", sources.DefaultInterval, fmt.Sprintf("interval for rows that give none (%s to %s)", sources.MinInterval, sources.MaxInterval))
 	zeroIsDefault(imp.Flags(), "interval")
 
 	var (
-		filter sources.ListFilter
-		asJSON bool
+		filter  sources.ListFilter
+		failing int
+		asJSON  bool
 	)
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List sources in fair order (never checked first, then longest since checked)",
+		Short: "List sources in fair order (never checked first, then longest since checked), with why they failed",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("failing") {
+				n, err := minFailures("sources list", failing)
+				if err != nil {
+					return err
+				}
+				filter.MinFailures = n
+			}
 			if err := filter.Validate(); err != nil {
 				return fmt.Errorf("sources list: %w", renameField(err, sourceFlags))
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				list, err := sources.ListSources(cmd.Context(), pool, filter)
 				if err != nil {
-					return dbError(err)
+					return operateError(err, sourceFlags)
+				}
+				for i := range list {
+					list[i].URL = sources.RedactURL(list[i].URL) // no credentials in any output
 				}
 				if asJSON {
 					return writeJSON(a.stdout, list)
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tPLATFORM\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL")
+				fmt.Fprintln(tw, "ID\tPLATFORM\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL\tREASON")
 				for _, s := range list {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s\n", s.ID, s.Platform, s.Interval,
-						fmtTime(s.LastCheckedAt), fmtInt(s.LastStatus), fmtStr(s.LastOutcome), s.ConsecutiveFailures, s.QueuedAt != nil, s.URL)
+					reason := "-"
+					if s.LastError != nil && s.LastOutcome != nil && (*s.LastOutcome == sources.OutcomeFailed || *s.LastOutcome == sources.OutcomeRateLimited) {
+						reason = showReason(*s.LastError)
+					}
+					enabled := ""
+					if !s.Enabled {
+						enabled = " (disabled)"
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s%s\t%s\n", s.ID, s.Platform, s.Interval,
+						fmtTime(s.LastCheckedAt), fmtInt(s.LastStatus), fmtStr(s.LastOutcome), s.ConsecutiveFailures, s.QueuedAt != nil,
+						s.URL, enabled, reason)
 				}
 				return tw.Flush()
 			})
 		},
 	}
 	list.Flags().StringVar(&filter.Platform, "platform", "", "only this platform")
-	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform not cooling down)")
-	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, "at most this many")
+	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform neither cooling down nor paused): what the next scan would queue, less each platform's cap")
+	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, fmt.Sprintf("at most this many (up to %d)", sources.MaxListLimit))
+	list.Flags().IntVar(&failing, "failing", 0, fmt.Sprintf("only sources failing more than N times in a row (0: failing now; up to %d)", sources.MaxFailures-1))
+	list.Flags().StringVar(&filter.Outcome, "outcome", "", "only sources whose last outcome is this: "+strings.Join(sources.Outcomes, ", "))
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	remove := &cobra.Command{
 		Use:   "remove ID...",
-		Short: "Remove sources (all or nothing)",
+		Short: "Remove sources and their history (all or nothing)",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("sources remove needs at least one ID")
@@ -318,14 +356,14 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				n, err := sources.RemoveSources(cmd.Context(), pool, ids)
 				if err != nil {
-					return dbError(err)
+					return operateError(err, map[string]string{"id": "ID"})
 				}
 				fmt.Fprintf(a.stdout, "removed %d source(s)\n", n)
 				return nil
 			})
 		},
 	}
-	cmd.AddCommand(add, imp, list, remove)
+	cmd.AddCommand(add, imp, list, a.sourcesShowCmd(), a.sourcesSetCmd(), a.sourcesEnableCmd(false), a.sourcesEnableCmd(true), remove)
 	return cmd
 }
 
@@ -368,10 +406,11 @@ func (a *app) scanCmd() *cobra.Command {
 		Use:   "scan",
 		Short: "Run one scan tick (queue due sources), then exit; for cron and systemd timers",
 		Long: `Run one scan tick: select due sources in fair order (never checked first,
-then longest since checked), leave out platforms cooling down and sources
-already queued, cap each platform at its share (rate × look-ahead, minus what
-it has queued), and enqueue one fetch job per source, all in one transaction.
-A tick already running elsewhere (another scan, a worker) makes this one skip.`,
+then longest since checked), leave out platforms cooling down or paused and
+sources already queued, cap each platform at its share (rate × look-ahead,
+minus what it has queued), and enqueue one fetch job per source, all in one
+transaction. A tick already running elsewhere (another scan, a worker) makes
+this one skip. Then it deletes fetch history older than --history-retention.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
@@ -394,6 +433,12 @@ A tick already running elsewhere (another scan, a worker) makes this one skip.`,
 				if len(res.CoolingDown) > 0 {
 					fmt.Fprintf(a.stdout, "; cooling down: %s", strings.Join(res.CoolingDown, ", "))
 				}
+				if len(res.Paused) > 0 {
+					fmt.Fprintf(a.stdout, "; paused: %s", strings.Join(res.Paused, ", "))
+				}
+				if res.Pruned > 0 {
+					fmt.Fprintf(a.stdout, "; %d history row(s) past the retention deleted", res.Pruned)
+				}
 				if res.Released > 0 {
 					fmt.Fprintf(a.stdout, "; released %d source(s) whose job ended without a check", res.Released)
 				}
@@ -411,8 +456,40 @@ func addTickFlags(cmd *cobra.Command, cfg *scan.Config) {
 	f.IntVar(&cfg.Limit, "limit", scan.DefaultLimit, "most sources queued by one tick")
 	f.IntVar(&cfg.PerPlatformCap, "per-platform-cap", scan.DefaultPerPlatformCap, "most sources of one platform queued by one tick")
 	f.DurationVar(&cfg.LookAhead, "look-ahead", scan.DefaultLookAhead, "queue up to rate × look-ahead per platform")
+	f.Var((*retention)(&cfg.HistoryRetention), "history-retention", fmt.Sprintf("keep the fetch history this long (each tick deletes older checks; up to %s); 0 keeps none (a worker then writes none)", scan.MaxHistoryRetention))
 	zeroIsDefault(f, "limit", "per-platform-cap", "look-ahead")
 }
+
+// retention is scan.Config.HistoryRetention as a flag: a duration whose 0
+// means "keep none" (scan.NoHistory); left out, the library's default.
+type retention time.Duration
+
+func (r *retention) String() string {
+	switch d := time.Duration(*r); d {
+	case 0:
+		return scan.DefaultHistoryRetention.String()
+	case scan.NoHistory:
+		return "0s"
+	default:
+		return d.String()
+	}
+}
+
+func (r *retention) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a duration such as 72h or 30m")
+	case d < 0:
+		return fmt.Errorf("must be ≥ 0 (0 keeps no history)")
+	case d == 0:
+		d = scan.NoHistory
+	}
+	*r = retention(d)
+	return nil
+}
+
+func (r *retention) Type() string { return "duration" }
 
 func fmtByPlatform(m map[string]int) string {
 	if len(m) == 0 {
@@ -460,7 +537,7 @@ func (a *app) enqueueCmd() *cobra.Command {
 				}
 				fmt.Fprintf(a.stdout, "enqueued %d source(s)", len(queued))
 				if skipped := len(ids) - len(queued); platform == "" && skipped > 0 {
-					fmt.Fprintf(a.stdout, "; %d already queued, disabled or unknown", skipped)
+					fmt.Fprintf(a.stdout, "; %d already queued or disabled", skipped)
 				}
 				fmt.Fprintln(a.stdout)
 				return nil

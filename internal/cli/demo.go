@@ -29,9 +29,12 @@ three platforms for --duration:
 
 Progress (requests/s against the ceiling, multiplier, 429s, cooldown left,
 sources checked) is redrawn in place on a terminal and printed as plain lines
-otherwise. At the end: a summary table and a chart (--chart; SVG, or PNG if
-the name ends in .png) of requests/s per platform against its ceiling and the
-multiplier over time.
+otherwise. At the end: a summary table (limit in 1 s = ceiling + burst;
+checked = sources fetched at least once, of the platform's), a line per
+platform saying what it shows and what happened, and a chart (--chart; SVG,
+or PNG if the name ends in .png): per platform, requests/s at the
+destination against its ceiling and the destination's own limit, and the
+shared multiplier over time, under the verdict.
 
 Exit 0 only if no platform's ceiling (plus its burst) was exceeded in any 1-s
 window at the destination; otherwise exit 1 naming the window. Ctrl-C or

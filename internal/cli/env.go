@@ -19,7 +19,9 @@ import (
 // (--http-addr: FLEETPACE_HTTP_ADDR). Which flags have one:
 //
 //   - every global flag (the root's persistent flags), for every command;
-//   - every flag of the commands a service runs: envCommands.
+//   - every flag of the commands a service runs: envCommands (the
+//     dashboard's --admin-token is best given as FLEETPACE_ADMIN_TOKEN,
+//     out of the process list).
 //
 // The flags of per-invocation commands (`sources add --url`, `platforms set
 // --rate`, `status --json`, …) have none: a variable left in a shell or a
@@ -35,7 +37,7 @@ const envPrefix = "FLEETPACE_"
 
 // envCommands are the commands, by path below the root, whose own flags are
 // read from the environment too.
-var envCommands = []string{"worker", "drain", "scan"}
+var envCommands = []string{"worker", "drain", "scan", "dashboard"}
 
 // envAliases are variables read for a flag after its FLEETPACE_ one, in
 // order: the first variable that is set wins.
@@ -51,8 +53,8 @@ func envVar(flag string) string {
 // envVars returns the variables read for flag f of cmd, first wins; nil when
 // f has none.
 func envVars(root, cmd *cobra.Command, f *pflag.Flag) []string {
-	if f.Name == "help" || f.Name == "version" {
-		return nil
+	if f.Name == "help" || f.Name == "version" || f.Hidden {
+		return nil // hidden flags are for tests: no variable may set them
 	}
 	global := root.PersistentFlags().Lookup(f.Name) == f
 	own := slices.Contains(envCommands, strings.TrimPrefix(cmd.CommandPath(), root.Name()+" ")) &&
@@ -113,10 +115,14 @@ func bindEnv(root *cobra.Command) {
 		if err == nil || exitCode(err) != ExitUsage {
 			return err
 		}
-		msg := err.Error()
+		msg := flagMessage(err) // library fields named by their flags
 		var notes []string
 		for flag, src := range used {
-			if mentionsFlag(msg, flag) || (flag == "database-url" && errors.Is(err, dbconn.ErrInvalidURL)) {
+			switch {
+			case flag == "database-url" && errors.Is(err, dbconn.ErrInvalidURL):
+				// The message shows the URL as far as it may be shown.
+				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, src.variable))
+			case mentionsFlag(msg, flag):
 				notes = append(notes, fmt.Sprintf("--%s set by %s=%q", flag, src.variable, dbconn.Redact(src.value)))
 			}
 		}
@@ -124,7 +130,9 @@ func bindEnv(root *cobra.Command) {
 			return err
 		}
 		slices.Sort(notes)
-		return fmt.Errorf("%w (%s)", err, strings.Join(notes, ", "))
+		// The notes first: whatever follows a database URL in a message is
+		// not printed (dbconn.Redact).
+		return fmt.Errorf("%s: %w", strings.Join(notes, ", "), err)
 	}
 
 	var walk func(c *cobra.Command)

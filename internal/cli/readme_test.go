@@ -64,7 +64,7 @@ func TestREADMECommands(t *testing.T) {
 	ran := 0
 	for _, args := range cmds {
 		switch args[0] {
-		case "worker", "demo":
+		case "worker", "demo", "dashboard":
 			r := run(t, "", append(args, "--help")...)
 			if r.code != 0 {
 				t.Errorf("README command %v: %s", args, r)

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/bench"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
@@ -90,11 +91,12 @@ func exitCode(err error) int {
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue), isFlagError(err), errors.Is(err, pgembed.ErrBinariesNotFound),
-		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig),
+		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig), errors.Is(err, pgembed.ErrInvalidDataDir),
 		errors.Is(err, sources.ErrInvalid), errors.Is(err, scan.ErrInvalidConfig),
 		errors.Is(err, queue.ErrInvalidConfig), errors.Is(err, poller.ErrInvalidConfig),
 		errors.Is(err, fetch.ErrInvalidConfig), errors.Is(err, worker.ErrInvalidConfig),
-		errors.Is(err, bench.ErrInvalidConfig), errors.Is(err, demo.ErrInvalidConfig):
+		errors.Is(err, bench.ErrInvalidConfig), errors.Is(err, demo.ErrInvalidConfig),
+		errors.Is(err, dashboard.ErrInvalidConfig):
 		return ExitUsage
 	}
 	return ExitFailure
@@ -115,6 +117,7 @@ var flagNames = map[string]string{
 	"worker.Config.MinFleetSize":           "--min-fleet-size",
 	"worker.Config.Heartbeat":              "--heartbeat",
 	"worker.Config.MaxConns":               "--max-conns",
+	"worker.Config.HTTPAddr":               "--http-addr",
 	"poller.Config.Base":                   "--poll-base",
 	"poller.Config.Max":                    "--poll-max",
 	"poller.Config.JitterRatio":            "--poll-jitter",
@@ -126,6 +129,7 @@ var flagNames = map[string]string{
 	"scan.Config.Limit":                    "--limit",
 	"scan.Config.PerPlatformCap":           "--per-platform-cap",
 	"scan.Config.LookAhead":                "--look-ahead",
+	"scan.Config.HistoryRetention":         "--history-retention",
 	"queue.DrainConfig.MaxDuration":        "--max-duration",
 	"bench.ScanConfig.Sources":             "--sources",
 	"bench.ScanConfig.Platforms":           "--platforms",
@@ -158,6 +162,9 @@ var flagNames = map[string]string{
 	"bench.WorkerConfig.Jobs":              "--jobs",
 	"bench.WorkerConfig.Runs":              "--runs",
 	"bench.WorkerConfig.FetchCooldown":     "--fetch-cooldown",
+	"bench.DashboardConfig.Sources":        "--sources",
+	"bench.DashboardConfig.Platforms":      "--platforms",
+	"bench.DashboardConfig.Runs":           "--runs",
 	"demo.Config.Workers":                  "--workers",
 	"demo.Config.Duration":                 "--duration",
 	"demo.Config.Sources":                  "--sources",
@@ -264,12 +271,14 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	root.AddCommand(
 		a.schemaCmd(),
 		a.platformsCmd(),
+		a.cooldownsCmd(),
 		a.sourcesCmd(),
 		a.scanCmd(),
 		a.enqueueCmd(),
 		a.drainCmd(),
 		a.statusCmd(),
 		a.workerCmd(),
+		a.dashboardCmd(),
 		a.embeddedCmd(),
 		a.demoCmd(),
 		a.simulateCmd(),
@@ -280,11 +289,69 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 			a.benchFleetCmd(),
 			a.benchSoakCmd(),
 			a.benchWorkerCmd(),
+			a.benchAdaptCmd(),
+			a.benchDashboardCmd(),
 		),
 	)
 	a.addVersion(root)
+	refuseUnknownSubcommands(root)
+	refuseUnknownHelpTopics(root)
 	bindEnv(root) // last: the whole tree
 	return root
+}
+
+// refuseUnknownHelpTopics makes `fleetpace help NAME` for a command that
+// does not exist bad usage (exit 2), as running it would be; cobra prints
+// "Unknown help topic" and succeeds.
+func refuseUnknownHelpTopics(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "help" || c.Run == nil {
+			continue
+		}
+		show := c.Run
+		c.Run = nil
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if target, rest, err := root.Find(args); err != nil || target == nil || len(rest) > 0 {
+				return &flagError{fmt.Errorf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			show(cmd, args)
+			return nil
+		}
+	}
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (platforms, sources, bench, …) refuse an unknown subcommand as bad usage
+// (exit 2), with cobra's suggestions; cobra's own behaviour is to print the
+// group's help and succeed. A group given no subcommand prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() || !c.HasParent() {
+		return // the root refuses unknown commands itself
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if cmd.SuggestionsMinimumDistance <= 0 {
+			cmd.SuggestionsMinimumDistance = 2 // cobra sets it on the root only
+		}
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+		}
+		var names []string
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		return &flagError{fmt.Errorf("%s\n%s has: %s", msg, cmd.CommandPath(), strings.Join(names, ", "))}
+	}
 }
 
 // defaultDataDir is $XDG_DATA_HOME/fleetpace, else ~/.local/share/fleetpace;
@@ -335,7 +402,13 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 		a.announce("using database %s", dbconn.Describe(a.databaseURL))
 		return a.databaseURL, nil
 	}
+	if a.dataDir == "" {
+		return "", usagef("--data-dir must not be empty")
+	}
 	c, err := pgembed.EnsureShared(ctx, a.dataDir, pgembed.Config{Logger: a.logger})
+	if errors.Is(err, pgembed.ErrInvalidDataDir) {
+		return "", &usageError{fmt.Errorf("--data-dir %s: %w", a.dataDir, err)}
+	}
 	if err != nil {
 		return "", fmt.Errorf("embedded PostgreSQL: %w", err)
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,11 +18,17 @@ import (
 
 // addFetchFlags registers the flags of the built-in HTTP fetcher.
 func addFetchFlags(f *pflag.FlagSet, h *fetch.HTTPConfig) {
+	// Tests only, hidden, without an environment variable: see
+	// fetch.HTTPConfig.GuardExempt. Never in production.
+	f.Var((*addrPorts)(&h.GuardExempt), "test-guard-exempt", "TESTS ONLY, never in production: an ADDRESS:PORT the SSRF guard lets through (repeatable)")
+	if err := f.MarkHidden("test-guard-exempt"); err != nil {
+		panic("cli: " + err.Error())
+	}
 	f.BoolVar(&h.AllowPrivateNetworks, "allow-private-networks", false, "allow fetching loopback, private and link-local addresses (refused by default: SSRF guard)")
 	f.StringVar(&h.StoreDir, "store-dir", "", "store fetched bodies content-addressed under this directory (default: discard)")
 	f.StringVar(&h.UserAgent, "user-agent", fetch.DefaultUserAgent, "User-Agent of every request")
 	f.DurationVar(&h.Timeout, "fetch-timeout", fetch.DefaultTimeout, "bound on one fetch (connect, redirects, body)")
-	f.Int64Var(&h.MaxBodyBytes, "max-body-bytes", fetch.DefaultMaxBodyBytes, "largest body accepted; larger is a failed fetch")
+	f.Int64Var(&h.MaxBodyBytes, "max-body-bytes", fetch.DefaultMaxBodyBytes, "largest body accepted, in bytes (10485760 = 10 MiB); larger is a failed fetch")
 	f.IntVar(&h.MaxRedirects, "max-redirects", fetch.DefaultMaxRedirects, "redirects followed; one more is a failed fetch")
 	f.DurationVar(&h.RateLimitedAfter, "rate-limited-after", fetch.DefaultRateLimitedAfter, "a 429/503 whose Retry-After exceeds this cools the whole platform down")
 	zeroIsDefault(f, "fetch-timeout", "max-body-bytes", "rate-limited-after")
@@ -105,7 +113,8 @@ func (a *app) workerCmd() *cobra.Command {
 the same PostgreSQL: River shares the jobs out and the pacer rows keep every
 platform under its fleet-wide ceiling.
 
-The worker serves, on --http-addr: /healthz, /readyz (503 with Retry-After
+The worker serves, on --http-addr: the dashboard at / (see ` + "`fleetpace dashboard --help`" + `;
+its actions need --admin-token), /healthz, /readyz (503 with Retry-After
 while the database is unreachable), /metrics (Prometheus), /status (JSON)
 and /riverui/ (River's job dashboard).
 
@@ -139,7 +148,8 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f := cmd.Flags()
 	addJobFlags(f, &cfg)
 	addTickFlags(cmd, &cfg.Tick)
-	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of the dashboard (/), /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "turns the dashboard's actions on, behind a sign-in with this token (default: read-only)")
 	f.DurationVar(&cfg.SoftStop, "soft-stop", worker.DefaultSoftStop, "on SIGTERM, time running fetches get to finish before they are cancelled")
 	f.DurationVar(&cfg.Poll.Base, "poll-base", poller.DefaultBase, "scan loop: sleep after a tick that found work")
 	f.DurationVar(&cfg.Poll.Max, "poll-max", poller.DefaultMax, "scan loop: longest sleep (doubling from --poll-base after empty or failed ticks)")
@@ -149,3 +159,25 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", worker.DefaultHeartbeat, "how often this worker announces itself (fleet size for degraded pacing)")
 	return cmd
 }
+
+// addrPorts is a repeatable ADDRESS:PORT flag.
+type addrPorts []netip.AddrPort
+
+func (a *addrPorts) String() string {
+	s := make([]string, len(*a))
+	for i, ap := range *a {
+		s[i] = ap.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (a *addrPorts) Set(v string) error {
+	ap, err := netip.ParseAddrPort(v)
+	if err != nil {
+		return fmt.Errorf("%q is not an ADDRESS:PORT (e.g. 127.0.0.1:8080)", v)
+	}
+	*a = append(*a, ap)
+	return nil
+}
+
+func (*addrPorts) Type() string { return "addrport" }

@@ -19,8 +19,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,6 +29,10 @@ import (
 
 // DefaultConnectTimeout bounds one connection attempt.
 const DefaultConnectTimeout = 2 * time.Second
+
+// MaxConnectTimeout is the longest Config.ConnectTimeout: one attempt that
+// takes longer has failed.
+const MaxConnectTimeout = time.Minute
 
 // Config configures a pool. The zero value (plus URL) means defaults.
 type Config struct {
@@ -71,8 +73,8 @@ var ErrInvalidConfig = errors.New("invalid config")
 // Validate reports an invalid field, wrapping ErrInvalidConfig. The URL is
 // checked by PoolConfig, when it is parsed (ErrInvalidURL).
 func (c Config) Validate() error {
-	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be > 0 (0: default), got %s", ErrInvalidConfig, c.ConnectTimeout)
+	if c.ConnectTimeout < 0 || c.ConnectTimeout > MaxConnectTimeout {
+		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxConnectTimeout, c.ConnectTimeout)
 	}
 	if c.MaxConns < 0 {
 		return fmt.Errorf("%w: dbconn.Config.MaxConns must be ≥ 0, got %d", ErrInvalidConfig, c.MaxConns)
@@ -94,10 +96,15 @@ func PoolConfig(cfg Config) (*pgxpool.Config, error) {
 	if cfg.URL == "" {
 		return nil, fmt.Errorf("dbconn: %w: the URL is empty", ErrInvalidURL)
 	}
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
+	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		// pgx error messages can echo the URL; never print a password.
-		return nil, fmt.Errorf("dbconn: %w: %w", ErrInvalidURL, redacted{err})
+		return nil, invalidURL(cfg.URL, parseReason(err), err)
+	}
+	if err := checkParsed(cfg.URL, pc.ConnConfig.Config); err != nil {
+		return nil, err
 	}
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {
@@ -221,29 +228,4 @@ func unavailableState(code string) bool {
 		return true
 	}
 	return strings.HasPrefix(code, "08") // connection_exception and its subclasses
-}
-
-var (
-	urlPassword = regexp.MustCompile(`(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@`)
-	kvPassword  = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-)
-
-// Redact removes passwords from a URL, a keyword/value string or any text
-// that may contain one (error messages).
-func Redact(s string) string {
-	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
-	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
-}
-
-// Describe names a database for humans, without its password:
-// "postgres@127.0.0.1:5432/fleetpace".
-func Describe(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
-		user := ""
-		if u.User != nil {
-			user = u.User.Username() + "@"
-		}
-		return user + u.Host + u.Path
-	}
-	return Redact(rawURL)
 }

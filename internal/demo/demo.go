@@ -31,6 +31,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -66,8 +68,9 @@ type Config struct {
 	// Sources is how many sources are created, split evenly over the three
 	// platforms. Default 300.
 	Sources int
-	// ChartPath is the chart file; ".png" writes a PNG, anything else an
-	// SVG. Default DefaultChartPath (in the current directory).
+	// ChartPath is the chart file: ".png" writes a PNG, ".svg" an SVG (any
+	// other ending is refused). Default DefaultChartPath (in the current
+	// directory).
 	ChartPath string
 	// TmpDir is where the demo's temporary directory (cluster, worker logs)
 	// is created and removed. When running as root it must be searchable by
@@ -122,8 +125,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: demo.Config.Workers must be in 1..32, got %d", ErrInvalidConfig, c.Workers)
 	case c.Duration < 5*time.Second:
 		return fmt.Errorf("%w: demo.Config.Duration must be ≥ 5s, got %s", ErrInvalidConfig, c.Duration)
-	case c.Sources < 3:
-		return fmt.Errorf("%w: demo.Config.Sources must be ≥ 3, got %d", ErrInvalidConfig, c.Sources)
+	case c.Duration > 24*time.Hour:
+		return fmt.Errorf("%w: demo.Config.Duration must be ≤ 24h, got %s", ErrInvalidConfig, c.Duration)
+	case c.Sources < 3 || c.Sources > 1_000_000:
+		return fmt.Errorf("%w: demo.Config.Sources must be in 3..1000000, got %d", ErrInvalidConfig, c.Sources)
+	case !slices.Contains([]string{".svg", ".png"}, strings.ToLower(filepath.Ext(c.ChartPath))):
+		return fmt.Errorf("%w: demo.Config.ChartPath must end in .svg or .png, got %q", ErrInvalidConfig, c.ChartPath)
 	case c.Refresh < 100*time.Millisecond:
 		return fmt.Errorf("%w: demo.Config.Refresh must be ≥ 100ms, got %s", ErrInvalidConfig, c.Refresh)
 	case c.PlainEvery < c.Refresh:
@@ -189,8 +196,12 @@ type PlatformSummary struct {
 	MaxMult    float64 `json:"max_multiplier_seen"`
 	Cooldowns  int     `json:"cooldowns"` // escalation count seen (0: never cooled down)
 	CooledFor  float64 `json:"cooled_down_s"`
-	Checked    int64   `json:"sources_checked"`
+	Checked    int64   `json:"sources_checked"` // checked at least once during the run
 	SourcesTot int64   `json:"sources"`
+	// StopAt and RetryAfter, for the platform whose destination says stop:
+	// when (seconds into the run) and for how long it said so.
+	StopAt     float64 `json:"stop_at_s,omitempty"`
+	RetryAfter float64 `json:"retry_after_s,omitempty"`
 	// WindowArrivalsMS, when Exceeded, are the arrival times in the busiest
 	// window, in ms from its start.
 	WindowArrivalsMS []float64 `json:"window_arrivals_ms,omitempty"`
@@ -317,11 +328,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum *Summary, err erro
 	// The workers.
 	fmt.Fprintf(out, "demo: %d platforms, %d sources, destination %s, %d workers, %s\n",
 		len(specs), cfg.Sources, dest.URL(), cfg.Workers, cfg.Duration)
-	fleet, err := startWorkers(cfg, dbURL, tmp)
+	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Args: workerArgs(dbURL, tmp), N: cfg.Workers,
+		Dir: tmp, Grace: workerSoftStop + 10*time.Second})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("demo: %w", err)
 	}
-	undo = append(undo, func(c context.Context) { fleet.stop(c, out) })
+	stopWorkers := func(c context.Context) {
+		if err := fleet.Stop(c); err != nil {
+			fmt.Fprintf(out, "demo: %v\n", err)
+		}
+	}
+	undo = append(undo, stopWorkers)
 	dest.Reset() // the chart's time 0: the workers are starting
 	origin := dest.Origin()
 
@@ -337,10 +354,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (sum *Summary, err erro
 	// Stop the workers before reading the destination's record, so nothing
 	// arrives after the verdict.
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	fleet.stop(stopCtx, out)
+	stopWorkers(stopCtx) // once: the undo step then does nothing
 	cancel()
 
-	sum = mon.summary(ctx)
+	sum = mon.summary(ctx, tl)
 	sum.TempDir, sum.Interrupted, sum.ChartPath = tmp, interrupted, chartPath
 	if err := writeChart(chartPath, mon, sum); err != nil {
 		fmt.Fprintf(out, "demo: chart: %v\n", err)
@@ -368,6 +385,33 @@ func interruptedOr(ctx context.Context, err error) error {
 		return ErrInterrupted
 	}
 	return err
+}
+
+// workerSoftStop is the workers' --soft-stop: short, fetches are fast here.
+const workerSoftStop = 2 * time.Second
+
+// workerArgs are the flags of every demo worker. --data-dir names the demo's
+// directory (it is not used: --database-url wins), so every process the demo
+// started can be found by it. The workers get no FLEETPACE_* variable from
+// the demo's environment (package workers removes them): only these flags
+// decide what they do.
+func workerArgs(dbURL, tmp string) []string {
+	return []string{
+		"worker",
+		"--database-url", dbURL,
+		"--data-dir", filepath.Join(tmp, "pg"),
+		"--allow-private-networks",
+		"--http-addr", "",
+		"--startup-jitter", "500ms",
+		"--poll-base", "500ms",
+		"--poll-max", "2s",
+		"--soft-stop", workerSoftStop.String(),
+		"--rate-limited-after", rateLimitedAfter.String(),
+		"--heartbeat", "2s",
+		"--max-pacer-wait", "2s",
+		"--log-level", "warn",
+		"-q",
+	}
 }
 
 // setup creates the platforms and the sources, pointing at the destination.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/testbin"
 )
 
@@ -117,21 +118,39 @@ func TestDemo(t *testing.T) {
 		t.Errorf("expected plain progress lines without ANSI escapes")
 	}
 	// The throttled platform's 429s and the cooldown platform's cooldown show
-	// in the summary table.
+	// in the summary table; the burst is printed.
+	rows := 0
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 13 {
+		if len(f) != 14 {
 			continue
 		}
 		switch f[0] {
+		case "steady":
+			rows++
+			if f[1] != "20/s" || f[2] != "1" || f[3] != "21" {
+				t.Errorf("steady: ceiling, burst, limit = %q; want 20/s, 1, 21", f[1:4])
+			}
 		case "throttled":
-			if f[5] == "0" || f[9] == "×1" {
+			rows++
+			if f[7] == "0" || f[10] == "×1" {
 				t.Errorf("throttled platform shows no shared backoff: %q", line)
 			}
 		case "cooldown":
-			if f[10] == "no" {
+			rows++
+			if f[11] == "no" {
 				t.Errorf("cooldown platform never cooled down: %q", line)
 			}
+		}
+	}
+	if rows != 3 {
+		t.Errorf("the summary table has %d platform rows, want 3", rows)
+	}
+	// It explains itself: a line per platform, the limit and checked columns.
+	for _, want := range []string{"steady:    the destination accepts everything", "throttled: the destination allows only 5/s",
+		"cooldown:  at +", "limit in 1 s = ceiling + burst", "checked = sources fetched at least once"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the summary lacks %q", want)
 		}
 	}
 
@@ -141,6 +160,49 @@ func TestDemo(t *testing.T) {
 	}
 	assertSVG(t, chart)
 	assertNothingLeft(t, dir)
+
+	// In a browser: nothing overlaps, no line crosses a label, whole-number
+	// ticks, the verdict in the title, the ceilings and the destination's
+	// limit labelled.
+	c, err := browser.ReadChart(browser.New(t, 1000, 1200), "file://"+chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range c.Problems {
+		t.Errorf("chart: %s", p)
+	}
+	all := strings.Join(c.Texts, "\n")
+	if len(c.Texts) == 0 || !strings.Contains(c.Texts[0], "OK, no platform above its ceiling + burst") {
+		t.Errorf("the chart's title is not the verdict: %q", c.Texts[:min(1, len(c.Texts))])
+	}
+	for _, want := range []string{"ceiling 20/s (+ burst 1: at most 21 in any 1 s)", "ceiling 12/s", "ceiling 8/s",
+		"the destination's own limit, 5/s", "the fleet cooling the platform down", "seconds since the workers started"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("the chart lacks the label %q:\n%s", want, all)
+		}
+	}
+}
+
+// The chart check fails the chart the demo drew before issue 12: legend
+// entries on top of each other, ticks "0.00" and "25.00".
+func TestChartCheckFailsTheOldChart(t *testing.T) {
+	old, err := filepath.Abs("testdata/chart-before-issue-12.svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := browser.ReadChart(browser.New(t, 1000, 800), "file://"+old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlap, ticks bool
+	for _, p := range c.Problems {
+		overlap = overlap || strings.HasPrefix(p, "texts overlap")
+		ticks = ticks || strings.Contains(p, "is not a whole number")
+	}
+	if !overlap || !ticks {
+		t.Fatalf("the old chart passes the check: %q", c.Problems)
+	}
+	t.Logf("the old chart's problems: %q", c.Problems)
 }
 
 func assertSVG(t *testing.T, path string) {

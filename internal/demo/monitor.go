@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/internal/fakedest"
+	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/status"
 )
 
@@ -50,7 +51,7 @@ func newMonitor(cfg Config, pool *pgxpool.Pool, dest *fakedest.Server, origin ti
 // run samples every Refresh until the duration is over (nil) or ctx ends
 // (ErrInterrupted), switching the cooldown platform's rule on schedule. A
 // worker that exits early ends the run with an error.
-func (m *monitor) run(ctx context.Context, fl *fleet, tl timeline) error {
+func (m *monitor) run(ctx context.Context, fl *workers.Fleet, tl timeline) error {
 	tick := time.NewTicker(m.cfg.Refresh)
 	defer tick.Stop()
 	end := time.NewTimer(m.cfg.Duration)
@@ -82,8 +83,8 @@ func (m *monitor) run(ctx context.Context, fl *fleet, tl timeline) error {
 			}
 			blockOff = nil
 		case now := <-tick.C:
-			if err := fl.exited(); err != nil {
-				return err
+			if err := fl.Exited(); err != nil {
+				return fmt.Errorf("demo: %w", err)
 			}
 			m.sample(ctx, now)
 			if m.cfg.Terminal {
@@ -156,7 +157,7 @@ func (m *monitor) lines(now time.Time) []string {
 		if r.cooldown > 0 {
 			cd = r.cooldown.Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%g/s\t%s\t×%g\t%d\t%s\t%d/%d\t\n", s.name, r.rate, s.rate, dl, r.multiplier, r.n429, cd, r.checked, r.total)
+		fmt.Fprintf(tw, "%s\t%.0f\t%g/s\t%s\t×%.3g\t%d\t%s\t%d/%d\t\n", s.name, r.rate, s.rate, dl, r.multiplier, r.n429, cd, r.checked, r.total)
 	}
 	tw.Flush()
 	return strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
@@ -187,7 +188,7 @@ func (m *monitor) plain(now time.Time) {
 		if r.cooldown > 0 {
 			cd = r.cooldown.Round(time.Second).String()
 		}
-		fmt.Fprintf(m.out, "t=%3.0fs %-9s %3.0f req/s (ceiling %g/s)  multiplier ×%g  429s %d  cooldown %s  checked %d/%d\n",
+		fmt.Fprintf(m.out, "t=%3.0fs %-9s %3.0f req/s (ceiling %g/s)  multiplier ×%.3g  429s %d  cooldown %s  checked %d/%d\n",
 			t, s.name, r.rate, s.rate, r.multiplier, r.n429, cd, r.checked, r.total)
 	}
 }
@@ -200,7 +201,7 @@ func (m *monitor) finish() {
 }
 
 // summary computes the verdict from everything the destination recorded.
-func (m *monitor) summary(ctx context.Context) *Summary {
+func (m *monitor) summary(ctx context.Context, tl timeline) *Summary {
 	sum := &Summary{Workers: m.cfg.Workers, Duration: m.cfg.Duration}
 	// Final counts (the workers have stopped).
 	if rep, err := status.Read(context.WithoutCancel(ctx), m.pool); err == nil {
@@ -227,6 +228,9 @@ func (m *monitor) summary(ctx context.Context) *Summary {
 			Status429: m.dest.CountStatus(s.prefix(), http.StatusTooManyRequests),
 			MaxIn1s:   n, Limit: s.limit(), Exceeded: n > s.limit(),
 			CooledFor: m.cooled[i],
+		}
+		if s.cooldown {
+			ps.StopAt, ps.RetryAfter = tl.blockAt.Seconds(), tl.retryAfter.Seconds()
 		}
 		if !at.IsZero() {
 			ps.MaxWindow = at.Sub(m.origin).Seconds()
@@ -255,13 +259,14 @@ func (m *monitor) summary(ctx context.Context) *Summary {
 	return sum
 }
 
-// writeSummary prints the summary table and the verdict.
+// writeSummary prints the summary table, a line per platform saying what
+// it shows and what happened, and the verdict.
 func writeSummary(out io.Writer, s *Summary) {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "platform\tceiling\tdest limit\trequests\tok\t429s\tmean/s\tmax in 1 s\tlimit\tmax multiplier\tcooled down\tchecked\tceiling held\t\n")
+	fmt.Fprintf(tw, "platform\tceiling\tburst\tlimit in 1 s\tdest allows\trequests\tok\t429s\tmean/s\tmax in 1 s\tmax multiplier\tcooled down\tchecked\tceiling held\t\n")
 	for _, p := range s.Platforms {
-		dl := "-"
+		dl := "unlimited"
 		if p.DestLimit > 0 {
 			dl = fmt.Sprintf("%g/s", p.DestLimit)
 		}
@@ -273,10 +278,16 @@ func writeSummary(out io.Writer, s *Summary) {
 		if p.Exceeded {
 			held = fmt.Sprintf("NO (+%.1fs)", p.MaxWindow)
 		}
-		fmt.Fprintf(tw, "%s\t%g/s\t%s\t%d\t%d\t%d\t%.1f\t%d\t%d\t×%g\t%s\t%d/%d\t%s\t\n",
-			p.Name, p.Ceiling, dl, p.Requests, p.OK, p.Status429, p.MeanRate, p.MaxIn1s, p.Limit, p.MaxMult, cd, p.Checked, p.SourcesTot, held)
+		fmt.Fprintf(tw, "%s\t%g/s\t%d\t%d\t%s\t%d\t%d\t%d\t%.1f\t%d\t×%.3g\t%s\t%d/%d\t%s\t\n",
+			p.Name, p.Ceiling, p.Burst, p.Limit, dl, p.Requests, p.OK, p.Status429, p.MeanRate, p.MaxIn1s, p.MaxMult, cd, p.Checked, p.SourcesTot, held)
 	}
 	tw.Flush()
+	fmt.Fprintln(out)
+	for _, p := range s.Platforms {
+		fmt.Fprintf(out, "%-10s %s\n", p.Name+":", p.explain())
+	}
+	fmt.Fprintln(out, "limit in 1 s = ceiling + burst: the most requests any 1-s window may see; max in 1 s is what the destination saw in its busiest one.")
+	fmt.Fprintln(out, "checked = sources fetched at least once during the run, of the platform's sources (all are due every 2 s, more than a ceiling allows: the longest-waiting go first).")
 	for _, p := range s.Platforms {
 		if p.Exceeded {
 			fmt.Fprintf(out, "%s: arrivals in the busiest window (ms from its start): %v\n", p.Name, p.WindowArrivalsMS)
@@ -289,6 +300,36 @@ func writeSummary(out io.Writer, s *Summary) {
 	case s.Interrupted:
 		fmt.Fprintln(out, "demo: interrupted; stopping everything")
 	case s.OK():
-		fmt.Fprintf(out, "demo: OK — no platform exceeded its ceiling in any 1-s window (%d workers, %s)\n", s.Workers, s.Duration)
+		fmt.Fprintf(out, "demo: OK — no platform exceeded its ceiling + burst in any 1-s window (%d workers, %s)\n", s.Workers, s.Duration)
 	}
+}
+
+// explain says in one line what the platform is there to show and what
+// happened to it.
+func (p PlatformSummary) explain() string {
+	held := fmt.Sprintf("at most %d requests in any 1 s (limit %d = %g + burst %d)", p.MaxIn1s, p.Limit, p.Ceiling, p.Burst)
+	if p.Exceeded {
+		held = fmt.Sprintf("%d requests in the 1 s from +%.1fs: ABOVE the limit %d = %g + burst %d", p.MaxIn1s, p.MaxWindow, p.Limit, p.Ceiling, p.Burst)
+	}
+	switch {
+	case p.DestLimit > 0:
+		return fmt.Sprintf("the destination allows only %g/s, below the %g/s ceiling. %s raised the shared multiplier to ×%.3g "+
+			"(every worker then paces at ceiling ÷ multiplier), and the fleet fetched at %.1f/s on average; %s.",
+			p.DestLimit, p.Ceiling, answers429(p.Status429), p.MaxMult, p.MeanRate, held)
+	case p.RetryAfter > 0:
+		what := fmt.Sprintf("the whole fleet cooled the platform down for ~%.0f s instead of retrying (%s in all)", p.CooledFor, answers429(p.Status429))
+		if p.Cooldowns == 0 {
+			what = fmt.Sprintf("the fleet was not seen cooling down (%s): the run may have been too short", answers429(p.Status429))
+		}
+		return fmt.Sprintf("at +%.0fs the destination answered 429 with Retry-After %.0fs for a moment: %s; %s.", p.StopAt, p.RetryAfter, what, held)
+	default:
+		return fmt.Sprintf("the destination accepts everything, so the fleet runs at its ceiling: %.1f/s on average, %s.", p.MeanRate, held)
+	}
+}
+
+func answers429(n int) string {
+	if n == 1 {
+		return "1 answer 429"
+	}
+	return fmt.Sprintf("%d answers 429", n)
 }

@@ -132,4 +132,3 @@ func TestPostgresThroughProxy(t *testing.T) {
 		t.Fatalf("a statement took %s through the proxy, want ≥ %s", rt, 2*delay)
 	}
 }
-

@@ -37,6 +37,15 @@ var ErrBinariesNotFound = errors.New("pgembed: PostgreSQL server binaries (initd
 	"(Debian/Ubuntu), `dnf install postgresql-server` (Fedora) or `brew install postgresql` (macOS), " +
 	"or pass --database-url to use an existing server")
 
+// ErrInvalidDataDir is returned when the data directory given is not one
+// (a file, say).
+var ErrInvalidDataDir = errors.New("pgembed: the data directory is not a directory")
+
+// ErrPortInUse is returned when the cluster must listen on a given port
+// (Config.Port, or the port a shared cluster remembers) and another process
+// has it.
+var ErrPortInUse = errors.New("pgembed: port in use")
+
 // Config configures a cluster. The zero value starts a temporary cluster.
 type Config struct {
 	// BinDir is the directory holding initdb, pg_ctl and postgres.
@@ -195,6 +204,8 @@ func prepare(cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("pgembed: temp dir: %w", err)
 		}
 		c.temp, root = tmp, tmp
+	} else if err := checkDir(root); err != nil {
+		return nil, err
 	} else if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("pgembed: data dir: %w", err)
 	}
@@ -291,6 +302,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		return c.waitReady(ctx)
 	}
 	fixedPort := c.port != 0
+	if fixedPort && !portFree(c.port) {
+		return fmt.Errorf("%w: 127.0.0.1:%d, where the cluster in %s listens, is taken by another process", ErrPortInUse, c.port, c.root)
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		if !fixedPort {
@@ -437,6 +451,29 @@ func (c *Cluster) chown(path string) error {
 		return fmt.Errorf("pgembed: chown %s: %w", path, err)
 	}
 	return nil
+}
+
+// checkDir refuses a data directory that exists and is not a directory, or
+// that cannot be one (a parent is a file).
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("%w: %s is a file", ErrInvalidDataDir, dir)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: a parent of %s is a file", ErrInvalidDataDir, dir)
+	}
+	return nil
+}
+
+// portFree reports whether nothing listens on 127.0.0.1:port.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 func freePort() (int, error) {

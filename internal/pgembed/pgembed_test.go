@@ -3,6 +3,8 @@ package pgembed_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,5 +59,68 @@ func TestStartStopRestartClose(t *testing.T) {
 	}
 	if _, err := os.Stat(root); !os.IsNotExist(err) {
 		t.Fatalf("temporary cluster directory %s left behind (%v)", root, err)
+	}
+}
+
+// A shared cluster keeps its port across restarts (processes still running
+// against it find it again), says so when another process has taken the
+// port instead of moving, and refuses a data directory that is a file.
+func TestSharedClusterKeepsItsPort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// As root the server runs as the postgres user, which must be able to
+	// enter every parent of the data directory.
+	tmp := t.TempDir()
+	for _, d := range []string{tmp, filepath.Dir(tmp)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(tmp, "data")
+	c, err := pgembed.EnsureShared(ctx, dir, pgembed.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pgembed.StopShared(context.Background(), dir, pgembed.Config{}) })
+	port := c.Port()
+	if b, err := os.ReadFile(filepath.Join(dir, pgembed.PortFile)); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(port) {
+		t.Fatalf("port file: %q %v, want %d", b, err, port)
+	}
+	for range 2 {
+		if was, err := pgembed.StopShared(ctx, dir, pgembed.Config{}); !was || err != nil {
+			t.Fatalf("StopShared: %v %v", was, err)
+		}
+		c, err := pgembed.EnsureShared(ctx, dir, pgembed.Config{})
+		if err != nil || c.Port() != port {
+			t.Fatalf("restart: port %d %v, want %d", c.Port(), err, port)
+		}
+	}
+
+	// The port taken while the cluster is down: a clear error, no move.
+	if _, err := pgembed.StopShared(ctx, dir, pgembed.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pgembed.EnsureShared(ctx, dir, pgembed.Config{})
+	l.Close()
+	if !errors.Is(err, pgembed.ErrPortInUse) || !strings.Contains(err.Error(), fmt.Sprint(port)) || !strings.Contains(err.Error(), pgembed.PortFile) {
+		t.Fatalf("EnsureShared with its port taken: %v, want ErrPortInUse naming the port and the port file", err)
+	}
+	if c, err := pgembed.EnsureShared(ctx, dir, pgembed.Config{}); err != nil || c.Port() != port {
+		t.Fatalf("after the port was freed: %v %v", c, err)
+	}
+
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgembed.EnsureShared(ctx, file, pgembed.Config{}); !errors.Is(err, pgembed.ErrInvalidDataDir) {
+		t.Fatalf("EnsureShared on a file: %v, want ErrInvalidDataDir", err)
+	}
+	if _, err := pgembed.StopShared(ctx, file, pgembed.Config{}); !errors.Is(err, pgembed.ErrInvalidDataDir) {
+		t.Fatalf("StopShared on a file: %v, want ErrInvalidDataDir", err)
 	}
 }

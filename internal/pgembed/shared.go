@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -16,13 +18,27 @@ import (
 // DatabaseName is the database fleetpace uses inside a shared cluster.
 const DatabaseName = "fleetpace"
 
+// PortFile is the file of a shared cluster's data directory that remembers
+// the port its server listens on.
+const PortFile = "port"
+
 // EnsureShared returns the persistent cluster under dataDir, creating and
 // starting it on first use and reusing it afterwards, also from other
 // processes. A file lock serializes processes that start at the same moment,
 // so exactly one of them initializes and starts the server. The server keeps
 // running when the calling process exits; StopShared stops it. The database
 // DatabaseName exists when EnsureShared returns.
+//
+// The cluster keeps its port: the first start picks a free one and writes
+// it to PortFile, and every later start (after StopShared, a reboot) listens
+// on it again, so processes still running against the cluster — workers —
+// find it again, as after an outage. If another process has taken the port,
+// EnsureShared fails with ErrPortInUse rather than move (cfg.Port, if set,
+// wins over the remembered port).
 func EnsureShared(ctx context.Context, dataDir string, cfg Config) (*Cluster, error) {
+	if err := checkDir(dataDir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pgembed: data dir: %w", err)
 	}
@@ -35,14 +51,50 @@ func EnsureShared(ctx context.Context, dataDir string, cfg Config) (*Cluster, er
 
 	cfg.DataDir = dataDir
 	cfg.Durable = true
+	portPath := filepath.Join(dataDir, PortFile)
+	if cfg.Port == 0 {
+		cfg.Port = rememberedPort(dataDir)
+	}
 	c, err := Start(ctx, cfg)
+	if errors.Is(err, ErrPortInUse) {
+		return nil, fmt.Errorf("%w (remembered in %s, so that workers still running find the cluster again): "+
+			"stop what listens there, or remove %s to start on a new port and restart those workers", err, portPath, portPath)
+	}
 	if err != nil {
 		return nil, err
+	}
+	if b, _ := os.ReadFile(portPath); strings.TrimSpace(string(b)) != strconv.Itoa(c.Port()) {
+		if err := os.WriteFile(portPath, []byte(strconv.Itoa(c.Port())+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("pgembed: remember the port: %w", err)
+		}
 	}
 	if err := c.createDatabase(ctx, DatabaseName); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// rememberedPort is the port of the shared cluster under dataDir: PortFile's,
+// else the one its last start wrote to the server's configuration (clusters
+// made before PortFile), else 0.
+func rememberedPort(dataDir string) int {
+	if b, err := os.ReadFile(filepath.Join(dataDir, PortFile)); err == nil {
+		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 && p < 65536 {
+			return p
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "pgdata", "fleetpace.conf"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "port = "); ok {
+			if p, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && p > 0 && p < 65536 {
+				return p
+			}
+		}
+	}
+	return 0
 }
 
 // StopShared stops the persistent cluster under dataDir if it runs; it
@@ -51,6 +103,9 @@ func StopShared(ctx context.Context, dataDir string, cfg Config) (bool, error) {
 	lock := flock.New(filepath.Join(dataDir, "fleetpace.lock"))
 	if _, err := os.Stat(dataDir); err != nil {
 		return false, nil
+	}
+	if err := checkDir(dataDir); err != nil {
+		return false, err
 	}
 	ok, err := lock.TryLockContext(ctx, 50*time.Millisecond)
 	if err != nil || !ok {

@@ -27,8 +27,11 @@ type Config struct {
 	N int
 	// Dir receives one log file per process (worker-1.log, …). Required.
 	Dir string
-	// Env is added to the parent's environment; DATABASE_URL is cleared
-	// first, so a stray one cannot win over --database-url.
+	// Env is added to the parent's environment, from which every
+	// FLEETPACE_* variable and DATABASE_URL are removed first: a variable
+	// left in the shell cannot change what Args say (FLEETPACE_HTTP_ADDR,
+	// FLEETPACE_CONCURRENCY, …), nor a stray DATABASE_URL win over
+	// --database-url.
 	Env []string
 	// Grace is how long Stop waits after SIGTERM before killing a process.
 	// Default 15 s.
@@ -75,7 +78,7 @@ func Start(cfg Config) (*Fleet, error) {
 		}
 		cmd := exec.Command(cfg.Executable, cfg.Args...)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
-		cmd.Env = append(append(os.Environ(), "DATABASE_URL="), cfg.Env...)
+		cmd.Env = append(Environ(), cfg.Env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			logFile.Close()
@@ -91,6 +94,18 @@ func Start(cfg Config) (*Fleet, error) {
 		f.procs = append(f.procs, p)
 	}
 	return f, nil
+}
+
+// Environ is the parent's environment without DATABASE_URL and the
+// FLEETPACE_* variables: what a process started from Args alone gets.
+func Environ() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLEETPACE_") && !strings.HasPrefix(kv, "DATABASE_URL=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // Exited returns an error naming the first process that has exited, with

@@ -1,0 +1,181 @@
+// Package control is what an operator does to a running fleet — pause and
+// resume a platform, clear its cooldown, delete it — each operation one
+// transaction across the packages that own the state it changes: the
+// pacer's row (package pacer), the store (package sources) and the queue
+// (package queue, River's jobs). The command line and the dashboard call
+// these functions; they state facts in their errors and leave hints (flags,
+// commands) to their callers.
+package control
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// DB is what the operations need: a pool (or a connection, or a
+// transaction, which makes each operation a savepoint).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// PauseOptions says how long a pause lasts and why.
+type PauseOptions struct {
+	// For is how long the pause lasts; it ends by itself after that.
+	// Default 0: until Resume.
+	For time.Duration
+	// Reason is shown by status (and the dashboard) while the pause lasts.
+	Reason string
+	// Now is the time For counts from. Default: time.Now().
+	Now time.Time
+}
+
+// Bounds of PauseOptions. A pause longer than MaxPauseFor (a year, the
+// longest interval of a source) is a pause until resumed.
+const (
+	MaxReasonLen = 500 // bytes
+	MaxPauseFor  = sources.MaxInterval
+)
+
+// Validate reports an invalid field, wrapping sources.ErrInvalid.
+func (o PauseOptions) Validate() error {
+	switch {
+	case o.For < 0 || o.For > MaxPauseFor:
+		return &sources.FieldError{Field: "for", Value: o.For.String(), Reason: fmt.Sprintf("must be in (0, %s] (0: until resumed)", MaxPauseFor)}
+	case len(o.Reason) > MaxReasonLen:
+		return &sources.FieldError{Field: "reason", Value: string([]rune(o.Reason)[:40]) + "…", Reason: fmt.Sprintf("must be at most %d bytes", MaxReasonLen)}
+	case !utf8.ValidString(o.Reason) || strings.ContainsRune(o.Reason, 0):
+		return &sources.FieldError{Field: "reason", Value: strings.ToValidUTF8(strings.ReplaceAll(o.Reason, "\x00", ""), "\uFFFD"), Reason: "must be UTF-8 text without NUL"}
+	}
+	return nil
+}
+
+// Pause stops every request to platform from every process of the fleet
+// until the pause ends (Resume, or PauseOptions.For): reservations are
+// denied, slots already granted are given back at once (pacer.Pause), the
+// scan queues none of its sources, and its queued fetch jobs snooze without
+// using up attempts. The pause is stored with the pacer's state, so it
+// survives restarts. It returns when the pause ends (the zero time: until
+// resumed). An unknown platform wraps sources.ErrNotFound.
+func Pause(ctx context.Context, db DB, platform string, o PauseOptions) (until time.Time, err error) {
+	if err := o.Validate(); err != nil {
+		return time.Time{}, fmt.Errorf("pause %s: %w", platform, err)
+	}
+	if o.For > 0 {
+		until = o.Now
+		if until.IsZero() {
+			until = time.Now()
+		}
+		until = until.Add(o.For)
+	}
+	err = inTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
+			return err
+		}
+		return pacer.Pause(ctx, tx, platform, until, o.Reason)
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pause %s: %w", platform, err)
+	}
+	return until, nil
+}
+
+// Resume ends platform's pause at once and makes its fetch jobs snoozed
+// meanwhile available now, so they run within about a second in every
+// process rather than at their snooze's end. It returns how many jobs it
+// woke. Resuming a platform that is not paused only wakes its snoozed jobs.
+func Resume(ctx context.Context, db DB, platform string) (woken int64, err error) {
+	err = inTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
+			return err
+		}
+		if err := pacer.Resume(ctx, tx, platform); err != nil {
+			return err
+		}
+		woken, err = queue.WakeFetches(ctx, tx, platform)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("resume %s: %w", platform, err)
+	}
+	return woken, nil
+}
+
+// Cleared is what ClearCooldown did.
+type Cleared struct {
+	// Cooldown is the cooldown it ended; nil if the platform had none (the
+	// pacer's hold, if any, was cleared all the same).
+	Cooldown *sources.Cooldown
+	// Woken is how many snoozed fetch jobs it made available now.
+	Woken int64
+}
+
+// ClearCooldown ends platform's cooldown and the pacer's fleet-wide hold
+// at once, forgets the cooldown's escalation (sources.ClearCooldown), and
+// makes the platform's snoozed fetch jobs available now, in one
+// transaction: every process fetches the platform again within about a
+// second.
+func ClearCooldown(ctx context.Context, db DB, platform string) (Cleared, error) {
+	var c Cleared
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if c.Cooldown, err = sources.ClearCooldown(ctx, tx, platform); err != nil {
+			return err
+		}
+		c.Woken, err = queue.WakeFetches(ctx, tx, platform)
+		return err
+	})
+	if err != nil {
+		return Cleared{}, fmt.Errorf("clear cooldown of %s: %w", platform, err)
+	}
+	return c, nil
+}
+
+// Deleted is what DeletePlatform deleted.
+type Deleted struct {
+	sources.PlatformDeletion
+	// Jobs is how many of its fetch jobs were waiting in the queue (deleted
+	// with it; a job running at that moment finishes).
+	Jobs int64 `json:"jobs"`
+}
+
+// DeletePlatform deletes a platform, its pacer state, cooldown and history,
+// and its waiting fetch jobs, in one transaction (sources.DeletePlatform,
+// queue.CancelFetches). A platform that still has sources is refused
+// (sources.ErrHasSources) unless withSources.
+func DeletePlatform(ctx context.Context, db DB, platform string, withSources bool) (Deleted, error) {
+	var d Deleted
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if d.PlatformDeletion, err = sources.DeletePlatform(ctx, tx, platform, withSources); err != nil {
+			return err
+		}
+		d.Jobs, err = queue.CancelFetches(ctx, tx, platform)
+		return err
+	})
+	if err != nil {
+		return Deleted{}, fmt.Errorf("delete %s: %w", platform, err)
+	}
+	return d, nil
+}
+
+// inTx runs fn in a transaction of its own and commits it.
+func inTx(ctx context.Context, db DB, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

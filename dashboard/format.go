@@ -1,0 +1,167 @@
+package dashboard
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// funcs are the templates' formatting functions.
+var funcs = template.FuncMap{
+	"rate": rateText,
+	"dur":  durText,
+	"ms":   func(d time.Duration) string { return strconv.FormatFloat(ms(d), 'f', 1, 64) + " ms" },
+	"mult": func(f float64) string { return "×" + strconv.FormatFloat(f, 'g', 3, 64) },
+	"ago": func(now time.Time, t any) string {
+		var at time.Time
+		switch v := t.(type) {
+		case time.Time:
+			at = v
+		case *time.Time:
+			if v != nil {
+				at = *v
+			}
+		}
+		if at.IsZero() {
+			return "never"
+		}
+		return durText(now.Sub(at)) + " ago"
+	},
+	"at": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	// untilMS is the epoch milliseconds at which a countdown of d from now
+	// ends (the script ticks it; without it the text stays as rendered).
+	"untilMS": func(now time.Time, d time.Duration) int64 { return now.Add(d).UnixMilli() },
+	"epochMS": func(t time.Time) int64 { return t.UnixMilli() },
+	"query":   url.QueryEscape,
+	"path":    url.PathEscape,
+	"deref": func(p any) any {
+		switch v := p.(type) {
+		case *string:
+			if v != nil {
+				return *v
+			}
+		case *int:
+			if v != nil {
+				return *v
+			}
+		case *int64:
+			if v != nil {
+				return *v
+			}
+		}
+		return ""
+	},
+	"since":   func(now, t time.Time) time.Duration { return now.Sub(t) },
+	"cd":      func(now time.Time, d time.Duration) countdown { return countdown{now, d} },
+	"stateOf": func(now time.Time, row PlatformRow) stateView { return stateView{now, row} },
+	"rowOf": func(pace pacer.State, c *sources.Cooldown) PlatformRow {
+		return PlatformRow{Platform: sources.Platform{Name: pace.Platform}, Pace: pace, Cooldown: c}
+	},
+	"actionsFor": func(b *Base, row PlatformRow, full bool) actionsView { return actionsView{b, row, full} },
+	"redact":     sources.RedactURL,
+	"sub":        func(a, b float64) float64 { return a - b },
+	"add":        func(a, b float64) float64 { return a + b },
+	"sources":    sourceText,
+}
+
+// Arguments of the templates' parts.
+type (
+	countdown struct {
+		Now  time.Time
+		Left time.Duration
+	}
+	stateView struct {
+		Now time.Time
+		Row PlatformRow
+	}
+	actionsView struct {
+		Base *Base
+		Row  PlatformRow
+		Full bool
+	}
+)
+
+// rateText is a rate in requests/s, three significant digits.
+func rateText(r float64) string {
+	switch {
+	case math.IsInf(r, 1):
+		return "unlimited"
+	case math.IsNaN(r) || r <= 0:
+		return "0/s"
+	case r >= 100:
+		return fmt.Sprintf("%.0f/s", r)
+	default:
+		return strconv.FormatFloat(r, 'g', 3, 64) + "/s"
+	}
+}
+
+// durText is a duration, compact and rounded to what matters at its size.
+func durText(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Round(time.Second)/time.Second)) + "s"
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		if s := int(d/time.Second) % 60; s != 0 {
+			return fmt.Sprintf("%dm%02ds", int(d/time.Minute), s)
+		}
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		d = d.Round(time.Minute)
+		if m := int(d/time.Minute) % 60; m != 0 {
+			return fmt.Sprintf("%dh%02dm", int(d/time.Hour), m)
+		}
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	case d > 100*365*24*time.Hour:
+		return "indefinitely"
+	default:
+		d = d.Round(time.Hour)
+		return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d/time.Hour)%24)
+	}
+}
+
+// sourceText explains where the effective rate comes from.
+func sourceText(source string) string {
+	switch source {
+	case "paused":
+		return "paused by an operator"
+	case "hold":
+		return "fleet-wide hold"
+	case "announced":
+		return "rate the destination announced"
+	case "multiplier":
+		return "ceiling ÷ backoff multiplier"
+	case "ceiling":
+		return "the configured ceiling"
+	}
+	return source
+}
+
+func parseTemplates() (map[string]*template.Template, error) {
+	layout, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html")
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: templates: %w", err)
+	}
+	out := map[string]*template.Template{}
+	for _, name := range []string{"overview", "platform", "source", "login", "error"} {
+		t, err := layout.Clone()
+		if err == nil {
+			t, err = t.ParseFS(templateFS, "templates/"+name+".html")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}

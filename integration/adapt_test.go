@@ -1,0 +1,177 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+)
+
+// seedFlags are the platform settings of fleetpace before adaptive pacing:
+// ×2 on pressure, ÷2 after 100 clean, no probing, no headers, granted slots
+// used as granted. The negative control of the tests below.
+var seedFlags = []string{"--backoff-factor", "2", "--recovery-factor", "2", "--decay-after", "100",
+	"--probe=false", "--rate-limit-headers=false", "--respace=false"}
+
+// Three workers, ceiling 20/s, a destination that allows 8/s with strict
+// spacing (a token bucket of capacity 1; a 429 says Retry-After: 1): in the
+// second half the default schedule gets at least 0.7 of what the
+// destination allows with at most 5 % 429s, and the seed's schedule, run
+// beside it on a destination of its own, measurably less.
+func TestAdaptiveGoodputStrictDestination(t *testing.T) {
+	t.Parallel()
+	const (
+		ceiling = 20.0
+		allowed = 8.0
+		run     = 40 * time.Second
+	)
+	url := newURL(t)
+	d := newDest(t, map[string]fakedest.Rule{
+		"/new/":  {Rate: allowed, Burst: 1},
+		"/seed/": {Rate: allowed, Burst: 1},
+	})
+	setPlatform(t, url, "new", "--rate", fmt.Sprint(ceiling))
+	setPlatform(t, url, "seed", append([]string{"--rate", fmt.Sprint(ceiling)}, seedFlags...)...)
+	importSources(t, url, "new", d.URL(), pathsN("/new/", 600))
+	importSources(t, url, "seed", d.URL(), pathsN("/seed/", 600))
+	var ws []*proc
+	for i := range 3 {
+		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "20"))
+	}
+	start := waitArrivals(t, d, "/new/", 1, 30*time.Second)
+	waitUntil(t, d, "/new/", start.Add(run), 30*time.Second)
+	waitUntil(t, d, "/seed/", start.Add(run), 30*time.Second)
+	for _, w := range ws {
+		w.stop()
+	}
+	from, to := start.Add(run/2), start.Add(run)
+	figures := map[string][2]float64{}
+	for _, p := range []string{"new", "seed"} {
+		tl := d.Tally("/"+p+"/", from, to)
+		goodput := float64(tl.Accepted) / (allowed * (to.Sub(from)).Seconds())
+		figures[p] = [2]float64{goodput, tl.LimitedShare()}
+		t.Logf("%s: second half %d requests, %d accepted, %d refused: goodput %.2f of the allowance, 429 share %.1f %%; per second %s",
+			p, tl.Requests, tl.Accepted, tl.Limited, goodput, 100*tl.LimitedShare(),
+			perSecond(rateSeries(d.Arrivals("/"+p+"/", http.StatusOK), start, time.Second)))
+	}
+	if g, s := figures["new"][0], figures["new"][1]; g < 0.7 || s > 0.05 {
+		t.Errorf("default schedule: goodput %.2f (want ≥ 0.7), 429 share %.1f %% (want ≤ 5 %%)", g, 100*s)
+	}
+	if figures["seed"][0] > figures["new"][0]-0.1 {
+		t.Errorf("the seed's schedule got %.2f, the default %.2f: want measurably less (0.1 at least)", figures["seed"][0], figures["new"][0])
+	}
+}
+
+// Two worker processes pace one platform; the destination starts answering
+// 429 with Retry-After: 5. The first 429 reaches one process; from 100 ms
+// after it (timestamps at the destination), no request of either process
+// reaches the destination until the hold ends: the other process's slots,
+// granted at the old spacing and waiting, were moved past the hold. With
+// re-spacing off (the seed's baseline, on a platform of its own), granted
+// slots keep going out.
+func TestPressureStopsEveryProcessSlots(t *testing.T) {
+	t.Parallel()
+	const hold = 5 * time.Second
+	for _, tc := range []struct {
+		name    string
+		flags   []string
+		respace bool
+	}{
+		{"respace", nil, true},
+		{"seed", []string{"--respace=false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := newURL(t)
+			prefix := "/" + tc.name + "/"
+			d := newDest(t, map[string]fakedest.Rule{prefix: {}})
+			setPlatform(t, url, tc.name, append([]string{"--rate", "20", "--decay-after", "1000"}, tc.flags...)...)
+			importSources(t, url, tc.name, d.URL(), pathsN(prefix, 600))
+			var ws []*proc
+			for i := range 2 {
+				ws = append(ws, startWorker(t, url, fmt.Sprintf("p%d", i+1), "--concurrency", "20"))
+			}
+			start := waitArrivals(t, d, prefix, 1, 30*time.Second)
+			waitUntil(t, d, prefix, start.Add(3*time.Second), 30*time.Second) // both processes hold granted slots now
+			if err := d.SetRule(prefix, fakedest.Rule{Status: http.StatusTooManyRequests, RetryAfter: hold}); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, d, prefix, time.Now().Add(hold+time.Second), 30*time.Second)
+			for _, w := range ws {
+				w.stop()
+			}
+			var first time.Time
+			for _, r := range d.Requests() {
+				if r.Status == http.StatusTooManyRequests && (first.IsZero() || r.Time.Before(first)) {
+					first = r.Time
+				}
+			}
+			if first.IsZero() {
+				t.Fatal("no 429 recorded")
+			}
+			late := map[string]int{}
+			n := 0
+			for _, r := range d.Requests() {
+				if r.Time.After(first.Add(100*time.Millisecond)) && r.Time.Before(first.Add(hold-100*time.Millisecond)) {
+					late[r.UserAgent]++
+					n++
+				}
+			}
+			t.Logf("%s: requests from 100 ms after the first 429 until the hold ended: %d %v", tc.name, n, late)
+			switch {
+			case tc.respace && n != 0:
+				t.Errorf("%d request(s) reached the destination more than 100 ms after the first 429, inside the hold: %v", n, late)
+			case !tc.respace && n < 5:
+				t.Errorf("negative control: only %d request(s) went out at the old spacing without re-spacing; the test cannot tell", n)
+			}
+		})
+	}
+}
+
+// A destination that announces 5/s (X-RateLimit-Limit: 5 per 1-s window,
+// with Remaining and Reset) under a 20/s ceiling: across three processes, no
+// 1-s window holds more than 5 + burst (1) requests, and no request is
+// refused after the first answer told the fleet.
+func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
+	t.Parallel()
+	url := newURL(t)
+	d := newDest(t, map[string]fakedest.Rule{"/ann/": {Window: time.Second, WindowLimit: 5, Headers: fakedest.XRateLimit}})
+	setPlatform(t, url, "ann", "--rate", "20")
+	importSources(t, url, "ann", d.URL(), pathsN("/ann/", 300))
+	var ws []*proc
+	for i := range 3 {
+		ws = append(ws, startWorker(t, url, fmt.Sprintf("a%d", i+1), "--concurrency", "10"))
+	}
+	start := waitArrivals(t, d, "/ann/", 1, 30*time.Second)
+	waitUntil(t, d, "/ann/", start.Add(20*time.Second), 30*time.Second)
+	for _, w := range ws {
+		w.stop()
+	}
+	reqs := d.Requests()
+	var firstAnswer time.Time
+	for _, r := range reqs {
+		if !r.Done.IsZero() && (firstAnswer.IsZero() || r.Done.Before(firstAnswer)) {
+			firstAnswer = r.Done
+		}
+	}
+	refused := 0
+	for _, r := range reqs {
+		if r.Limited && r.Time.After(firstAnswer) {
+			refused++
+		}
+	}
+	w := maxInWindow(times(reqs), time.Second)
+	accepted := d.Tally("/ann/", start.Add(10*time.Second), start.Add(20*time.Second)).Accepted
+	t.Logf("announced 5/s: largest 1-s window %d, refused after the first answer %d, accepted in the second half %d (%.2f/s); per second %s",
+		w, refused, accepted, float64(accepted)/10, perSecond(rateSeries(times(reqs), start, time.Second)))
+	if w > 6 {
+		t.Errorf("a 1-s window held %d requests; the destination announced 5/s and the burst is 1", w)
+	}
+	if refused != 0 {
+		t.Errorf("%d request(s) refused after the first answer announced the limit", refused)
+	}
+	if accepted < 40 {
+		t.Errorf("only %d requests accepted in 10 s of a 5/s allowance: paced far below what was announced", accepted)
+	}
+}

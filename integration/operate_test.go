@@ -1,0 +1,175 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+)
+
+// arrivalsBy returns the arrival times of requests under prefix, in order,
+// and which processes (User-Agents) they came from.
+func arrivalsBy(d *fakedest.Server, prefix string, from, to time.Time) (times []time.Time, uas map[string]int) {
+	uas = map[string]int{}
+	for _, r := range d.Requests() {
+		if strings.HasPrefix(r.Path, prefix) && !r.Time.Before(from) && r.Time.Before(to) {
+			times = append(times, r.Time)
+			uas[r.UserAgent]++
+		}
+	}
+	return times, uas
+}
+
+// `platforms pause A` with three worker processes: from one second after
+// the command until `platforms resume`, no request for A reaches the
+// destination — not even across a worker's restart — while B keeps its
+// rate; on resume A's jobs, snoozed meanwhile, run at once. Then
+// `--for 5s` ends by itself.
+func TestPause(t *testing.T) {
+	t.Parallel()
+	const rate = 5.0
+	url := newURL(t)
+	d := newDest(t, nil)
+	for _, p := range []string{"a", "b"} {
+		setPlatform(t, url, p, "--rate", "5", "--burst", "1")
+		importSources(t, url, p, d.URL(), pathsN("/"+p+"/", 400))
+	}
+	names := []string{"w1", "w2", "w3"}
+	ws := map[string]*proc{}
+	for _, n := range names {
+		ws[n] = startWorker(t, url, n, "--concurrency", "5", "--max-pacer-wait", "2s")
+	}
+	waitArrivals(t, d, "/a/", 10, 30*time.Second)
+
+	cli(t, url, "platforms", "pause", "a", "--reason", "maintenance")
+	paused := time.Now()
+	if out := cli(t, url, "status"); !strings.Contains(out, "paused (maintenance)") {
+		t.Fatalf("status does not show the pause:\n%s", out)
+	}
+	// Observe 5 s of the pause, restart a worker, observe 5 s more (B's
+	// arrivals mark the destination's time).
+	waitUntil(t, d, "/b/", paused.Add(5*time.Second), 30*time.Second)
+	ws["w1"].stop()
+	ws["w1"] = startWorker(t, url, "w1", "--concurrency", "5", "--max-pacer-wait", "2s")
+	restarted := time.Now()
+	waitUntil(t, d, "/b/", restarted.Add(5*time.Second), 30*time.Second)
+	cli(t, url, "platforms", "resume", "a")
+	resumed := time.Now()
+
+	aDuring, _ := arrivalsBy(d, "/a/", paused.Add(time.Second), resumed)
+	bDuring := float64(arrivalsBetween(d.Arrivals("/b/"), paused.Add(time.Second), resumed)) / resumed.Sub(paused.Add(time.Second)).Seconds()
+	firstAfter := waitArrivals(t, d, "/a/", d.Count("/a/")+1, 10*time.Second)
+	// A's rate over the 4 s after the first second of the resume: its
+	// snoozed jobs run now, not at their snooze's end.
+	waitUntil(t, d, "/b/", resumed.Add(5*time.Second), 30*time.Second)
+	aAfter := float64(arrivalsBetween(d.Arrivals("/a/"), resumed.Add(time.Second), resumed.Add(5*time.Second))) / 4
+	aBefore, _ := arrivalsBy(d, "/a/", paused.Add(-time.Second), paused.Add(time.Second))
+	t.Logf("pause: %d request(s) to A in the second before and after the command, %d from 1 s after it to resume (%s, a worker restarted); B at %.1f/s meanwhile (rate %.0f/s); A's first request %s after resume, then %.1f/s",
+		len(aBefore), len(aDuring), resumed.Sub(paused).Round(100*time.Millisecond), bDuring, rate, firstAfter.Sub(resumed).Round(time.Millisecond), aAfter)
+	if len(aDuring) > 0 {
+		t.Errorf("%d request(s) to A while paused, the first %s after the pause command", len(aDuring), aDuring[0].Sub(paused))
+	}
+	if bDuring < 0.8*rate {
+		t.Errorf("B ran at %.1f/s while A was paused; want ≥ 0.8 × %.0f/s", bDuring, rate)
+	}
+	if wait := firstAfter.Sub(resumed); wait > 3*time.Second {
+		t.Errorf("A's first request came %s after resume; its jobs should run at once", wait)
+	}
+	if aAfter < 0.8*rate {
+		t.Errorf("A ran at %.1f/s in the 4 s after the first second of its resume; want ≥ 0.8 × %.0f/s", aAfter, rate)
+	}
+
+	// A pause for 5 s ends by itself.
+	cli(t, url, "platforms", "pause", "a", "--for", "5s")
+	timed := time.Now()
+	back := waitUntil(t, d, "/a/", timed.Add(time.Second), 30*time.Second)
+	early, _ := arrivalsBy(d, "/a/", timed.Add(time.Second), timed.Add(5*time.Second-100*time.Millisecond))
+	t.Logf("pause --for 5s: A's first request from 1 s after the command came %s after it", back.Sub(timed).Round(time.Millisecond))
+	if len(early) > 0 {
+		t.Errorf("%d request(s) to A during its 5-s pause", len(early))
+	}
+	if back.Sub(timed) > 5*time.Second+12*time.Second {
+		t.Errorf("A came back %s after a 5-s pause", back.Sub(timed))
+	}
+	for _, n := range names {
+		ws[n].stop()
+	}
+}
+
+// A platform cooling down after a Retry-After of 600 s: `cooldowns clear`
+// ends the cooldown and the pacer's hold, fleet-wide, and every worker
+// process fetches the platform again within 2 s of the command. The
+// workers run no scan (one `scan` queues every source at the start), and
+// the command comes once every job of the platform has snoozed for the
+// cooldown: what runs after it are those jobs, woken by the command.
+func TestCooldownClear(t *testing.T) {
+	t.Parallel()
+	url := newURL(t)
+	d := newDest(t, nil)
+	setPlatform(t, url, "a", "--rate", "10", "--burst", "1")
+	importSources(t, url, "a", d.URL(), pathsN("/a/", 80))
+	if out := cli(t, url, "scan"); !strings.Contains(out, "enqueued 80") {
+		t.Fatalf("scan: %s", out)
+	}
+	names := []string{"w1", "w2", "w3"}
+	var ws []*proc
+	for _, n := range names {
+		ws = append(ws, startWorker(t, url, n, "--concurrency", "5", "--max-pacer-wait", "2s", "--no-scan"))
+	}
+	waitArrivals(t, d, "/a/", 10, 30*time.Second)
+	if err := d.SetRule("/a/", fakedest.Blocked(600*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	blocked := time.Now()
+	db := pool(t, url)
+	// Wait for the cooldown, and for every job of the platform to have
+	// snoozed for it (none available or running).
+	var cooling, waiting int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := db.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM fleetpace_cooldown WHERE platform = 'a' AND until > now() + interval '5 minutes'),
+			(SELECT count(*) FROM river_job WHERE args->>'platform' = 'a' AND state IN ('available', 'running'))`).Scan(&cooling, &waiting); err != nil {
+			t.Fatal(err)
+		}
+		if cooling == 1 && waiting == 0 && time.Since(blocked) > 3*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("platform a: cooldown %d, %d job(s) not snoozed, 30 s after a 429 with Retry-After 600", cooling, waiting)
+		}
+	}
+	if out := cli(t, url, "status"); !strings.Contains(out, "cooldown ") {
+		t.Fatalf("status does not show the cooldown:\n%s", out)
+	}
+	d.DeleteRule("/a/") // the destination answers again
+	quietFrom := blocked.Add(3 * time.Second)
+	cleared := time.Now() // the command's start
+	cli(t, url, "cooldowns", "clear", "a")
+	if n := arrivalsBetween(d.Arrivals("/a/"), quietFrom, cleared); n > 0 {
+		t.Fatalf("%d request(s) to A while it cooled down", n)
+	}
+	// Two seconds after the command, by the destination's clock.
+	for time.Since(cleared) < 2*time.Second+200*time.Millisecond {
+		time.Sleep(50 * time.Millisecond)
+	}
+	times, byUA := arrivalsBy(d, "/a/", cleared, cleared.Add(2*time.Second))
+	first := time.Duration(0)
+	if len(times) > 0 {
+		first = times[0].Sub(cleared).Round(time.Millisecond)
+	}
+	t.Logf("cooldowns clear: %d request(s) to A within 2 s of the command (the first after %s), by process %v", len(times), first, byUA)
+	for _, n := range names {
+		if byUA[n] == 0 {
+			t.Errorf("worker %s did not fetch A within 2 s of cooldowns clear", n)
+		}
+	}
+	var left int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_cooldown WHERE platform = 'a'`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("cooldown rows of a after clear: %d (%v)", left, err)
+	}
+	for _, w := range ws {
+		w.stop()
+	}
+}

@@ -1,0 +1,438 @@
+package riverpace_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/fleetpace/fleetpace/internal/pacetest"
+	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/pacer/riverpace"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// countingMiddleware counts the jobs it sees: another middleware to
+// compose with.
+type countingMiddleware struct {
+	river.MiddlewareDefaults
+	n atomic.Int64
+}
+
+func (m *countingMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	m.n.Add(1)
+	return doInner(ctx)
+}
+
+// taskArgs is a job kind whose outcome the test decides.
+type taskArgs struct {
+	Platform string `json:"platform"`
+}
+
+func (taskArgs) Kind() string { return "riverpace_task" }
+
+// taskWorker runs do (nil: succeed) and counts its runs.
+type taskWorker struct {
+	river.WorkerDefaults[taskArgs]
+	do   func(ctx context.Context, job *river.Job[taskArgs]) error
+	runs atomic.Int64
+}
+
+func (w *taskWorker) Work(ctx context.Context, job *river.Job[taskArgs]) error {
+	w.runs.Add(1)
+	if w.do == nil {
+		return nil
+	}
+	return w.do(ctx, job)
+}
+
+// otherArgs is a second kind, worked by otherWorker, which carries a
+// middleware of its own.
+type otherArgs struct{}
+
+func (otherArgs) Kind() string { return "riverpace_other" }
+
+type otherWorker struct {
+	river.WorkerDefaults[otherArgs]
+	mw   rivertype.WorkerMiddleware
+	runs atomic.Int64
+}
+
+func (w *otherWorker) Middleware(*rivertype.JobRow) []rivertype.WorkerMiddleware {
+	if w.mw == nil {
+		return nil
+	}
+	return []rivertype.WorkerMiddleware{w.mw}
+}
+
+func (w *otherWorker) Work(ctx context.Context, job *river.Job[otherArgs]) error {
+	w.runs.Add(1)
+	return nil
+}
+
+// env is one test's database, pacer and River client.
+type env struct {
+	url   string
+	pool  *pgxpool.Pool
+	pacer *pacer.Pacer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := testdb.URL(t)
+	p, err := pacer.New(context.Background(), pacer.Config{DatabaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return &env{url: url, pool: newPool(t, url), pacer: p}
+}
+
+func (e *env) platform(t *testing.T, name string, ratePerSec float64) {
+	t.Helper()
+	if _, err := sources.SetPlatform(context.Background(), e.pool, sources.Platform{Name: name, RatePerSec: ratePerSec}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start starts a River client with the given middleware and workers,
+// stopped when the test ends.
+func (e *env) start(t *testing.T, mws []rivertype.Middleware, ws *river.Workers) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}},
+		Workers:           ws,
+		Middleware:        mws,
+		FetchCooldown:     10 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.StopAndCancel(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return client
+}
+
+func (e *env) middleware(t *testing.T, mod func(*riverpace.Config)) *riverpace.Middleware {
+	t.Helper()
+	cfg := riverpace.Config{Pacer: e.pacer, Platform: riverpace.ArgsField("platform")}
+	if mod != nil {
+		mod(&cfg)
+	}
+	mw, err := riverpace.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+// insertTasks inserts one taskArgs job per platform given.
+func insertTasks(t *testing.T, client *river.Client[pgx.Tx], opts *river.InsertOpts, platforms ...string) []int64 {
+	t.Helper()
+	params := make([]river.InsertManyParams, len(platforms))
+	for i, p := range platforms {
+		params[i] = river.InsertManyParams{Args: taskArgs{Platform: p}, InsertOpts: opts}
+	}
+	return insert(t, client, params)
+}
+
+// waitState polls the jobs until every one is in state.
+func waitState(t *testing.T, client *river.Client[pgx.Tx], state rivertype.JobState, ids ...int64) []*rivertype.JobRow {
+	t.Helper()
+	rows := make([]*rivertype.JobRow, len(ids))
+	pacetest.Poll(t, time.Minute, "jobs "+string(state), func() bool {
+		for i, id := range ids {
+			row, err := client.JobGet(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows[i] = row
+			if row.State != state {
+				return false
+			}
+		}
+		return true
+	})
+	return rows
+}
+
+func snoozes(row *rivertype.JobRow) int {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(row.Metadata, &m)
+	return m.Snoozes
+}
+
+// Jobs snoozed by the middleware (their slot is further away than MaxWait)
+// keep their attempt count: while snoozed it is back at 0, and each
+// completes on attempt 1 with no error recorded.
+func TestSnoozedJobsKeepTheirAttempt(t *testing.T) {
+	e := newEnv(t)
+	e.platform(t, "slow", 1) // one job a second
+	w := &taskWorker{}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	client := e.start(t, []rivertype.Middleware{e.middleware(t, func(c *riverpace.Config) { c.MaxWait = 100 * time.Millisecond })}, ws)
+	ids := insertTasks(t, client, &river.InsertOpts{MaxAttempts: 2}, "slow", "slow", "slow")
+
+	// Catch a job while it is snoozed.
+	pacetest.Poll(t, time.Minute, "a snoozed job", func() bool {
+		for _, id := range ids {
+			row, err := client.JobGet(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snoozes(row) > 0 && (row.State == rivertype.JobStateScheduled || row.State == rivertype.JobStateAvailable) {
+				if row.Attempt != 0 || len(row.Errors) != 0 {
+					t.Fatalf("snoozed job %d: attempt %d, errors %v; want attempt 0 and no error", row.ID, row.Attempt, row.Errors)
+				}
+				return true
+			}
+		}
+		return false
+	})
+
+	rows := waitState(t, client, rivertype.JobStateCompleted, ids...)
+	total := 0
+	for _, row := range rows {
+		if row.Attempt != 1 || row.MaxAttempts != 2 || len(row.Errors) != 0 {
+			t.Fatalf("job %d: attempt %d of %d, errors %v; want attempt 1 of 2 and no error", row.ID, row.Attempt, row.MaxAttempts, row.Errors)
+		}
+		total += snoozes(row)
+	}
+	if total < 2 || w.runs.Load() != 3 {
+		t.Fatalf("%d snoozes, %d runs: want at least 2 snoozes (3 jobs at 1/s, 100 ms max wait) and each job run once", total, w.runs.Load())
+	}
+	t.Logf("3 jobs, %d snoozes, every job completed on attempt 1", total)
+}
+
+// A job interrupted while it waits for its slot (the client stops) never
+// ran: River puts it back without using up an attempt, because the
+// middleware's error still says context.Canceled.
+func TestInterruptedWhileWaitingUsesNoAttempt(t *testing.T) {
+	e := newEnv(t)
+	e.platform(t, "rare", 0.1) // one job every 10 s
+	w := &taskWorker{}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	client := e.start(t, []rivertype.Middleware{e.middleware(t, func(c *riverpace.Config) { c.MaxWait = time.Minute })}, ws)
+	ids := insertTasks(t, client, nil, "rare", "rare")
+	pacetest.Poll(t, time.Minute, "both jobs holding slots", func() bool { return e.pacer.Stats().Granted >= 2 })
+	pacetest.Poll(t, time.Minute, "the first job's run", func() bool { return w.runs.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := client.StopAndCancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiting := 0
+	for _, id := range ids {
+		row, err := client.JobGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.State == rivertype.JobStateCompleted {
+			continue
+		}
+		waiting++
+		if row.State != rivertype.JobStateAvailable || row.Attempt != 0 || len(row.Errors) != 0 {
+			t.Fatalf("job interrupted while waiting: state %s, attempt %d, errors %v; want available, attempt 0, no error",
+				row.State, row.Attempt, row.Errors)
+		}
+	}
+	if waiting != 1 || w.runs.Load() != 1 {
+		t.Fatalf("%d jobs left waiting, %d runs; want 1 and 1", waiting, w.runs.Load())
+	}
+}
+
+// A job returning RateLimited is reported as pressure (the multiplier
+// rises, Retry-After holds the platform fleet-wide) and is snoozed,
+// using up no attempt; a job returning another error is neutral and goes
+// back to River as it is.
+func TestRateLimitedIsPressureOtherErrorsNeutral(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	e.platform(t, "api", 50)
+	w := &taskWorker{do: func(ctx context.Context, job *river.Job[taskArgs]) error {
+		if job.Metadata != nil && strings.Contains(string(job.Metadata), `"snoozes"`) {
+			return nil // the second run succeeds
+		}
+		return riverpace.RateLimited(2 * time.Second)
+	}}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	client := e.start(t, []rivertype.Middleware{e.middleware(t, nil)}, ws)
+	id := insertTasks(t, client, &river.InsertOpts{MaxAttempts: 1}, "api")[0]
+
+	var st pacer.State
+	pacetest.Poll(t, time.Minute, "the rate-limited run's report", func() bool {
+		st = platformState(t, e.pool, "api")
+		return w.runs.Load() >= 1 && (st.Multiplier > 1 || st.Hold > 0)
+	})
+	if st.Multiplier <= 1 || st.Hold < time.Second {
+		t.Fatalf("after RateLimited(2s): multiplier %g, hold %s; want it raised and a hold of about 2 s", st.Multiplier, st.Hold)
+	}
+	other, err := pacer.New(ctx, pacer.Config{DatabaseURL: e.url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if res, err := other.Reserve(ctx, "api", 0); err != nil || res.Granted {
+		t.Fatalf("another pacer during the hold: %+v, %v; want denied", res, err)
+	}
+	row := waitState(t, client, rivertype.JobStateCompleted, id)[0]
+	if row.Attempt != 1 || len(row.Errors) != 0 || snoozes(row) != 1 {
+		t.Fatalf("rate-limited job: attempt %d, errors %v, snoozes %d; want attempt 1 (of 1), no error, one snooze", row.Attempt, row.Errors, snoozes(row))
+	}
+
+	// Another error: neutral, returned to River (an attempt used).
+	mult := platformState(t, e.pool, "api").Multiplier
+	w.do = func(context.Context, *river.Job[taskArgs]) error { return errors.New("boom") }
+	id = insertTasks(t, client, &river.InsertOpts{MaxAttempts: 1}, "api")[0]
+	row = waitState(t, client, rivertype.JobStateDiscarded, id)[0]
+	if len(row.Errors) != 1 || row.Errors[0].Error != "boom" {
+		t.Fatalf("failed job's errors %v, want [boom]", row.Errors)
+	}
+	if st := platformState(t, e.pool, "api"); st.Multiplier != mult {
+		t.Fatalf("a neutral error moved the multiplier from %g to %g", mult, st.Multiplier)
+	}
+}
+
+func platformState(t *testing.T, pool *pgxpool.Pool, name string) pacer.State {
+	t.Helper()
+	states, err := pacer.States(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if s.Platform == name {
+			return s
+		}
+	}
+	t.Fatalf("no pacer state for %q", name)
+	return pacer.State{}
+}
+
+// A job whose platform does not exist fails without running, with an error
+// that says so; with CreatePlatform, the platform is created and the job
+// runs.
+func TestUnknownPlatform(t *testing.T) {
+	e := newEnv(t)
+	w := &taskWorker{}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	var created atomic.Value
+	client := e.start(t, []rivertype.Middleware{e.middleware(t, func(c *riverpace.Config) {
+		c.CreatePlatform = func(ctx context.Context, name string) error {
+			if name != "made" {
+				return nil // leave it missing: the job must still fail
+			}
+			created.Store(name)
+			_, err := sources.SetPlatform(ctx, e.pool, sources.Platform{Name: name, RatePerSec: 5})
+			return err
+		}
+	})}, ws)
+	id := insertTasks(t, client, &river.InsertOpts{MaxAttempts: 1}, "nope")[0]
+	row := waitState(t, client, rivertype.JobStateDiscarded, id)[0]
+	if w.runs.Load() != 0 {
+		t.Fatal("a job of an unknown platform ran")
+	}
+	if len(row.Errors) != 1 || !strings.Contains(row.Errors[0].Error, `platform "nope", which does not exist`) {
+		t.Fatalf("errors %v, want one naming the missing platform", row.Errors)
+	}
+
+	id = insertTasks(t, client, nil, "made")[0]
+	waitState(t, client, rivertype.JobStateCompleted, id)
+	if created.Load() != "made" || w.runs.Load() != 1 {
+		t.Fatalf("CreatePlatform: created %v, runs %d", created.Load(), w.runs.Load())
+	}
+}
+
+// The middleware composes: with other middleware around and inside it,
+// with a kind it does not pace in the same client, and installed on one
+// worker rather than the client.
+func TestComposes(t *testing.T) {
+	e := newEnv(t)
+	e.platform(t, "fast", 1000)
+	e.platform(t, "other", 1000)
+	outer, inner := &countingMiddleware{}, &countingMiddleware{}
+	task := &taskWorker{}
+	other := &otherWorker{mw: e.middleware(t, func(c *riverpace.Config) {
+		c.Platform = func(*rivertype.JobRow) string { return "other" }
+	})}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, task)
+	river.AddWorker(ws, other)
+	client := e.start(t, []rivertype.Middleware{outer, e.middleware(t, nil), inner}, ws)
+
+	ids := insertTasks(t, client, nil, "fast", "fast", "", "")
+	res, err := client.Insert(context.Background(), otherArgs{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, client, rivertype.JobStateCompleted, append(ids, res.Job.ID)...)
+	if outer.n.Load() != 5 || inner.n.Load() != 5 || task.runs.Load() != 4 || other.runs.Load() != 1 {
+		t.Fatalf("outer saw %d, inner %d, task ran %d, other %d; want 5, 5, 4, 1",
+			outer.n.Load(), inner.n.Load(), task.runs.Load(), other.runs.Load())
+	}
+	// Two paced tasks and the other kind's job reserved; the two unpaced did not.
+	if n := e.pacer.Stats().Reservations; n != 3 {
+		t.Fatalf("%d reservations, want 3", n)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	p := &pacer.Pacer{}
+	for _, tc := range []struct {
+		cfg   riverpace.Config
+		field string
+	}{
+		{riverpace.Config{Platform: riverpace.ByKind(nil)}, "riverpace.Config.Pacer"},
+		{riverpace.Config{Pacer: p}, "riverpace.Config.Platform"},
+		{riverpace.Config{Pacer: p, Platform: riverpace.ByKind(nil), MaxWait: -1}, "riverpace.Config.MaxWait"},
+	} {
+		_, err := riverpace.New(tc.cfg)
+		if !errors.Is(err, riverpace.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidConfig naming %s", tc.cfg, err, tc.field)
+		}
+	}
+}
+
+func TestPlatformMappers(t *testing.T) {
+	job := &rivertype.JobRow{Kind: "k", EncodedArgs: []byte(`{"platform":"p1","n":3}`)}
+	if got := riverpace.ArgsField("platform")(job); got != "p1" {
+		t.Errorf("ArgsField(platform) = %q", got)
+	}
+	for _, key := range []string{"n", "missing"} {
+		if got := riverpace.ArgsField(key)(job); got != "" {
+			t.Errorf("ArgsField(%s) = %q, want unpaced", key, got)
+		}
+	}
+	if got := riverpace.ByKind(map[string]string{"k": "p2"})(job); got != "p2" {
+		t.Errorf("ByKind = %q", got)
+	}
+	if !errors.Is(riverpace.RateLimited(time.Second), riverpace.ErrRateLimited) {
+		t.Error("RateLimited does not wrap ErrRateLimited")
+	}
+}

@@ -1,0 +1,37 @@
+package queue
+
+// Every SQL statement of the package lives here: the only statements of
+// fleetpace that name River's tables.
+
+// UnfinishedJobsSQL is a relation, for a FROM clause, of the ids of River jobs
+// that have not finished (neither completed, discarded nor cancelled): for
+// statements of other packages that must see River's job states in the same
+// statement (the scan's reconciliation). River's tables are read by this
+// package's SQL only.
+const UnfinishedJobsSQL = `(SELECT id FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled'))`
+
+const pendingSQL = `
+SELECT count(*) FROM river_job
+WHERE queue = $1
+  AND (state IN ('available', 'running', 'pending')
+       OR (state IN ('scheduled', 'retryable')
+           AND scheduled_at <= now() + make_interval(secs => $2)))`
+
+// wakeFetchesSQL makes a platform's scheduled fetch jobs available now, as
+// River's JobRetry does for one job, and sends River's insert notification
+// for the queue (topic <schema>.river_insert, payload {"queue": …}), so
+// every client fetches at once rather than at its next poll (1 s).
+const wakeFetchesSQL = `
+WITH woken AS (
+    UPDATE river_job SET state = 'available', scheduled_at = now()
+    WHERE queue = $1 AND kind = $2 AND state = 'scheduled' AND args->>'platform' = $3
+    RETURNING 1
+)
+SELECT count(*), CASE WHEN count(*) > 0 THEN
+    pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text) END IS NULL
+FROM woken`
+
+const cancelFetchesSQL = `
+DELETE FROM river_job
+WHERE queue = $1 AND kind = $2 AND args->>'platform' = $3
+  AND state IN ('available', 'scheduled', 'retryable', 'pending')`

@@ -1,0 +1,315 @@
+package sources_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// historyRows counts a source's history rows.
+func historyRows(t *testing.T, f *fixture, id int64) int {
+	t.Helper()
+	var n int
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_check WHERE source_id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// breakHistory makes every new history row fail a constraint.
+func breakHistory(t *testing.T, f *fixture) {
+	t.Helper()
+	mustExec(t, f, `ALTER TABLE fleetpace_check ADD CONSTRAINT test_broken CHECK (false) NOT VALID`)
+}
+
+// Three checks with different outcomes are kept in the history, newest
+// first, with their status, reason, duration, size and worker; rate
+// limiting, which is not a check of the source, is there too.
+func TestHistoryKeepsEveryCheck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	id := f.source(t, "p", "https://p.example/h", nil)
+	checks := []sources.Check{
+		{Outcome: "ok", Status: 200, Duration: 120 * time.Millisecond, Bytes: 5000, Worker: "w1"},
+		{Outcome: "failed", Status: 404, Error: "HTTP 404 Not Found", Duration: 30 * time.Millisecond, Worker: "w2"},
+		{Outcome: "rate_limited", Status: 429, Error: "Retry-After 600 s", Worker: "w1"},
+	}
+	for _, c := range checks {
+		if err := sources.RecordCheck(f.ctx, f.pool, id, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A batch writes history rows too.
+	other := f.source(t, "p", "https://p.example/other", nil)
+	if err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{
+		{SourceID: other, Check: sources.Check{Outcome: "not_modified", Status: 304, Worker: "w3"}},
+		{SourceID: id, Check: sources.Check{Outcome: "ok", Status: 200, Bytes: 7, Worker: "w3"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := sources.History(f.ctx, f.pool, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		outcome, reason, worker string
+		status                  int
+		bytes                   int64
+	}{
+		{"ok", "", "w3", 200, 7},
+		{"rate_limited", "Retry-After 600 s", "w1", 429, 0},
+		{"failed", "HTTP 404 Not Found", "w2", 404, 0},
+		{"ok", "", "w1", 200, 5000},
+	}
+	if len(h) != len(want) {
+		t.Fatalf("history has %d entries, want %d: %+v", len(h), len(want), h)
+	}
+	for i, w := range want {
+		e := h[i]
+		if e.Outcome != w.outcome || e.Reason != w.reason || e.Worker != w.worker || e.Status != w.status || e.Bytes != w.bytes {
+			t.Errorf("entry %d = %+v, want %+v", i, e, w)
+		}
+		if i > 0 && e.CheckedAt.After(h[i-1].CheckedAt) {
+			t.Errorf("entry %d is newer than entry %d: not newest first", i, i-1)
+		}
+	}
+	if d := h[3].Duration; d < 119*time.Millisecond || d > 121*time.Millisecond {
+		t.Errorf("duration = %s, want 120ms", d)
+	}
+	if h, err := sources.History(f.ctx, f.pool, id, 2); err != nil || len(h) != 2 || h[0].Outcome != "ok" || h[1].Outcome != "rate_limited" {
+		t.Fatalf("History limit 2 = %+v, %v; want the 2 newest", h, err)
+	}
+	if n := historyRows(t, f, other); n != 1 {
+		t.Fatalf("the batch's other source has %d history rows, want 1", n)
+	}
+	// JSON: the duration is in seconds under duration_s.
+	b, _ := json.Marshal(h[0])
+	if !strings.Contains(string(b), `"duration_s":`) || strings.Contains(string(b), `"duration":`) {
+		t.Fatalf("JSON %s: want duration_s", b)
+	}
+}
+
+// A check that is not written (its job no longer holds the source) has no
+// history row either.
+func TestHistoryOnlyOfWrittenChecks(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	id := f.source(t, "p", "https://p.example/1", nil)
+	mustExec(t, f, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = 8 WHERE id = $1`, id)
+	if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "ok", JobID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if n := historyRows(t, f, id); n != 0 {
+		t.Fatalf("a check not written left %d history rows", n)
+	}
+}
+
+// A history write that fails never loses the check: RecordCheck and
+// RecordChecks write the check without its history and say so
+// (ErrHistoryNotRecorded), in a transaction too (which stays usable), and a
+// Recorder counts it, reports success to its callers and writes the next
+// batches without history for HistoryPause.
+func TestHistoryFailureKeepsTheCheck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	breakHistory(t, f)
+	ids := []int64{f.source(t, "p", "https://p.example/1", nil), f.source(t, "p", "https://p.example/2", nil),
+		f.source(t, "p", "https://p.example/3", nil), f.source(t, "p", "https://p.example/4", nil)}
+	outcome := func(id int64) string {
+		s, err := sources.GetSource(f.ctx, f.pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.LastOutcome == nil {
+			return ""
+		}
+		return *s.LastOutcome
+	}
+
+	err := sources.RecordCheck(f.ctx, f.pool, ids[0], sources.Check{Outcome: "failed", Status: 500, Error: "HTTP 500"})
+	if !errors.Is(err, sources.ErrHistoryNotRecorded) || outcome(ids[0]) != "failed" {
+		t.Fatalf("RecordCheck: %v, outcome %q; want ErrHistoryNotRecorded and the check written", err, outcome(ids[0]))
+	}
+	err = sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{{SourceID: ids[1], Check: sources.Check{Outcome: "ok"}},
+		{SourceID: ids[2], Check: sources.Check{Outcome: "not_modified"}}})
+	if !errors.Is(err, sources.ErrHistoryNotRecorded) || outcome(ids[1]) != "ok" || outcome(ids[2]) != "not_modified" {
+		t.Fatalf("RecordChecks: %v; want ErrHistoryNotRecorded and both checks written", err)
+	}
+
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(f.ctx) //nolint:errcheck // test cleanup
+	if err := sources.RecordCheck(f.ctx, tx, ids[3], sources.Check{Outcome: "rate_limited", Error: "stop"}); !errors.Is(err, sources.ErrHistoryNotRecorded) {
+		t.Fatalf("RecordCheck in a transaction: %v, want ErrHistoryNotRecorded", err)
+	}
+	if _, _, err := sources.SetCooldown(f.ctx, tx, "p", time.Minute, "stop", 0.5); err != nil {
+		t.Fatalf("the transaction is not usable after the history failure: %v", err)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if outcome(ids[3]) != "rate_limited" {
+		t.Fatalf("the check in the transaction was lost")
+	}
+	for _, id := range ids {
+		if n := historyRows(t, f, id); n != 0 {
+			t.Fatalf("source %d has %d history rows with a broken history table", id, n)
+		}
+	}
+
+	// The Recorder: submitted and recorded checks land, the failure is
+	// counted, and history is skipped until HistoryPause has passed.
+	clk := clocktest.New()
+	rec, err := sources.NewRecorder(f.pool, sources.RecorderConfig{Clock: clk, HistoryPause: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Stop(context.Background()) //nolint:errcheck // test cleanup
+	more := []int64{f.source(t, "p", "https://p.example/5", nil), f.source(t, "p", "https://p.example/6", nil),
+		f.source(t, "p", "https://p.example/7", nil)}
+	if err := rec.Record(f.ctx, more[0], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatalf("Record with a broken history: %v, want nil (the check is written)", err)
+	}
+	if st := rec.Stats(); st.HistoryFailed != 1 || outcome(more[0]) != "ok" {
+		t.Fatalf("stats %+v, outcome %q: want 1 history failure and the check written", st, outcome(more[0]))
+	}
+	mustExec(t, f, `ALTER TABLE fleetpace_check DROP CONSTRAINT test_broken`)
+	if err := rec.Record(f.ctx, more[1], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := historyRows(t, f, more[1]); n != 0 {
+		t.Fatalf("within HistoryPause the Recorder wrote %d history rows, want none", n)
+	}
+	clk.Advance(time.Minute)
+	if err := rec.Record(f.ctx, more[2], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := historyRows(t, f, more[2]); n != 1 {
+		t.Fatalf("after HistoryPause the Recorder wrote %d history rows, want 1", n)
+	}
+}
+
+// The Recorder stamps its worker on the history rows, or writes none with
+// NoHistory.
+func TestRecorderHistory(t *testing.T) {
+	t.Parallel()
+	for _, noHistory := range []bool{false, true} {
+		f := setupRecorder(t, sources.RecorderConfig{Worker: "host-1-abcd", NoHistory: noHistory})
+		ids := f.sources(t, 3)
+		for _, id := range ids {
+			if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.rec.Flush(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var n, stamped int
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*), count(*) FILTER (WHERE worker = 'host-1-abcd') FROM fleetpace_check`).Scan(&n, &stamped); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 3, true: 0}[noHistory]; n != want || stamped != want {
+			t.Fatalf("NoHistory %v: %d history rows (%d stamped), want %d", noHistory, n, stamped, want)
+		}
+		if got := f.checked(t, ids); got != 3 {
+			t.Fatalf("NoHistory %v: %d checks written, want 3", noHistory, got)
+		}
+	}
+}
+
+// PruneHistory deletes rows older than the retention, at most its limit per
+// call, and keeps the rest; retention 0 keeps nothing.
+func TestPruneHistory(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "a", 10)
+	f.platform(t, "b", 10)
+	mustExec(t, f, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome)
+		SELECT g % 5, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, now() - make_interval(days => g), 'ok'
+		FROM generate_series(1, 10) g`) // one row per day, 1 to 10 days old
+	count := func() int {
+		var n int
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_check`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n, err := sources.PruneHistory(f.ctx, f.pool, 7*24*time.Hour+time.Hour, 2)
+	if err != nil || n != 2 || count() != 8 {
+		t.Fatalf("first prune: deleted %d (%v), %d left; want 2 deleted (the limit), 8 left", n, err, count())
+	}
+	n, err = sources.PruneHistory(f.ctx, f.pool, 7*24*time.Hour+time.Hour, 0)
+	if err != nil || n != 1 || count() != 7 {
+		t.Fatalf("second prune: deleted %d (%v), %d left; want the last old row deleted, 7 left", n, err, count())
+	}
+	var oldest time.Duration
+	if err := f.pool.QueryRow(f.ctx, `SELECT EXTRACT(EPOCH FROM now() - min(checked_at))::float8 * 1e9 FROM fleetpace_check`).Scan(&oldest); err != nil {
+		t.Fatal(err)
+	}
+	if oldest > 7*24*time.Hour+time.Hour {
+		t.Fatalf("oldest row left is %s old", oldest)
+	}
+	if n, err := sources.PruneHistory(f.ctx, f.pool, 0, 0); err != nil || n != 7 || count() != 0 {
+		t.Fatalf("retention 0: deleted %d (%v), %d left; want everything deleted", n, err, count())
+	}
+}
+
+// Activity counts the window's checks per platform, bucket and outcome.
+func TestActivity(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "a", 10)
+	f.platform(t, "b", 10)
+	mustExec(t, f, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome) VALUES
+		(1, 'a', now() - interval '10 seconds', 'ok'), (1, 'a', now() - interval '20 seconds', 'ok'),
+		(1, 'a', now() - interval '30 seconds', 'failed'), (2, 'b', now() - interval '5 seconds', 'rate_limited'),
+		(1, 'a', now() - interval '2 hours', 'ok')`)
+	got, err := sources.Activity(f.ctx, f.pool, sources.ActivityQuery{Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := map[string]int64{}
+	for _, c := range got {
+		sum[c.Platform+"/"+c.Outcome] += c.Checks
+	}
+	want := map[string]int64{"a/ok": 2, "a/failed": 1, "b/rate_limited": 1}
+	if len(sum) != len(want) {
+		t.Fatalf("activity = %v, want %v", sum, want)
+	}
+	for k, v := range want {
+		if sum[k] != v {
+			t.Fatalf("activity = %v, want %v", sum, want)
+		}
+	}
+	buckets, err := sources.Activity(f.ctx, f.pool, sources.ActivityQuery{Platform: "a", Window: time.Minute, Bucket: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := map[time.Time]bool{}
+	for _, c := range buckets {
+		if c.Platform != "a" {
+			t.Fatalf("Platform a's activity has %+v", c)
+		}
+		starts[c.Start] = true
+	}
+	if len(starts) != 3 {
+		t.Fatalf("15-s buckets of checks 10, 20 and 30 s old: %d buckets (%+v), want 3", len(starts), buckets)
+	}
+	if _, err := sources.Activity(f.ctx, f.pool, sources.ActivityQuery{}); !errors.Is(err, sources.ErrInvalid) {
+		t.Fatalf("no window: %v, want ErrInvalid", err)
+	}
+}

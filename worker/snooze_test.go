@@ -1,0 +1,77 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/worker"
+)
+
+// denyWith is a pacer that denies every reservation with the given wait.
+type denyWith struct{ wait time.Duration }
+
+func (d denyWith) Reserve(_ context.Context, platform string, _ time.Duration) (pacer.Reservation, error) {
+	return pacer.Reservation{Platform: platform, Wait: d.wait}, nil
+}
+
+func (denyWith) Sleep(context.Context, *pacer.Reservation) error { return nil }
+
+func (denyWith) Report(context.Context, string, pacer.Reservation, pacer.Outcome) (pacer.ReportResult, error) {
+	return pacer.ReportResult{}, nil
+}
+
+type noFetch struct{ t *testing.T }
+
+func (f noFetch) Fetch(context.Context, fetch.Request) fetch.Result {
+	f.t.Error("fetched without a slot")
+	return fetch.Result{Outcome: fetch.Failed}
+}
+
+// A denied reservation snoozes the job for at least MinSnooze and at most
+// pacer.MaxHold (+10 % jitter), whatever the wait it names: 0 (the job came
+// back at once, for ever, with a rate of 1e-300), negative (River panics),
+// or beyond any duration.
+func TestDeniedReservationSnooze(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tests := []struct {
+		wait     time.Duration
+		rand     float64
+		min, max time.Duration
+	}{
+		{0, 0, worker.MinSnooze, worker.MinSnooze},
+		{-time.Hour, 0.5, worker.MinSnooze, worker.MinSnooze * 11 / 10},
+		{time.Nanosecond, 0.99, worker.MinSnooze, worker.MinSnooze * 11 / 10},
+		{10 * time.Second, 0, 10 * time.Second, 10 * time.Second},
+		{math.MaxInt64, 0.999, pacer.MaxHold, pacer.MaxHold * 11 / 10},
+		{time.Minute, math.NaN(), time.Minute, time.Minute},
+	}
+	for _, tt := range tests {
+		w, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: denyWith{tt.wait}, Fetcher: noFetch{t},
+			Rand: func() float64 { return tt.rand }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1},
+			Args: queue.FetchArgs{SourceID: 1, Platform: "p", URL: "https://p.example/"}}
+		err = w.Work(context.Background(), job)
+		var snooze *rivertype.JobSnoozeError
+		if !errors.As(err, &snooze) || snooze.Duration < tt.min || snooze.Duration > tt.max {
+			t.Errorf("wait %v: Work = %v, want a snooze in [%v, %v]", tt.wait, err, tt.min, tt.max)
+		}
+	}
+}
