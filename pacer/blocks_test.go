@@ -44,7 +44,9 @@ func TestBlocksHandOutExactSlots(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e5})
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
+	// The injected clock stands still: no kept slot turns late (10 µs apart,
+	// a loaded machine would otherwise discard some; TestLateBlockSlotsDiscarded).
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
 
 	// 1 (block size unknown: one slot) + 8 + 8 slots from three statements.
 	rs := reserveN(t, p, "fast", 17)
