@@ -209,6 +209,18 @@ CREATE TABLE IF NOT EXISTS fleetpace_source (
     CONSTRAINT fleetpace_source_platform_url_key UNIQUE (platform, url)
 );
 
+-- Fair order: never checked first (their key is -infinity), then longest
+-- since checked, ties by id. The due query (package scan) walks this index
+-- per platform from the platform's head; due_at is included so the walk can
+-- tell due from not due in the index. Queued and disabled sources are not
+-- in it. (It replaces fleetpace_source_due_idx, which ordered by
+-- last_checked_at NULLS FIRST: a key with no NULLs can be bounded in an
+-- index condition.)
+CREATE INDEX IF NOT EXISTS fleetpace_source_fair_idx
+    ON fleetpace_source (platform, COALESCE(last_checked_at, '-infinity'::timestamptz), id) INCLUDE (due_at)
+    WHERE enabled AND queued_at IS NULL;
+DROP INDEX IF EXISTS fleetpace_source_due_idx;
+
 -- Bounds of the settings of platforms and sources: the numbers are package
 -- sources' (sources/bounds.go: MinRate, MaxRate, MaxBurst,
 -- MaxMultiplierLimit, MaxDecayAfter, MinCooldown, MaxCooldown, MinInterval,
@@ -262,12 +274,84 @@ BEGIN
 END
 $$;
 
--- The due query walks this index once per platform in fair order
--- (never-checked first, then longest since checked, ties by id) and merges
--- the per-platform streams; queued and disabled sources are not in it.
-CREATE INDEX IF NOT EXISTS fleetpace_source_due_idx
-    ON fleetpace_source (platform, last_checked_at ASC NULLS FIRST, id)
-    WHERE enabled AND queued_at IS NULL;
+-- platform_due: per platform, its head — the first due source in fair order
+-- (head_key is its COALESCE(last_checked_at, '-infinity'), head_id its id;
+-- NULL when nothing is due) — valid until valid_until, when a source that
+-- would come before the head falls due. The scan keeps it (package scan,
+-- refreshSQL): with thousands of platforms, the due query reads the heads
+-- in order here instead of probing every platform. Changes to sources reach
+-- it through fleetpace_due_change.
+CREATE TABLE IF NOT EXISTS fleetpace_platform_due (
+    platform    text        PRIMARY KEY REFERENCES fleetpace_platform (name) ON DELETE CASCADE,
+    head_key    timestamptz,
+    head_id     bigint,
+    valid_until timestamptz NOT NULL DEFAULT '-infinity'
+);
+CREATE INDEX IF NOT EXISTS fleetpace_platform_due_head_idx
+    ON fleetpace_platform_due (head_key, head_id) WHERE head_id IS NOT NULL;
+
+-- due_change: an append-only log of platforms whose head may have moved,
+-- written by the statement triggers below (no lock shared by writers) and
+-- consumed by the next scan tick. due_at: the earliest due_at among the
+-- statement's enabled, unqueued sources of the platform ('-infinity' when a
+-- due source left: queued, disabled or deleted).
+CREATE TABLE IF NOT EXISTS fleetpace_due_change (
+    platform text        NOT NULL,
+    due_at   timestamptz NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION fleetpace_platform_due_init() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO fleetpace_platform_due (platform) VALUES (NEW.name) ON CONFLICT (platform) DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER fleetpace_platform_due_init
+    AFTER INSERT ON fleetpace_platform
+    FOR EACH ROW EXECUTE FUNCTION fleetpace_platform_due_init();
+
+INSERT INTO fleetpace_platform_due (platform) SELECT name FROM fleetpace_platform
+ON CONFLICT (platform) DO NOTHING;
+
+-- One function for every statement trigger on fleetpace_source: inserted or
+-- updated sources that are enabled and unqueued may become a head (now, or
+-- at their due_at); a due source that leaves (queued, disabled, deleted)
+-- may have been one. A truncation makes every head stale.
+CREATE OR REPLACE FUNCTION fleetpace_source_due_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        UPDATE fleetpace_platform_due SET valid_until = '-infinity';
+        RETURN NULL;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        INSERT INTO fleetpace_due_change (platform, due_at)
+        SELECT platform, min(due_at) FROM fleetpace_new_sources
+        WHERE enabled AND queued_at IS NULL GROUP BY platform;
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        INSERT INTO fleetpace_due_change (platform, due_at)
+        SELECT DISTINCT platform, '-infinity'::timestamptz FROM fleetpace_old_sources
+        WHERE enabled AND queued_at IS NULL AND due_at <= now();
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER fleetpace_source_due_insert
+    AFTER INSERT ON fleetpace_source REFERENCING NEW TABLE AS fleetpace_new_sources
+    FOR EACH STATEMENT EXECUTE FUNCTION fleetpace_source_due_change();
+CREATE OR REPLACE TRIGGER fleetpace_source_due_update
+    AFTER UPDATE ON fleetpace_source REFERENCING OLD TABLE AS fleetpace_old_sources NEW TABLE AS fleetpace_new_sources
+    FOR EACH STATEMENT EXECUTE FUNCTION fleetpace_source_due_change();
+CREATE OR REPLACE TRIGGER fleetpace_source_due_delete
+    AFTER DELETE ON fleetpace_source REFERENCING OLD TABLE AS fleetpace_old_sources
+    FOR EACH STATEMENT EXECUTE FUNCTION fleetpace_source_due_change();
+CREATE OR REPLACE TRIGGER fleetpace_source_due_truncate
+    AFTER TRUNCATE ON fleetpace_source
+    FOR EACH STATEMENT EXECUTE FUNCTION fleetpace_source_due_change();
 
 -- Queued sources: counted per platform by every tick (index-only scan), and
 -- the oldest checked against River by the reconciliation of finished jobs.

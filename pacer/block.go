@@ -6,7 +6,9 @@ import (
 )
 
 // takeFromBlock hands out the next slot kept from a block, if one is neither
-// too late nor further away than maxWait. Slots too late are discarded.
+// too late nor further away than maxWait. Slots too late for the lateness
+// rule (lateTolerance, as Sleep applies it) are discarded: sent now, they
+// would crowd the slots after them.
 func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservation, bool) {
 	if p.blockSlots.Load() == 0 {
 		return Reservation{}, false
@@ -18,7 +20,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 		return Reservation{}, false
 	}
 	now := p.clock.Now()
-	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.cfg.MaxLate {
+	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(secondsToDuration(st.block[0].interval), st.burst) {
 		st.block = st.block[1:]
 		p.blockSlots.Add(-1)
 		p.blockDiscarded.Add(1)
@@ -59,23 +61,57 @@ func (p *Pacer) observeRTT(d time.Duration) {
 	p.rtt.Store(old + (int64(d)-old)/8)
 }
 
+// lateTolerance is how late after its slot a request may still go: half
+// the spacing the slot was granted at times the platform's burst, or
+// Config.MaxLate when that is more. A request later than its interval lands
+// in the next slot's time: with slots one interval apart, a destination
+// counting a second's requests then sees one more than the slots it
+// granted, beyond rate + burst for a platform of burst 1; half an interval
+// leaves the other half to what happens between the wake-up and the
+// destination (the request being written and carried). A platform of burst
+// b is allowed b − 1 requests beyond its spacing by the destination too, so
+// a steady stream at its rate may run b/2 intervals late and a 1-s window
+// still holds at most rate + burst. Config.MaxLate (1 ms by default, about
+// a timer's precision) is the least, for platforms so fast that a
+// millisecond is several intervals.
+func (p *Pacer) lateTolerance(interval time.Duration, burst int32) time.Duration {
+	return max(p.cfg.MaxLate, interval*time.Duration(max(burst, 1))/2)
+}
+
 // blockSize is how many slots the next reservation statement of platform
-// takes: one while the platform's interval is longer than a round trip,
-// otherwise enough to cover one round trip, at most Config.MaxBlock.
+// takes: one while the platform's interval is longer than a round trip, or
+// while this process's callers already sleep on slots further ahead than a
+// round trip (the cursor is ahead: a reservation's round trip is hidden in
+// the wait its caller has anyway, and a block could only hold slots the
+// process cannot hand out in time); otherwise what this process's callers
+// use in one round trip — its share of the platform's slots, the fleet's
+// being split among the fleet's processes — at most Config.MaxBlock. A slot
+// of a block that no caller of this process takes before it is too late is
+// lost to the whole fleet (the shared cursor went past it): a block sized
+// for the fleet's rate, in each process, lost up to (fleet − 1)/fleet of its
+// slots.
 func (p *Pacer) blockSize(platform string) int {
 	if p.cfg.MaxBlock <= 1 {
 		return 1
 	}
 	rtt := float64(p.rtt.Load()) / float64(time.Second)
+	now := p.clock.Now()
 	p.mu.Lock()
 	st := p.local[platform]
-	var interval float64
+	var interval, ahead float64
 	if st != nil {
 		interval = st.interval
+		for w := range st.waiters {
+			ahead = max(ahead, w.due.Sub(now).Seconds())
+		}
+		if n := len(st.block); n > 0 {
+			ahead = max(ahead, st.block[n-1].at.Sub(now).Seconds())
+		}
 	}
 	p.mu.Unlock()
-	if interval <= 0 || rtt <= interval {
+	share := interval * float64(max(p.fleet.Load(), 1))
+	if interval <= 0 || rtt <= share || ahead > rtt {
 		return 1
 	}
-	return int(math.Min(math.Ceil(rtt/interval), float64(p.cfg.MaxBlock)))
+	return int(math.Min(math.Ceil(rtt/share), float64(p.cfg.MaxBlock)))
 }

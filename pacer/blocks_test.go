@@ -44,7 +44,9 @@ func TestBlocksHandOutExactSlots(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e5})
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
+	// The injected clock stands still: no kept slot turns late (10 µs apart,
+	// a loaded machine would otherwise discard some; TestLateBlockSlotsDiscarded).
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
 
 	// 1 (block size unknown: one slot) + 8 + 8 slots from three statements.
 	rs := reserveN(t, p, "fast", 17)
@@ -101,8 +103,9 @@ func TestPressureDropsBlock(t *testing.T) {
 	}
 }
 
-// A kept slot later than MaxLate (by the injected clock) is discarded, not
-// handed out: sending late would crowd the slots after it.
+// A kept slot later than its tolerance (by the injected clock; at 1e6/s
+// half the spacing is less than MaxLate, 1 ms) is discarded, not handed
+// out: sending late would crowd the slots after it.
 func TestLateBlockSlotsDiscarded(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
@@ -110,13 +113,13 @@ func TestLateBlockSlotsDiscarded(t *testing.T) {
 	clock := clocktest.New()
 	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock })
 	reserveN(t, p, "fast", 3) // one single, one block: 6 kept
-	clock.Advance(20 * time.Millisecond)
+	clock.Advance(800 * time.Microsecond)
 	if r := reserveN(t, p, "fast", 1)[0]; !r.FromBlock {
-		t.Fatalf("20 ms late (MaxLate 25 ms): %+v, want a kept slot", r)
+		t.Fatalf("0.8 ms late (MaxLate 1 ms): %+v, want a kept slot", r)
 	}
-	clock.Advance(10 * time.Millisecond)
+	clock.Advance(400 * time.Microsecond)
 	if r := reserveN(t, p, "fast", 1)[0]; r.FromBlock {
-		t.Fatalf("30 ms late: %+v, want a fresh reservation", r)
+		t.Fatalf("1.2 ms late: %+v, want a fresh reservation", r)
 	}
 	if st := p.Stats(); st.BlockDiscarded != 5 {
 		t.Fatalf("%d slots discarded, want 5", st.BlockDiscarded)

@@ -54,10 +54,15 @@ type Config struct {
 	// blocks off.
 	MaxBlock int
 
-	// MaxLate is how late after its time a slot may still be used: a slot
-	// kept from a block is discarded once older, and Sleep gives up a slot it
-	// woke up later than this for (ErrLate), because sending late would crowd
-	// the slots that follow into one second. Default DefaultMaxLate.
+	// MaxLate is how late after its time a slot may always be used; slots
+	// spaced more than 2 × MaxLate apart may be used up to half their
+	// spacing times the platform's burst late. Later than that, a slot kept from a block is discarded
+	// and Sleep gives the slot up (ErrLate): a request sent later than its
+	// interval crowds the slots that follow into one second, and a
+	// destination allowing rate + burst a second sees one more. Lateness is
+	// judged against the slot's time in the database, mapped to the local
+	// clock. Default DefaultMaxLate (1 ms, about a timer's precision: at
+	// 1,000/s and more, the platform's burst absorbs it).
 	MaxLate time.Duration
 
 	// CleanBatch is how long clean reports of a platform are gathered before
@@ -139,4 +144,4 @@ func (c *Config) withDefaults() Config {
 const DefaultMaxBlock = 32
 
 // DefaultMaxLate is Config.MaxLate's default.
-const DefaultMaxLate = 25 * time.Millisecond
+const DefaultMaxLate = time.Millisecond

@@ -89,10 +89,8 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		received                                                       time.Time
 	)
 	for attempt := 0; ; attempt++ {
-		// A round trip is measured on the monotonic system clock, whatever
-		// Config.Clock is: it sizes blocks by real network time.
-		t0 := time.Now()
-		err := p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
+		var err error
+		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
 			&eventAt, &eventShift, &eventHorizon)
 		var pgErr *pgconn.PgError
@@ -102,7 +100,6 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		if err != nil {
 			return Reservation{}, err
 		}
-		rtt = time.Since(t0)
 		received = p.clock.Now()
 		p.observeRTT(rtt)
 		if rate > 0 {
@@ -163,7 +160,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
-	st.rate, st.maxMult, st.mult, st.interval = rate, maxMult, mult, interval
+	st.rate, st.maxMult, st.mult, st.interval, st.burst = rate, maxMult, mult, interval, burst
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
 		// period starting now must not go earlier.
@@ -196,18 +193,23 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 // deadline: a timeout context costs a timer and a context watcher per call,
 // several per cent of a reservation. ctx bounds the acquisition only (a new
 // connection is bounded by Config.ConnectTimeout); once sent, the statement
-// runs to its end or to the deadline, which closes the connection.
-func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+// runs to its end or to the deadline, which closes the connection. It
+// returns the statement's round trip, measured on the monotonic system
+// clock (whatever Config.Clock is) from after the connection was acquired:
+// blocks are sized by network time, not by a queue for the pool.
+func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...any) (time.Duration, error) {
 	c, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer c.Release()
 	nc := c.Conn().PgConn().Conn()
-	if err := nc.SetDeadline(time.Now().Add(p.cfg.StatementTimeout)); err != nil {
-		return err
+	t0 := time.Now()
+	if err := nc.SetDeadline(t0.Add(p.cfg.StatementTimeout)); err != nil {
+		return 0, err
 	}
 	err = c.QueryRow(context.Background(), sql, args...).Scan(dest...)
+	rtt := time.Since(t0)
 	_ = nc.SetDeadline(time.Time{}) // a closed connection's error does not matter
-	return err
+	return rtt, err
 }

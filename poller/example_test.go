@@ -23,7 +23,9 @@ func ExampleRun() {
 		JitterRatio:   poller.NoJitter,        // for an exact output only
 		Clock:         virtual,
 	}
-	found := []bool{false, false, false, false, false, true, false}
+	// A new loop is settled (8 s while it finds nothing); after work it
+	// backs off from the base again.
+	found := []bool{false, true, false, false, false, false, true, false}
 	i := 0
 	err := poller.Run(ctx, cfg, func(ctx context.Context) (bool, error) {
 		f := found[i]
@@ -33,5 +35,5 @@ func ExampleRun() {
 		return f, nil
 	})
 	fmt.Println(err, virtual.Sleeps())
-	// Output: <nil> [1s 2s 4s 8s 8s 1s]
+	// Output: <nil> [8s 1s 1s 2s 4s 8s 1s]
 }

@@ -9,7 +9,11 @@
 // loops that drift toward alignment scattered. The underlying schedule stays
 // deterministic (Base, ×2 after an empty or failed cycle, capped at Max, back
 // to Base when a cycle finds work), so backoff is predictable while the
-// instants are not. See docs/design.md, "Clock and polling".
+// instants are not. A loop starts at the top of the schedule: until a cycle
+// finds work, it sleeps Max, as a loop idle for long does — ramping up from
+// Base after every start (1, 2, 4, 8, 16 s) would make a restarted idle
+// fleet poll about five times its steady rate for its first Max. See
+// docs/design.md, "Clock and polling".
 //
 // Typical use:
 //
@@ -155,7 +159,9 @@ func (c Config) withDefaults() Config {
 type Cycle func(ctx context.Context) (found bool, err error)
 
 // Run validates cfg, sleeps the startup delay, then calls cycle until ctx
-// ends, sleeping the jittered schedule between calls.
+// ends, sleeping the jittered schedule between calls. The schedule starts
+// settled (Schedule.Settle): an empty first cycle is followed by Max, a
+// cycle that finds work by Base.
 //
 // Run returns nil when ctx ends — that is the normal way to stop it, and it
 // returns promptly, mid-sleep included (a cycle in progress is given ctx and
@@ -172,6 +178,7 @@ func Run(ctx context.Context, cfg Config, cycle Cycle) error {
 	}
 
 	sched := NewSchedule(cfg.Base, cfg.Max)
+	sched.Settle()
 	for ctx.Err() == nil {
 		found, err := cycle(ctx)
 		if ctx.Err() != nil {
@@ -232,6 +239,13 @@ func NewSchedule(base, max time.Duration) *Schedule {
 	}
 	return &Schedule{base: base, max: max, cur: base}
 }
+
+// Settle moves the schedule to its top, as after a long idle spell: the next
+// empty or failed cycle sleeps Max; a cycle that finds work still brings it
+// back to Base. Run settles its schedule before the first cycle, so a
+// poller that has just started, knowing nothing of its work, polls at the
+// rate of an idle one instead of ramping up from Base.
+func (s *Schedule) Settle() { s.cur = s.max }
 
 // Next returns the sleep to take after a cycle whose outcome is found, and
 // advances the schedule.

@@ -114,8 +114,9 @@ func TestScheduleProgression(t *testing.T) {
 	}
 }
 
-// Run follows the schedule exactly: with jitter disabled, the sleeps are
-// 1→2→4→…→30, back to 1 on work, and a failed cycle backs off like an empty one.
+// Run follows the schedule exactly: with jitter disabled, the sleeps are 30
+// until the first cycle that finds work, then 1 after work, 1→2→4→…→30 while
+// empty, back to 1 on work, and a failed cycle backs off like an empty one.
 func TestRunExactSchedule(t *testing.T) {
 	t.Parallel()
 	clock, cfg := setup(t, 1)
@@ -125,6 +126,8 @@ func TestRunExactSchedule(t *testing.T) {
 	defer cancel()
 
 	cycle := scripted(cancel,
+		"empty", "empty", // 30 30: a loop starts settled
+		"found",                                                       // 1
 		"empty", "empty", "empty", "empty", "empty", "empty", "empty", // 1 2 4 8 16 30 30
 		"found",                          // 1
 		"empty", "fail", "fail", "empty", // 1 2 4 8
@@ -132,7 +135,7 @@ func TestRunExactSchedule(t *testing.T) {
 	if err := Run(ctx, cfg, cycle); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	want := secs(1, 2, 4, 8, 16, 30, 30, 1, 1, 2, 4, 8, 1, 1)
+	want := secs(30, 30, 1, 1, 2, 4, 8, 16, 30, 30, 1, 1, 2, 4, 8, 1, 1)
 	if !equalDurations(clock.Sleeps(), want) {
 		t.Fatalf("sleeps = %v, want %v", clock.Sleeps(), want)
 	}
@@ -148,7 +151,7 @@ func TestFailedCycleBacksOffLikeEmpty(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		cfg.StartupJitter = NoStartupJitter
-		outcomes := []string{outcome, outcome, outcome, outcome, outcome, outcome, outcome, "found"}
+		outcomes := []string{"found", outcome, outcome, outcome, outcome, outcome, outcome, outcome, "found"}
 		if err := Run(ctx, cfg, scripted(cancel, outcomes...)); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
@@ -159,9 +162,10 @@ func TestFailedCycleBacksOffLikeEmpty(t *testing.T) {
 	if !equalDurations(empty, failed) {
 		t.Fatalf("failed-cycle sleeps %v differ from empty-cycle sleeps %v", failed, empty)
 	}
-	// The jittered sleeps still follow the backoff: the 6th is ≥ 0.5 × 30 s.
-	if failed[5] < 15*time.Second {
-		t.Fatalf("6th sleep after failures = %v, want ≥ 15s (schedule 30s × [0.5, 1.5])", failed[5])
+	// The jittered sleeps still follow the backoff: the 6th after work is
+	// ≥ 0.5 × 30 s.
+	if failed[6] < 15*time.Second {
+		t.Fatalf("6th sleep after failures = %v, want ≥ 15s (schedule 30s × [0.5, 1.5])", failed[6])
 	}
 	if n := strings.Count(failedLogs, "cycle failed"); n != 7 {
 		t.Fatalf("logged %d failed cycles, want 7; logs:\n%s", n, failedLogs)
@@ -193,7 +197,7 @@ func TestRunDefaultsAndExactJitter(t *testing.T) {
 		if calls == 4 {
 			cancel()
 		}
-		return calls == 3, nil // empty, empty, found, empty
+		return calls == 2, nil // empty, found, empty, empty
 	}
 	if err := Run(ctx, cfg, cycle); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -201,7 +205,7 @@ func TestRunDefaultsAndExactJitter(t *testing.T) {
 	if firstPoll != 7500*time.Millisecond {
 		t.Fatalf("first poll at %v, want 7.5s (0.25 × default max 30s)", firstPoll)
 	}
-	want := secs(7.5, 0.75, 1.5, 0.75) // startup, 1s, 2s, base 1s — each × 0.75
+	want := secs(7.5, 22.5, 0.75, 0.75) // startup, max 30s (settled), base 1s, 1s — each × 0.75
 	if !equalDurations(clock.Sleeps(), want) {
 		t.Fatalf("sleeps = %v, want %v", clock.Sleeps(), want)
 	}
@@ -240,6 +244,7 @@ func TestEverySleepWithinJitterBounds(t *testing.T) {
 				t.Fatalf("%d sleeps, want %d", len(clock.Sleeps()), cycles-1)
 			}
 			sched := NewSchedule(DefaultBase, DefaultMax)
+			sched.Settle()
 			minRatio, maxRatio := math.Inf(1), math.Inf(-1)
 			for i, got := range clock.Sleeps() {
 				s := sched.Next(found[i])
@@ -359,16 +364,16 @@ func TestNaiveScheduleClusters(t *testing.T) {
 	if b[0] != n || float64(b[0]) <= 3*mean {
 		t.Fatalf("naive first polls per bucket = %v, want all %d in bucket 0 (above 3× mean %.1f)", b, n, mean)
 	}
-	sixth := pollTimes(t, n, 6, naive) // after 1+2+4+8+16 s of empty cycles
+	sixth := pollTimes(t, n, 6, naive) // after 5 × 30 s of empty cycles
 	for i, o := range sixth {
-		if o != 31*time.Second {
-			t.Fatalf("naive loop %d polled the 6th time at %v, want exactly 31s (phase-aligned)", i, o)
+		if o != 150*time.Second {
+			t.Fatalf("naive loop %d polled the 6th time at %v, want exactly 150s (phase-aligned)", i, o)
 		}
 	}
 
 	// Per-sleep jitter alone (startup jitter off) re-scatters the same herd.
 	jittered := pollTimes(t, n, 6, func(c *Config) { c.StartupJitter = NoStartupJitter })
-	jb := buckets(jittered, 2*time.Minute)
+	jb := buckets(jittered, 5*time.Minute)
 	for i, c := range jb {
 		if c > n*15/100 {
 			t.Fatalf("with per-sleep jitter, bucket %ds still holds %d of %d 6th polls; buckets %v", i, c, n, jb)
@@ -495,5 +500,49 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Run = %v (cycle called %v), want ErrInvalidConfig before any cycle", err, called)
 			}
 		})
+	}
+}
+
+// A restarted idle fleet polls at its steady rate from the start: after the
+// startup delay a loop that finds nothing sleeps the top of its schedule,
+// so 1,000 loops make about 2 polls each in their first 2 × Max, as idle
+// loops do. A loop that ramps up from Base after its start (1, 2, 4, 8,
+// 16 s: the schedule unsettled, computed here from the same pieces) makes
+// about 5: a restarted fleet would poll several times its steady rate.
+func TestRestartedIdleLoopPollsAtSteadyRate(t *testing.T) {
+	t.Parallel()
+	const n, window = 1000, 2 * DefaultMax
+	total := 0
+	for i := range n {
+		clock, cfg := setup(t, uint64(i))
+		ctx, cancel := context.WithCancel(t.Context())
+		err := Run(ctx, cfg, func(context.Context) (bool, error) {
+			if clock.Elapsed() >= window {
+				cancel()
+				return false, nil
+			}
+			total++
+			return false, nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	ramped := 0
+	for i := range n {
+		_, cfg := setup(t, uint64(i))
+		sched := NewSchedule(DefaultBase, DefaultMax) // not settled
+		for at := StartupDelay(DefaultMax, cfg.Rand()); at < window; at += Jitter(sched.Next(false), DefaultJitterRatio, cfg.Rand()) {
+			ramped++
+		}
+	}
+	got, naive := float64(total)/n, float64(ramped)/n
+	t.Logf("polls per loop in the first %v: %.2f settled, %.2f ramping from base", window, got, naive)
+	if got > 2.6 {
+		t.Fatalf("a restarted idle loop polled %.2f times in its first %v, want about 2 (its steady rate)", got, window)
+	}
+	if naive < 4 {
+		t.Fatalf("the ramping loop polled only %.2f times: this test would not catch a ramp", naive)
 	}
 }

@@ -99,6 +99,13 @@ type Config struct {
 	// notification arrives. Default: River's (1 s).
 	FetchPollInterval time.Duration
 
+	// PollOnly runs River without LISTEN/NOTIFY: no connection is held for
+	// notifications; an idle client finds new jobs at its next poll
+	// (FetchPollInterval) and leadership changes by polling too. For
+	// PgBouncer in transaction mode, which cannot hold a LISTEN. Default
+	// false: River keeps one connection LISTENing.
+	PollOnly bool
+
 	// ID names this client among the fleet. Default: River's.
 	ID string
 
@@ -151,6 +158,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		JobTimeout:           cfg.JobTimeout,
 		RescueStuckJobsAfter: cfg.RescueAfter,
 		FetchPollInterval:    cfg.FetchPollInterval,
+		PollOnly:             cfg.PollOnly,
 		SkipUnknownJobCheck:  true,
 	}
 	if cfg.Workers != nil {

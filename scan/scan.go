@@ -127,7 +127,11 @@ type Result struct {
 	CoolingDown []string       `json:"cooling_down"` // platforms left out for an active cooldown
 	Paused      []string       `json:"paused"`       // platforms left out because an operator paused them
 	Released    int            `json:"released"`     // sources released after their job ended without a check
-	Pruned      int64          `json:"pruned"`       // fetch history rows deleted beyond the retention
+	// Saturated: the tick filled its Limit, or a platform got its whole
+	// PerPlatformCap while its rate allowed more; another tick now would
+	// queue more. A scan loop runs the next one at once.
+	Saturated bool  `json:"saturated"`
+	Pruned    int64 `json:"pruned"` // fetch history rows deleted beyond the retention
 }
 
 // Tick runs one scan: select due sources and enqueue one fetch job each, all
@@ -148,7 +152,7 @@ func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	var locked bool
-	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked, new(string)); err != nil {
+	if err := tx.QueryRow(ctx, tryTickLockSQL, tickLockKey).Scan(&locked, nil, nil); err != nil {
 		return nil, fmt.Errorf("tick: lock: %w", err)
 	}
 	if !locked {
@@ -162,7 +166,7 @@ func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	}
 	res.Released = int(tag.RowsAffected())
 
-	args, err := plan(ctx, tx, cfg, res)
+	args, capped, err := plan(ctx, tx, cfg, res)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +182,10 @@ func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 		res.ByPlatform[q.Platform]++
 	}
 	res.Enqueued = len(queued)
+	res.Saturated = res.Enqueued >= cfg.Limit
+	for name, limit := range capped {
+		res.Saturated = res.Saturated || res.ByPlatform[name] >= limit
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("tick: commit: %w", err)
 	}
@@ -223,14 +231,16 @@ func interleave(due []Due) []int64 {
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)
 // minus what it already has queued, at most PerPlatformCap; platforms cooling
 // down or paused get nothing (they are noted in res). It returns the due
-// query's arguments.
-func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args []any, err error) {
+// query's arguments, and the platforms whose share PerPlatformCap or Limit
+// cut (with their cap).
+func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args dueArgs, capped map[string]int, err error) {
 	rows, err := db.Query(ctx, planSQL)
 	if err != nil {
-		return nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	defer rows.Close()
-	args = []any{cfg.Limit}
+	args = dueArgs{limit: cfg.Limit}
+	capped = map[string]int{}
 	for rows.Next() {
 		var (
 			name            string
@@ -239,7 +249,7 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args [
 			cooling, paused bool
 		)
 		if err := rows.Scan(&name, &rate, &queued, &cooling, &paused); err != nil {
-			return nil, fmt.Errorf("tick: plan: %w", err)
+			return args, nil, fmt.Errorf("tick: plan: %w", err)
 		}
 		switch {
 		case cooling:
@@ -250,13 +260,14 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args [
 			continue
 		}
 		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
-		share = min(share, int64(cfg.PerPlatformCap), int64(cfg.Limit))
-		if share > 0 {
-			args = append(args, name, share)
+		limit := int(min(share, int64(cfg.PerPlatformCap), int64(cfg.Limit)))
+		if share > int64(limit) {
+			capped[name] = limit
 		}
+		args.add(name, limit)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tick: plan: %w", err)
+		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
-	return args, nil
+	return args, capped, nil
 }

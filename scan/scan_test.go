@@ -346,3 +346,31 @@ func TestTickInterleavesPlatforms(t *testing.T) {
 		t.Fatalf("job order by platform = %s, want ababaa (platforms take turns)", got)
 	}
 }
+
+// A tick that fills a platform's PerPlatformCap while the platform's rate
+// allows more says so (Saturated: the scan loop ticks again at once, or a
+// fast platform would get one cap per loop cycle, below its ceiling); a
+// platform held back by its own rate × look-ahead does not.
+func TestTickSaturated(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "fast", 1000) // 1000/s × 30 s = 30,000: the cap binds
+	f.platform(t, "slow", 1)    // 1/s × 30 s = 30: its rate binds
+	f.exec(t, `INSERT INTO fleetpace_source (platform, url) SELECT 'fast', 'https://f.example/' || g FROM generate_series(1, 200) g`)
+	f.exec(t, `INSERT INTO fleetpace_source (platform, url) SELECT 'slow', 'https://s.example/' || g FROM generate_series(1, 200) g`)
+	res, err := scan.Tick(f.ctx, f.pool, f.client, scan.Config{Limit: 1000, PerPlatformCap: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ByPlatform["fast"] != 50 || res.ByPlatform["slow"] != 30 || !res.Saturated {
+		t.Fatalf("tick = %+v, want fast capped at 50, slow at its 30, saturated", res)
+	}
+	f.exec(t, `DELETE FROM fleetpace_source WHERE platform = 'fast' AND queued_at IS NULL`)
+	res, err = scan.Tick(f.ctx, f.pool, f.client, scan.Config{Limit: 1000, PerPlatformCap: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Saturated || res.Enqueued != 0 {
+		t.Fatalf("tick with nothing more to queue = %+v, want not saturated", res)
+	}
+}

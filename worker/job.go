@@ -303,6 +303,13 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	return nil
 }
 
+// lateAttempts is how many slots in a row a job may wake up too late for
+// before it snoozes (lateSnooze) instead of reserving again.
+const (
+	lateAttempts = 5
+	lateSnooze   = time.Second
+)
+
 // historyLost logs a check recorded without its history row and returns
 // nil for it (the job is done: retrying would fetch again); other errors
 // are returned as they are.
@@ -338,8 +345,11 @@ func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r 
 // (for River) when the wait is longer than the job should hold its worker
 // slot — as it is during a hold, a pause, or after a slow-down re-spaced the
 // slot beyond the max wait (the slot is then given back and the reservation
-// made again, denied) — and gives up slots it woke up too late for (at most
-// twice: the third is used, so a loaded machine still makes progress).
+// made again, denied) — and gives up every slot it woke up too late for: a
+// late request would land among the next slots' requests, and the
+// destination would see more than its rate + burst in a second. After
+// lateAttempts late slots in a row the job snoozes: a machine too loaded to
+// wake up on time leaves the slots to the rest of the fleet for a moment.
 func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
 	for attempt := 0; ; attempt++ {
 		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
@@ -368,8 +378,9 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 		switch {
 		case err == nil:
 			return res, nil
-		case errors.Is(err, pacer.ErrLate) && attempt >= 2:
-			return res, nil
+		case errors.Is(err, pacer.ErrLate) && attempt+1 >= lateAttempts:
+			w.metrics.snoozed(platform, "late")
+			return res, river.JobSnooze(lateSnooze)
 		case errors.Is(err, pacer.ErrLate):
 			w.metrics.snoozed(platform, "late")
 			w.logger.Debug("late for a pacer slot; reserving again", "platform", platform, "late", res.Late)

@@ -48,7 +48,21 @@ const (
 	DefaultSoftStop     = queue.DefaultSoftStopTimeout
 	DefaultHeartbeat    = 5 * time.Second
 	DefaultMinFleetSize = 1
+	DefaultMaxConns     = 10
 )
+
+// ConnIdleTimeout is how long a worker keeps an idle pool connection: once
+// a busy spell is over, its connections close within it (checked every
+// 1.5 × ConnIdleTimeout), and an idle worker keeps only what its periodic
+// queries use every second or so.
+const ConnIdleTimeout = 5 * time.Second
+
+// MinMaxConns returns the smallest Config.MaxConns: one for the pacer's
+// listener (none with PollOnly), one for the pacer's pool and two for the
+// main pool.
+func MinMaxConns(pollOnly bool) int {
+	return connShares{}.listeners(pollOnly) + 3
+}
 
 // Bounds of Config. A heartbeat must come well within fleet.LiveWindow, or
 // the worker counts as dead between two; more often than MinHeartbeat is a
@@ -94,6 +108,25 @@ type Config struct {
 	// MaxWait is the longest pacer wait a job sleeps through; longer waits
 	// snooze the job. Default DefaultMaxWait.
 	MaxWait time.Duration
+
+	// MaxConns is the most PostgreSQL connections this process holds, all
+	// of them: the pacer's listener (none with PollOnly), the pacer's pool
+	// (half of the rest, 1 to 4) and the main pool (the rest: River's
+	// fetches, completions and maintenance, the check recorder, the scan
+	// tick, the heartbeat, the HTTP endpoints). Jobs hold no connection
+	// while they fetch, so the budget does not grow with Concurrency. Pool
+	// connections idle for ConnIdleTimeout are closed. River runs without
+	// LISTEN (queue.Config.PollOnly) whatever PollOnly says: the scan queues
+	// work ahead of the workers, so River's notifier would only shorten the
+	// pickup of jobs queued while a worker idles (≤ 1 s, River's poll) and a
+	// leader's succession (≤ 5 s), for a connection held by every worker at
+	// all times. Default DefaultMaxConns; at least MinMaxConns(PollOnly).
+	MaxConns int
+	// PollOnly turns the pacer's LISTEN off too, for PgBouncer in
+	// transaction mode: the pacer learns of a fleet's slow-down at its next
+	// reservation instead of within milliseconds (pacer.Config.PollOnly).
+	// It saves a connection.
+	PollOnly bool
 
 	// Poll configures the scan loop (base 1 s, max 30 s, jitter 0.5 by
 	// default). Its StartupJitter also delays the River client's start, on
@@ -146,6 +179,7 @@ func (c Config) withDefaults() Config {
 	c.SoftStop = cmp.Or(c.SoftStop, DefaultSoftStop)
 	c.Heartbeat = cmp.Or(c.Heartbeat, DefaultHeartbeat)
 	c.MinFleetSize = cmp.Or(c.MinFleetSize, DefaultMinFleetSize)
+	c.MaxConns = cmp.Or(c.MaxConns, DefaultMaxConns)
 	c.Clock = clock.Or(c.Clock)
 	if c.ID == "" {
 		host, _ := os.Hostname()
@@ -170,7 +204,7 @@ func (c Config) withDefaults() Config {
 func (c Config) queueConfig(workers *river.Workers) queue.Config {
 	return queue.Config{
 		Workers: workers, MaxWorkers: c.Concurrency, JobTimeout: c.JobTimeout, RescueAfter: c.RescueAfter,
-		SoftStopTimeout: c.SoftStop, ID: c.ID, Logger: c.Logger,
+		SoftStopTimeout: c.SoftStop, ID: c.ID, Logger: c.Logger, PollOnly: true,
 	}
 }
 
@@ -194,6 +228,8 @@ func (c Config) Validate() error {
 		return bad("MinFleetSize must be in [1, %d] (0: default), got %d", MaxFleetSize, c.MinFleetSize)
 	case c.MetricsMaxAge < 0:
 		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
+	case c.MaxConns != 0 && c.MaxConns < MinMaxConns(c.PollOnly):
+		return bad("MaxConns must be ≥ %d (0: default), got %d", MinMaxConns(c.PollOnly), c.MaxConns)
 	}
 	if err := validateHTTPAddr(c.HTTPAddr); err != nil {
 		return bad("HTTPAddr %s, got %q", err, c.HTTPAddr)
@@ -373,7 +409,9 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 			err = errors.Join(err, rt.close())
 		}
 	}()
-	rt.pool, err = dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout, MaxConns: int32(cfg.Concurrency + 5)})
+	shares := splitConns(cfg.MaxConns, cfg.PollOnly)
+	rt.pool, err = dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout,
+		MaxConns: int32(shares.main), IdleTimeout: ConnIdleTimeout, ApplicationName: AppName("worker")})
 	if err != nil {
 		return nil, err
 	}
@@ -411,11 +449,13 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 
 	// The pacer has a small pool of its own (never River's, never inside a
 	// caller's transaction), with the same fail-fast connection rule.
-	pacerPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout})
+	pacerPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout,
+		IdleTimeout: ConnIdleTimeout, ApplicationName: AppName("pacer")})
 	if err != nil {
 		return nil, err
 	}
-	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
+	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: cfg.PollOnly,
+		ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -453,23 +493,74 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	return rt, nil
 }
 
-// scanCycle is one cycle of the scan loop: a tick, counted in the metrics.
+// connShares is how a worker's connection budget is spent.
+type connShares struct {
+	main  int // the main pool
+	pacer int // the pacer's pool
+}
+
+// listeners is how many connections LISTEN: the pacer's listener, none
+// with pollOnly (River never LISTENs in a worker).
+func (connShares) listeners(pollOnly bool) int {
+	if pollOnly {
+		return 0
+	}
+	return 1
+}
+
+// splitConns divides a budget of total connections: the listeners first,
+// half of the rest (1 to 4) to the pacer's pool — every job reserves, and
+// with the database a round trip away a fast platform's reservations
+// overlap — and the rest, at least 2, to the main pool.
+func splitConns(total int, pollOnly bool) connShares {
+	rest := total - connShares{}.listeners(pollOnly)
+	p := min(max(rest/2, 1), 4, rest-2)
+	return connShares{main: rest - p, pacer: p}
+}
+
+// AppName is the application_name of a worker's connections of one
+// purpose ("worker": the main pool; "pacer": the pacer's pool and
+// listener), with the process id, so pg_stat_activity
+// tells processes and purposes apart. A database URL that sets
+// application_name wins.
+func AppName(purpose string) string {
+	return fmt.Sprintf("fleetpace-%s %d", purpose, os.Getpid())
+}
+
+// maxTicksPerCycle bounds the ticks one cycle of the scan loop runs back to
+// back while they come back saturated.
+const maxTicksPerCycle = 20
+
+// scanCycle is one cycle of the scan loop: a tick, counted in the metrics,
+// and at once another while the last one was saturated (a tick queues at
+// most --limit sources, and each platform at most --per-platform-cap: a
+// platform whose rate × look-ahead is more than that would otherwise get
+// one cap per cycle, below its ceiling at a high rate), up to
+// maxTicksPerCycle.
 func (rt *runtime) scanCycle(cfg Config) poller.Cycle {
 	return func(ctx context.Context) (bool, error) {
-		res, err := scan.Tick(ctx, rt.pool, rt.client, cfg.Tick)
-		switch {
-		case err != nil:
-			rt.metrics.tick("failed", nil, nil)
-			return false, err
-		case res.Skipped:
-			rt.metrics.tick("skipped", nil, nil)
-			return false, nil
+		found := false
+		for range maxTicksPerCycle {
+			res, err := scan.Tick(ctx, rt.pool, rt.client, cfg.Tick)
+			switch {
+			case err != nil:
+				rt.metrics.tick("failed", nil, nil)
+				return found, err
+			case res.Skipped:
+				rt.metrics.tick("skipped", nil, nil)
+				return found, nil
+			}
+			rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
+			found = found || res.Enqueued > 0
+			if res.Enqueued > 0 || res.Pruned > 0 {
+				cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform,
+					"paused", res.Paused, "history_pruned", res.Pruned, "saturated", res.Saturated)
+			}
+			if !res.Saturated || ctx.Err() != nil {
+				break
+			}
 		}
-		rt.metrics.tick("ran", res.ByPlatform, res.CoolingDown)
-		if res.Enqueued > 0 || res.Pruned > 0 {
-			cfg.Logger.Debug("scan", "enqueued", res.Enqueued, "by_platform", res.ByPlatform, "paused", res.Paused, "history_pruned", res.Pruned)
-		}
-		return res.Enqueued > 0, nil
+		return found, nil
 	}
 }
 

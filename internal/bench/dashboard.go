@@ -108,9 +108,9 @@ func Dashboard(ctx context.Context, cfg DashboardConfig) (*DashboardResult, erro
 	pool := cfg.Pool
 	start := time.Now()
 	fmt.Fprintf(cfg.Progress, "bench dashboard: creating %d sources over %d platforms…\n", cfg.Sources, cfg.Platforms)
-	scfg := ScanConfig{Pool: pool, Sources: cfg.Sources, Platforms: cfg.Platforms, CoolingDown: min(2, cfg.Platforms-1)}
+	scfg := ScanConfig{Pool: pool, Sources: cfg.Sources, Platforms: []int{cfg.Platforms}, CoolingDown: min(2, cfg.Platforms-1)}
 	scfg.setDefaults()
-	if err := fillScanData(ctx, pool, scfg); err != nil {
+	if err := fillScanData(ctx, pool, scfg, cfg.Platforms); err != nil {
 		return nil, err
 	}
 	res := &DashboardResult{Sources: cfg.Sources, Platforms: cfg.Platforms, Runs: cfg.Runs}

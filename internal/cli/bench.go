@@ -108,12 +108,12 @@ func (a *app) benchScanCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Sources, "sources", bench.DefaultScanSources, "sources to create")
-	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultScanPlatforms, "platforms sharing them")
+	f.IntSliceVar(&cfg.Platforms, "platforms", []int{bench.DefaultScanPlatforms}, "platforms sharing them; several sizes (20,1000,10000) run one after the other, each on fresh data")
 	f.IntVar(&cfg.CoolingDown, "cooling-down", bench.DefaultScanCoolingDown, "platforms in cooldown")
 	f.IntVar(&cfg.Select, "select", bench.DefaultScanSelect, "sources selected by the due query and each tick")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultScanRuns, "repetitions of each measurement (ticks: a third, at least 5)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	zeroIsDefault(f, "sources", "platforms", "select", "runs")
+	zeroIsDefault(f, "sources", "select", "runs")
 	return cmd
 }
 
@@ -314,5 +314,97 @@ nothing about the cost of a job.`,
 	f.BoolVar(&history, "history", true, "record each check with its fetch history row, as a worker does (false: the checks alone)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
 	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
+	return cmd
+}
+
+func (a *app) benchFleetCmd() *cobra.Command {
+	var (
+		cfg    bench.FleetConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "The whole path at a ceiling: worker processes, scan, River, pacer, a destination enforcing the ceiling, the database near or far",
+		Long: `Runs --workers fleetpace worker processes (their scan loops, River, the
+pacer, the check recorder) against a fake destination, at each ceiling of
+--rates (the platform's burst: --burst), for each rate and each round trip added between the workers and PostgreSQL
+(--rtt: a delaying proxy in this process; 0: direct). The destination
+answers everything (--enforce: it refuses what exceeds the ceiling, and
+every refusal makes the pacer back off). Reports, over the steady part of
+each run, what the destination saw: requests/s, goodput (accepted
+requests/s ÷ the rate), the largest number of requests in any 1-s window,
+refusals; and the scan's supply (jobs queued/s) and the pacer's blocks
+(reservations served from blocks, slots discarded).
+Targets: the largest window ≤ rate + burst, goodput ≥ 0.95.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Fleet(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultFleetWorkers, "worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultFleetConcurrency, "each worker's --concurrency")
+	f.Float64SliceVar(&cfg.Rates, "rates", bench.DefaultFleetRates, "ceilings to run, requests/s")
+	f.IntVar(&cfg.Burst, "burst", 0, "the platform's burst (default: rate / 50, at least 1)")
+	f.DurationSliceVar(&cfg.RTTs, "rtt", bench.DefaultFleetRTTs, "round trips added between the workers and PostgreSQL (0: direct)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultFleetDuration, "length of one run (the first 8 s and the last second are not counted)")
+	f.IntVar(&cfg.Runs, "runs", 1, "runs of each rate × round trip; medians are reported")
+	f.BoolVar(&cfg.Enforce, "enforce", false, "the destination refuses (429) what exceeds rate + burst (default: it answers everything, and the benchmark counts)")
+	f.StringSliceVar(&cfg.WorkerArgs, "worker-arg", nil, "extra worker flag (repeatable), for experiments")
+	f.StringVar(&cfg.Dir, "log-dir", "", "keep the workers' logs in this directory (default: a temporary one, removed)")
+	f.StringVar(&cfg.Executable, "worker-bin", "", "run the workers from this fleetpace binary (default: this one), to compare builds")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "workers", "concurrency", "duration", "runs")
+	return cmd
+}
+
+func (a *app) benchSoakCmd() *cobra.Command {
+	var (
+		cfg    bench.SoakConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "soak",
+		Short: "Minutes of sustained load on several platforms: each one's busiest second at the destination, staleness, worker memory",
+		Long: `Runs --workers fleetpace worker processes for --duration (at least 5 min)
+against a fake destination that answers everything, with --platforms
+platforms at --rate and --burst each and --sources sources due again every
+--interval. Reports, per platform, the largest number of requests the
+destination saw in any 1-s window (target: ≤ rate + burst), how late the
+most overdue source was (sampled every 10 s after the first minute), and
+each worker's resident memory after the first minute and at the end.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Soak(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultSoakWorkers, "worker processes")
+	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultSoakConcurrency, "each worker's --concurrency")
+	f.IntVar(&cfg.Platforms, "platforms", bench.DefaultSoakPlatforms, "platforms")
+	f.Float64Var(&cfg.Rate, "rate", bench.DefaultSoakRate, "every platform's rate, requests/s")
+	f.IntVar(&cfg.Burst, "burst", bench.DefaultSoakBurst, "every platform's burst")
+	f.IntVar(&cfg.Sources, "sources", bench.DefaultSoakSources, "sources in all, spread evenly over the platforms")
+	f.DurationVar(&cfg.Interval, "interval", bench.DefaultSoakInterval, "every source's check interval")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultSoakDuration, "length of the soak (at least 5m)")
+	f.StringVar(&cfg.Executable, "worker-bin", "", "run the workers from this fleetpace binary (default: this one), to compare builds")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "workers", "concurrency", "platforms", "rate", "burst", "sources", "interval", "duration")
 	return cmd
 }

@@ -12,7 +12,8 @@
 // # The simulation's model
 //
 // N pollers each run poller.Run's loop: an optional startup delay
-// (poller.StartupDelay over Max), then a cycle, then a sleep of
+// (poller.StartupDelay over Max), then, the schedule settled at its top
+// (poller.Schedule.Settle), a cycle, then a sleep of
 // poller.Jitter(Schedule.Next(found)), forever. The fleet is idle, as the
 // outage's was: a claim never finds work, so every cycle backs the schedule
 // off to Max (an empty and a failed cycle back off alike).

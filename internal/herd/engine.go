@@ -188,6 +188,7 @@ func (s *sim) run(ctx context.Context) (*ModeResult, error) {
 	if cfg.Scenario.Kind == Restart {
 		for i := range s.ps {
 			s.ps[i].sched = poller.NewSchedule(cfg.Base, cfg.Max)
+			s.ps[i].sched.Settle() // as poller.Run does
 			var d time.Duration
 			if s.mode.StartupJitter {
 				d = poller.StartupDelay(cfg.Max, s.rnd.Float64())

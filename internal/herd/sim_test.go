@@ -31,16 +31,15 @@ func only(t *testing.T, r *SimResult, m Mode) ModeResult {
 
 // TestBookkeepingFailFast checks every event of a tiny fleet by hand: 3
 // deterministic fail-fast pollers, 2 backends, 0.5-s claims, schedule
-// 1 s → 4 s, free connection attempts.
+// 1 s → 4 s, settled at 4 s from the start (as poller.Run), free connection
+// attempts.
 //
-//	t=0    p0 p1 served (end 0.5); p2 refused, sleeps 1 → 1.0
-//	t=0.5  p0 p1 end, sleep 1 → 1.5
-//	t=1.0  p2 served (end 1.5)
-//	t=1.5  p0 served (end 2.0); p1 refused (p2 still holds one), sleeps 2 → 3.5;
-//	       p2 ends, sleeps 2 → 3.5
-//	t=2.0  p0 ends, sleeps 2 → 4.0
-//	t=3.5  p1 p2 served (end 4.0)
-//	t=4.0  p0 refused (scheduled before their ends), sleeps 4 → 8; p1 p2 end
+//	t=0    p0 p1 served (end 0.5); p2 refused, sleeps 4 → 4.0
+//	t=0.5  p0 p1 end, sleep 4 → 4.5
+//	t=4.0  p2 served (end 4.5)
+//	t=4.5  p0 served (end 5.0); p1 refused (scheduled before p2's end: p2
+//	       still holds one), sleeps 4 → 8.5; p2 ends, sleeps 4 → 8.5
+//	t=5.0  p0 ends, sleeps 4 → 9.0
 func TestBookkeepingFailFast(t *testing.T) {
 	t.Parallel()
 	r := only(t, simulate(t, SimConfig{Pollers: 3, Backends: 2, ClaimTime: 500 * time.Millisecond, Base: time.Second,
@@ -51,20 +50,20 @@ func TestBookkeepingFailFast(t *testing.T) {
 			t.Errorf("%s per second = %v, want %v", name, got, want)
 		}
 	}
-	check("polls", r.Polls, []int{3, 3, 0, 2, 1, 0})
-	check("served", r.Served, []int{2, 2, 0, 2, 0, 0})
-	check("refused", r.Refused, []int{1, 1, 0, 0, 1, 0})
-	check("busy", r.Busy, []int{2, 2, 0, 2, 0, 0})
+	check("polls", r.Polls, []int{3, 0, 0, 0, 3, 0})
+	check("served", r.Served, []int{2, 0, 0, 0, 2, 0})
+	check("refused", r.Refused, []int{1, 0, 0, 0, 1, 0})
+	check("busy", r.Busy, []int{2, 0, 0, 0, 2, 0})
 	check("pending", r.Pending, []int{0, 0, 0, 0, 0, 0})
-	if r.RefusedTotal != 3 || r.FailedCycles != 3 || r.ServedTotal != 6 || r.PeakBusy != 2 || r.PeakPending != 0 {
-		t.Errorf("totals: refused %d failed %d served %d peak busy %d peak pending %d, want 3 3 6 2 0",
+	if r.RefusedTotal != 2 || r.FailedCycles != 2 || r.ServedTotal != 4 || r.PeakBusy != 2 || r.PeakPending != 0 {
+		t.Errorf("totals: refused %d failed %d served %d peak busy %d peak pending %d, want 2 2 4 2 0",
 			r.RefusedTotal, r.FailedCycles, r.ServedTotal, r.PeakBusy, r.PeakPending)
 	}
 	if r.MaxClaimTime != 0.5 {
 		t.Errorf("longest claim %v s, want 0.5", r.MaxClaimTime)
 	}
-	if r.PeakPolls != 3 || r.MeanPolls != 9.0/6 || r.PeakToMean != 2 {
-		t.Errorf("polls peak %d mean %v peak/mean %v, want 3 1.5 2", r.PeakPolls, r.MeanPolls, r.PeakToMean)
+	if r.PeakPolls != 3 || r.MeanPolls != 1 || r.PeakToMean != 3 {
+		t.Errorf("polls peak %d mean %v peak/mean %v, want 3 1 3", r.PeakPolls, r.MeanPolls, r.PeakToMean)
 	}
 	// The last refusal is in second 4, but a drain counts only after a
 	// quiet longest sleep (4 s × 1.5): not within this 6-s run.
@@ -74,30 +73,31 @@ func TestBookkeepingFailFast(t *testing.T) {
 }
 
 // TestBookkeepingRetry checks retry-on-acquire by hand: 3 deterministic
-// pollers, 1 backend, 0.5-s claims, knocking every 0.1 s for 1 s.
+// pollers, 1 backend, 0.5-s claims, knocking every 0.1 s for 1 s, schedule
+// settled at 4 s.
 //
 //	t=0    p0 served (end 0.5); p1 p2 refused, pending until 1.0
-//	t=0.5  p0 ends, sleeps 1 → 1.5; p1, the oldest pending, served (end 1.0)
-//	t=1.0  p2 gives up (failed cycle), sleeps 1 → 2.0; p1 ends, sleeps 1 → 2.0
-//	t=1.5  p0 served (end 2.0)
-//	t=2.0  p2 p1 refused, pending; p0 ends (sleeps 2 → 4.0); p2 served (end 2.5)
-//	t=2.5  p2 ends; p1 served (end 3.0)
+//	t=0.5  p0 ends, sleeps 4 → 4.5; p1, the oldest pending, served (end 1.0)
+//	t=1.0  p2 gives up (failed cycle), sleeps 4 → 5.0; p1 ends, sleeps 4 → 5.0
+//	t=4.5  p0 served (end 5.0)
+//	t=5.0  p2 p1 refused, pending; p0 ends (sleeps 4 → 9.0); p2 served (end 5.5)
+//	t=5.5  p2 ends; p1 served (end 6.0)
 //
 // Knocks: 2 pending for 0.5 s and 1 for 0.5 s in second 0 (10 + 5), 1 for
-// 0.5 s in second 2 (5).
+// 0.5 s in second 5 (5).
 func TestBookkeepingRetry(t *testing.T) {
 	t.Parallel()
 	r := only(t, simulate(t, SimConfig{Pollers: 3, Backends: 1, ClaimTime: 500 * time.Millisecond, Base: time.Second,
-		Max: 4 * time.Second, Duration: 3 * time.Second, AttemptCost: NoAttemptCost, RetryFor: time.Second,
+		Max: 4 * time.Second, Duration: 6 * time.Second, AttemptCost: NoAttemptCost, RetryFor: time.Second,
 		Modes: []Mode{Baseline}}), Baseline)
 	for _, c := range []struct {
 		name      string
 		got, want []int
 	}{
-		{"polls", r.Polls, []int{3, 1, 2}},
-		{"served", r.Served, []int{2, 1, 2}},
-		{"refused", r.Refused, []int{2 + 15, 0, 2 + 5}},
-		{"pending", r.Pending, []int{2, 0, 2}}, // p1 and p2 for an instant at 2.0
+		{"polls", r.Polls, []int{3, 0, 0, 0, 1, 2}},
+		{"served", r.Served, []int{2, 0, 0, 0, 1, 2}},
+		{"refused", r.Refused, []int{2 + 15, 0, 0, 0, 0, 2 + 5}},
+		{"pending", r.Pending, []int{2, 0, 0, 0, 0, 2}}, // p1 and p2 for an instant at 5.0
 	} {
 		if !slices.Equal(c.got, c.want) {
 			t.Errorf("%s per second = %v, want %v", c.name, c.got, c.want)
@@ -106,7 +106,7 @@ func TestBookkeepingRetry(t *testing.T) {
 	if r.FailedCycles != 1 || r.PeakPending != 2 || r.RefusedTotal != 24 {
 		t.Errorf("failed %d, peak pending %d, refused %d; want 1, 2, 24", r.FailedCycles, r.PeakPending, r.RefusedTotal)
 	}
-	if r.Drained || r.DrainSeconds != 3 {
+	if r.Drained || r.DrainSeconds != 6 {
 		t.Errorf("drain %v s (drained %v): refused in the last second, want not drained", r.DrainSeconds, r.Drained)
 	}
 }

@@ -158,6 +158,15 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	return f.err
 }
 
+// Pids returns the processes' ids, in order.
+func (f *Fleet) Pids() []int {
+	out := make([]int, len(f.procs))
+	for i, p := range f.procs {
+		out[i] = p.cmd.Process.Pid
+	}
+	return out
+}
+
 // Logs returns the processes' log files, in order.
 func (f *Fleet) Logs() []string {
 	out := make([]string, len(f.procs))

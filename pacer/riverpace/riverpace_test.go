@@ -396,9 +396,11 @@ func TestComposes(t *testing.T) {
 		t.Fatalf("outer saw %d, inner %d, task ran %d, other %d; want 5, 5, 4, 1",
 			outer.n.Load(), inner.n.Load(), task.runs.Load(), other.runs.Load())
 	}
-	// Two paced tasks and the other kind's job reserved; the two unpaced did not.
-	if n := e.pacer.Stats().Reservations; n != 3 {
-		t.Fatalf("%d reservations, want 3", n)
+	// Two paced tasks and the other kind's job reserved; the two unpaced did
+	// not. (A job that woke too late for its slot — 1 ms apart here, on a
+	// loaded machine — gave it up and reserved again: that one counts once.)
+	if st := e.pacer.Stats(); st.Reservations-st.Late != 3 {
+		t.Fatalf("%d reservations (%d given up late), want 3", st.Reservations, st.Late)
 	}
 }
 

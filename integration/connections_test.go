@@ -1,0 +1,152 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+)
+
+// conns counts the connections pid holds, by the application names a
+// worker gives its connections ("fleetpace-worker PID", "fleetpace-pacer
+// PID").
+func conns(t *testing.T, db *pgxpool.Pool, pid int) (worker, pacer int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := db.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE application_name = $1), count(*) FILTER (WHERE application_name = $2)
+FROM pg_stat_activity`, fmt.Sprintf("fleetpace-worker %d", pid), fmt.Sprintf("fleetpace-pacer %d", pid)).Scan(&worker, &pacer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return worker, pacer
+}
+
+// connSampler samples a process's connection count every 50 ms until
+// stopped.
+type connSampler struct {
+	stop    chan struct{}
+	done    chan struct{}
+	samples []int
+}
+
+func sampleConns(t *testing.T, db *pgxpool.Pool, pid int) *connSampler {
+	s := &connSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tk := time.NewTicker(50 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			w, p := conns(t, db, pid)
+			s.samples = append(s.samples, w+p)
+			select {
+			case <-s.stop:
+				return
+			case <-tk.C:
+			}
+		}
+	}()
+	return s
+}
+
+// Stop stops sampling and returns the median and the largest count.
+func (s *connSampler) Stop() (median, most int) {
+	close(s.stop)
+	<-s.done
+	sorted := slices.Sorted(slices.Values(s.samples))
+	return sorted[len(sorted)/2], sorted[len(sorted)-1]
+}
+
+// waitConns waits until pid holds at most n connections and returns how
+// long that took; it fails the test after timeout.
+func waitConns(t *testing.T, db *pgxpool.Pool, pid, n int, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		w, p := conns(t, db, pid)
+		if w+p <= n {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("worker %d still holds %d connections (%d main, %d pacer) after %s, want ≤ %d", pid, w+p, w, p, timeout, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A worker's connections stay within its budget: idle, a worker keeps at
+// most 2 — the pool connections its periodic queries use (River's poll,
+// its leader election and maintenance, the heartbeat, the scan), a third
+// one only for the seconds after three of them happened to coincide; busy,
+// at most --max-conns — a worker with a small budget (--poll-only
+// --max-conns 4) stays within it under the load that takes the default
+// worker above it; and once the work is done, the busy spell's pool
+// connections close, and what stays is an idle worker's plus, by default,
+// the pacer's listener. Counted in pg_stat_activity by the application
+// names the worker gives its connections, which carry its pid, every 50 ms
+// over 5-s windows. The idle workers run with the default heartbeat and
+// scan schedule.
+func TestConnectionBudget(t *testing.T) {
+	t.Parallel()
+	url := newURL(t)
+	db := pool(t, url)
+	d := newDest(t, map[string]fakedest.Rule{"/b/": {Delay: 50 * time.Millisecond}})
+	idleFlags := []string{"--heartbeat", "5s", "--poll-max", "30s"}
+	a := startWorker(t, url, "budget-default", append(idleFlags, "--concurrency", "50")...)
+	b := startWorker(t, url, "budget-small", append(idleFlags, "--concurrency", "50", "--poll-only", "--max-conns", "4")...)
+	pa, pb := a.cmd.Process.Pid, b.cmd.Process.Pid
+
+	// Fresh and idle: the startup's connections close after the idle
+	// timeout (5 s, checked every 7.5 s).
+	waitConns(t, db, pa, 2, 60*time.Second)
+	waitConns(t, db, pb, 2, 60*time.Second)
+	sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
+	time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
+	medA, mostA := sa.Stop()
+	medB, mostB := sb.Stop()
+	t.Logf("idle, fresh: default worker %d connections (median), %d at most; --poll-only %d, %d at most", medA, mostA, medB, mostB)
+	if medA > 2 || medB > 2 || mostA > 3 || mostB > 3 {
+		t.Errorf("idle workers kept %d and %d connections (at most %d and %d), want ≤ 2 (≤ 3 for a moment)", medA, medB, mostA, mostB)
+	}
+
+	setPlatform(t, url, "b", "--rate", "300", "--burst", "10")
+	importSources(t, url, "b", d.URL(), pathsN("/b/", 3000))
+	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)
+	waitAllChecked(t, db, 2*time.Minute)
+	_, busyA := sa.Stop()
+	_, busyB := sb.Stop()
+	byWorker := byUA(d.Requests())
+	t.Logf("busy (3,000 fetches at 300/s, 50 ms each, concurrency 50): default worker %d connections at most (budget 10, %d fetches), small budget %d (budget 4, %d fetches)",
+		busyA, len(byWorker["budget-default"]), busyB, len(byWorker["budget-small"]))
+	if busyA > 10 || busyB > 4 {
+		t.Errorf("busy workers held %d and %d connections, budgets 10 and 4", busyA, busyB)
+	}
+	if busyA <= 4 {
+		t.Errorf("the default worker held only %d connections: the load does not show that a budget of 4 binds", busyA)
+	}
+	if len(byWorker["budget-small"]) < 300 {
+		t.Errorf("the worker with 4 connections fetched %d sources: a small budget should slow it, not stop it", len(byWorker["budget-small"]))
+	}
+
+	// After the busy spell the pool's extra connections close; what stays
+	// is what an idle worker holds, plus, by default, the pacer's listener
+	// (it stays connected once started).
+	settleA := waitConns(t, db, pa, 3, 60*time.Second)
+	settleB := waitConns(t, db, pb, 2, 60*time.Second)
+	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)
+	time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
+	medA, mostA = sa.Stop()
+	medB, mostB = sb.Stop()
+	w, p := conns(t, db, pa)
+	t.Logf("after the busy spell: default worker ≤ 3 in %s, then %d (median), %d at most (now %d pool + %d pacer: its listener); --poll-only ≤ 2 in %s, then %d, %d at most",
+		settleA.Round(time.Second), medA, mostA, w, p, settleB.Round(time.Second), medB, mostB)
+	if medA > 3 || medB > 2 {
+		t.Errorf("after the busy spell the workers kept %d and %d connections, want ≤ 3 (default: the pacer's listener too) and ≤ 2", medA, medB)
+	}
+}

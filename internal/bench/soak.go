@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sources"
+)
+
+// SoakConfig configures the soak benchmark: a fleet under sustained load
+// for minutes, several platforms at their ceilings, every source due again
+// every interval; what the destination saw in its busiest second, how late
+// sources were fetched, and whether the workers' memory grew. The zero
+// value means defaults (but for DatabaseURL).
+type SoakConfig struct {
+	// DatabaseURL is a scratch database with the schema applied; the
+	// benchmark empties fleetpace's tables and River's jobs first. Required.
+	DatabaseURL string
+	// Executable is the fleetpace binary the workers run. Default: this
+	// process's own executable.
+	Executable string
+	// Workers is how many worker processes. Default 3.
+	Workers int
+	// Concurrency is each worker's --concurrency. Default 30.
+	Concurrency int
+	// Platforms is how many platforms. Default 5.
+	Platforms int
+	// Rate and Burst are every platform's. Default 40/s, burst 1.
+	Rate  float64
+	Burst int
+	// Sources is how many sources in all, spread evenly; each is due again
+	// Interval after its check. Default 7,500 every minute (125/s of the
+	// 200/s the platforms allow).
+	Sources  int
+	Interval time.Duration
+	// Duration is the soak's length. Default 6 minutes; at least 5.
+	Duration time.Duration
+	// Dir receives the workers' logs. Default: a temporary directory.
+	Dir string
+	// Progress receives a line a minute. Default: none.
+	Progress io.Writer
+	// Logger. Default: discard.
+	Logger *slog.Logger
+}
+
+// Defaults of SoakConfig.
+const (
+	DefaultSoakWorkers     = 3
+	DefaultSoakConcurrency = 30
+	DefaultSoakPlatforms   = 5
+	DefaultSoakRate        = 40.0
+	DefaultSoakBurst       = 1
+	DefaultSoakSources     = 7500
+	DefaultSoakInterval    = time.Minute
+	DefaultSoakDuration    = 6 * time.Minute
+	MinSoakDuration        = 5 * time.Minute
+	soakSampleEvery        = 10 * time.Second
+	soakWarmup             = time.Minute // staleness and memory count from here
+)
+
+func (c *SoakConfig) setDefaults() error {
+	if c.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: SoakConfig.Executable: %w", err)
+		}
+		c.Executable = exe
+	}
+	c.Workers = cmpOr(c.Workers, DefaultSoakWorkers)
+	c.Concurrency = cmpOr(c.Concurrency, DefaultSoakConcurrency)
+	c.Platforms = cmpOr(c.Platforms, DefaultSoakPlatforms)
+	if c.Rate == 0 {
+		c.Rate = DefaultSoakRate
+	}
+	c.Burst = cmpOr(c.Burst, DefaultSoakBurst)
+	c.Sources = cmpOr(c.Sources, DefaultSoakSources)
+	if c.Interval == 0 {
+		c.Interval = DefaultSoakInterval
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultSoakDuration
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Validate reports the first invalid field (defaults applied), wrapping
+// ErrInvalidConfig. It does not check DatabaseURL.
+func (c SoakConfig) Validate() error {
+	if err := c.setDefaults(); err != nil {
+		return err
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: bench.SoakConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Workers < 1:
+		return bad("Workers must be ≥ 1, got %d", c.Workers)
+	case c.Concurrency < 1:
+		return bad("Concurrency must be ≥ 1, got %d", c.Concurrency)
+	case c.Platforms < 1 || c.Platforms > 100:
+		return bad("Platforms must be 1–100, got %d", c.Platforms)
+	case !(c.Rate > 0 && c.Rate <= 10_000):
+		return bad("Rate must be in (0, 10000], got %g", c.Rate)
+	case c.Burst < 1:
+		return bad("Burst must be ≥ 1, got %d", c.Burst)
+	case c.Sources < c.Platforms:
+		return bad("Sources must be ≥ Platforms (%d), got %d", c.Platforms, c.Sources)
+	case c.Interval < time.Second:
+		return bad("Interval must be ≥ 1s, got %s", c.Interval)
+	case c.Duration < MinSoakDuration:
+		return bad("Duration must be ≥ %s, got %s", MinSoakDuration, c.Duration)
+	}
+	return nil
+}
+
+// SoakPlatform is one platform's figures.
+type SoakPlatform struct {
+	Name      string  `json:"name"`
+	Requests  int     `json:"requests"`
+	PerSec    float64 `json:"per_sec"`    // over the run after the warm-up
+	MaxWindow int     `json:"max_window"` // largest number of requests in any 1-s window
+	Bound     int     `json:"bound"`      // rate + burst
+}
+
+// SoakResult is the soak's outcome.
+type SoakResult struct {
+	Workers     int            `json:"workers"`
+	Concurrency int            `json:"concurrency"`
+	Rate        float64        `json:"rate_per_sec"`
+	Burst       int            `json:"burst"`
+	Sources     int            `json:"sources"`
+	Interval    string         `json:"interval"`
+	Duration    string         `json:"duration"`
+	Platforms   []SoakPlatform `json:"platforms"`
+	// StaleMax is the largest lateness of a due source seen in any sample
+	// after the warm-up (every 10 s), seconds; StaleP95 the 95th percentile
+	// of the samples' largest lateness.
+	StaleMax float64 `json:"stale_max_sec"`
+	StaleP95 float64 `json:"stale_p95_sec"`
+	// RSS of each worker, MiB: after the warm-up and at the end.
+	RSSStart []float64 `json:"rss_start_mib"`
+	RSSEnd   []float64 `json:"rss_end_mib"`
+}
+
+// Met reports whether no platform's busiest second exceeded rate + burst.
+func (r *SoakResult) Met() bool {
+	for _, p := range r.Platforms {
+		if p.MaxWindow > p.Bound {
+			return false
+		}
+	}
+	return true
+}
+
+// Soak runs the soak benchmark.
+func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if cfg.DatabaseURL == "" {
+		return nil, fmt.Errorf("%w: bench.SoakConfig.DatabaseURL is required", ErrInvalidConfig)
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "fleetpace-bench-soak-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, MaxConns: 4})
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
+		return nil, fmt.Errorf("bench soak: empty the tables: %w", err)
+	}
+	dest, err := fakedest.New(fakedest.Config{Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := dest.Start(); err != nil {
+		return nil, err
+	}
+	defer dest.Close()
+	names := make([]string, cfg.Platforms)
+	for i := range names {
+		names[i] = fmt.Sprintf("soak%d", i+1)
+		if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: names[i], RatePerSec: cfg.Rate, Burst: cfg.Burst}); err != nil {
+			return nil, err
+		}
+	}
+	var csv strings.Builder
+	csv.WriteString("platform,url,interval\n")
+	for i := range cfg.Sources {
+		p := names[i%len(names)]
+		fmt.Fprintf(&csv, "%s,%s/%s/%d,%s\n", p, dest.URL(), p, i, cfg.Interval)
+	}
+	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+		return nil, err
+	}
+	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: filepath.Join(dir), N: cfg.Workers, Args: []string{
+		"worker", "--database-url", cfg.DatabaseURL, "-q", "--log-level", "warn",
+		"--allow-private-networks", "--http-addr", "", "--startup-jitter", "0",
+		"--concurrency", strconv.Itoa(cfg.Concurrency),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer fleet.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // stopped below; this is the error path
+	start := time.Now()
+	res := &SoakResult{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Rate: cfg.Rate, Burst: cfg.Burst,
+		Sources: cfg.Sources, Interval: cfg.Interval.String(), Duration: cfg.Duration.String()}
+	var stale []float64
+	tick := time.NewTicker(soakSampleEvery)
+	defer tick.Stop()
+	nextProgress := start.Add(time.Minute)
+	for time.Since(start) < cfg.Duration {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		if err := fleet.Exited(); err != nil {
+			return nil, err
+		}
+		el := time.Since(start)
+		if el < soakWarmup {
+			continue
+		}
+		if res.RSSStart == nil {
+			res.RSSStart = rss(fleet.Pids())
+		}
+		counts, err := sources.Counts(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		worst := 0.0
+		for _, c := range counts {
+			worst = max(worst, c.StaleMax.Seconds())
+		}
+		stale = append(stale, worst)
+		if time.Now().After(nextProgress) {
+			nextProgress = nextProgress.Add(time.Minute)
+			fmt.Fprintf(cfg.Progress, "bench soak: %s: %d requests, most overdue source %.1f s late\n", el.Round(time.Second), dest.Count("/"), worst)
+		}
+	}
+	res.RSSEnd = rss(fleet.Pids())
+	if err := fleet.Stop(ctx); err != nil {
+		cfg.Logger.Warn("bench soak: stopping the workers", "err", err)
+	}
+	if len(stale) > 0 {
+		res.StaleMax = slices.Max(stale)
+		res.StaleP95 = percentile(stale, 95)
+	}
+	from := start.Add(soakWarmup)
+	span := time.Since(from).Seconds()
+	for _, name := range names {
+		times := dest.Arrivals("/" + name + "/")
+		after := 0
+		for _, t := range times {
+			if !t.Before(from) {
+				after++
+			}
+		}
+		res.Platforms = append(res.Platforms, SoakPlatform{Name: name, Requests: len(times), PerSec: float64(after) / span,
+			MaxWindow: fakedest.MaxInWindow(times, time.Second), Bound: int(cfg.Rate) + cfg.Burst})
+	}
+	return res, nil
+}
+
+// rss reads each process's resident set size, MiB (0 if unreadable).
+func rss(pids []int) []float64 {
+	out := make([]float64, len(pids))
+	for i, pid := range pids {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+				kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+				out[i] = kb / 1024
+			}
+		}
+		f.Close()
+	}
+	return out
+}
+
+// WriteText prints the result.
+func (r *SoakResult) WriteText(w io.Writer) error {
+	fmt.Fprintf(w, "bench soak: %d workers × concurrency %d, %d platforms at %g/s burst %d, %d sources every %s, %s\n",
+		r.Workers, r.Concurrency, len(r.Platforms), r.Rate, r.Burst, r.Sources, r.Interval, r.Duration)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "platform\trequests\tper s\tlargest 1 s\tbound\t")
+	for _, p := range r.Platforms {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%d\t\n", p.Name, p.Requests, p.PerSec, p.MaxWindow, p.Bound)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "most overdue source (samples every %s after %s): max %.1f s, p95 %.1f s\n", soakSampleEvery, soakWarmup, r.StaleMax, r.StaleP95)
+	fmt.Fprintf(w, "worker RSS, MiB, after %s → end: ", soakWarmup)
+	for i := range r.RSSEnd {
+		if i > 0 {
+			fmt.Fprint(w, ", ")
+		}
+		start := 0.0
+		if i < len(r.RSSStart) {
+			start = r.RSSStart[i]
+		}
+		fmt.Fprintf(w, "%.1f → %.1f", start, r.RSSEnd[i])
+	}
+	fmt.Fprintf(w, "\ntarget: no platform's largest 1-s window above rate + burst: %s\n", map[bool]string{true: "met", false: "missed"}[r.Met()])
+	return nil
+}
+
+// WriteJSON prints the result as JSON.
+func (r *SoakResult) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
