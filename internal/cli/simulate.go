@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -143,7 +144,7 @@ func herdFlagErrors(cmd *cobra.Command, cfg herd.SimConfig) error {
 		{"pollers", cfg.Pollers <= 0}, {"backends", cfg.Backends <= 0}, {"claim-time", cfg.ClaimTime <= 0},
 		{"poll-base", cfg.Base <= 0}, {"poll-max", cfg.Max <= 0}, {"poll-jitter", cfg.JitterRatio <= 0},
 		{"retry-delay", cfg.RetryDelay <= 0}, {"retry-for", cfg.RetryFor <= 0}, {"cores", cfg.Cores <= 0},
-		{"seed", cfg.Seed == 0}, {"slowdown", cfg.Scenario.Slowdown < 1},
+		{"seed", cfg.Seed == 0}, {"slowdown", !(cfg.Scenario.Slowdown >= 1) || math.IsInf(cfg.Scenario.Slowdown, 1)},
 	}
 	for _, c := range checks {
 		if c.bad {

@@ -43,6 +43,8 @@ func TestSimulateBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"herd", "--pollers", "0"}, 2, "--pollers"},
+		{[]string{"herd", "--slowdown", "NaN"}, 2, "--slowdown"},
+		{[]string{"herd", "--slowdown", "+Inf", "--scenario", "saturation"}, 2, "--slowdown"},
 		{[]string{"herd", "--scenario", "flood"}, 2, "flood"},
 		{[]string{"herd", "--modes", "jittery/retry"}, 2, "jittery/retry"},
 		{[]string{"herd", "--hold", "368", "--scenario", "saturation"}, 2, "Hold"},

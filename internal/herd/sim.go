@@ -183,7 +183,7 @@ func (c SimConfig) Validate() error {
 		return bad("Scenario.At %s must not be negative", c.Scenario.At)
 	case c.Scenario.For < 0:
 		return bad("Scenario.For %s must be > 0", c.Scenario.For)
-	case math.IsNaN(s.Slowdown) || math.IsInf(s.Slowdown, 0) || c.Scenario.Slowdown < 0 || (c.Scenario.Slowdown > 0 && c.Scenario.Slowdown < 1):
+	case math.IsNaN(c.Scenario.Slowdown) || math.IsInf(c.Scenario.Slowdown, 0) || c.Scenario.Slowdown < 0 || (c.Scenario.Slowdown > 0 && c.Scenario.Slowdown < 1):
 		return bad("Scenario.Slowdown %v must be ≥ 1", c.Scenario.Slowdown)
 	case s.Hold < 0 || s.Hold >= d.Backends:
 		return bad("Scenario.Hold %d must be in 0..Backends−1 (%d)", s.Hold, d.Backends-1)
