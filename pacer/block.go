@@ -20,7 +20,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 		return Reservation{}, false
 	}
 	now := p.clock.Now()
-	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(secondsToDuration(st.block[0].interval), st.burst) {
+	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(secondsToDuration(st.block[0].interval)) {
 		st.block = st.block[1:]
 		p.blockSlots.Add(-1)
 		p.blockDiscarded.Add(1)
@@ -62,20 +62,21 @@ func (p *Pacer) observeRTT(d time.Duration) {
 }
 
 // lateTolerance is how late after its slot a request may still go: half
-// the spacing the slot was granted at times the platform's burst, or
-// Config.MaxLate when that is more. A request later than its interval lands
-// in the next slot's time: with slots one interval apart, a destination
-// counting a second's requests then sees one more than the slots it
-// granted, beyond rate + burst for a platform of burst 1; half an interval
-// leaves the other half to what happens between the wake-up and the
-// destination (the request being written and carried). A platform of burst
-// b is allowed b − 1 requests beyond its spacing by the destination too, so
-// a steady stream at its rate may run b/2 intervals late and a 1-s window
-// still holds at most rate + burst. Config.MaxLate (1 ms by default, about
-// a timer's precision) is the least, for platforms so fast that a
-// millisecond is several intervals.
-func (p *Pacer) lateTolerance(interval time.Duration, burst int32) time.Duration {
-	return max(p.cfg.MaxLate, interval*time.Duration(max(burst, 1))/2)
+// the spacing the slot was granted at, or Config.MaxLate when that is more.
+// The slots in any span of T seconds number at most rate × T + burst
+// (GCRA); requests sent up to d late put the slots of T + d seconds into T
+// seconds, so a destination's 1-s window may count rate × d more than
+// rate + burst. Below one interval that is less than one request, and half
+// an interval leaves the other half to what happens between the wake-up
+// and the destination (the request being written and carried). The burst
+// gives no more room: the slots of a burst granted after a pause, all sent
+// late, land beside the steady slots that follow them (measured: a
+// tolerance of burst/2 intervals let 511 requests through in one second at
+// 500/s, burst 10). Config.MaxLate (1 ms by default, about a timer's
+// precision) is the least, for platforms so fast that a millisecond is
+// several intervals: their burst must absorb it.
+func (p *Pacer) lateTolerance(interval time.Duration) time.Duration {
+	return max(p.cfg.MaxLate, interval/2)
 }
 
 // blockSize is how many slots the next reservation statement of platform

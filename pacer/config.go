@@ -56,7 +56,7 @@ type Config struct {
 
 	// MaxLate is how late after its time a slot may always be used; slots
 	// spaced more than 2 × MaxLate apart may be used up to half their
-	// spacing times the platform's burst late. Later than that, a slot kept from a block is discarded
+	// spacing late. Later than that, a slot kept from a block is discarded
 	// and Sleep gives the slot up (ErrLate): a request sent later than its
 	// interval crowds the slots that follow into one second, and a
 	// destination allowing rate + burst a second sees one more. Lateness is

@@ -116,7 +116,6 @@ type localState struct {
 	maxMult  float64
 	mult     float64
 	interval float64     // effective spacing last seen, seconds
-	burst    int32       // the platform's burst last seen
 	last     event       // the last slow-down applied (seq 0: none)
 	hold     time.Time   // local-clock estimate of the shared hold and pause
 	tat      time.Time   // local GCRA cursor (burst 1) for degraded pacing

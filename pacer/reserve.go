@@ -160,7 +160,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
-	st.rate, st.maxMult, st.mult, st.interval, st.burst = rate, maxMult, mult, interval, burst
+	st.rate, st.maxMult, st.mult, st.interval = rate, maxMult, mult, interval
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
 		// period starting now must not go earlier.

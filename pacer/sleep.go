@@ -86,18 +86,14 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	res.Slot, res.ReservedAt = epochToTime(w.slot), epochToTime(w.reservedAt)
 	res.Interval = secondsToDuration(w.interval)
 	due := w.due
-	var burst int32
-	if st := p.local[res.Platform]; st != nil {
-		burst = st.burst
-	}
 	p.mu.Unlock()
 	// Lateness counts from the slot's time in the database, mapped to the
 	// local clock (clockOffset): a slow reply delays the send as much as a
 	// slow wake-up. The tolerance is a fraction of the spacing the slot was
-	// granted at, scaled by the burst (lateTolerance): later than that, the
-	// request would land among the next slots' requests.
+	// granted at (lateTolerance): later than that, the request would land
+	// among the next slots' requests.
 	res.Late = max(p.clock.Now().Sub(due), 0)
-	if res.Late > p.lateTolerance(res.Interval, burst) {
+	if res.Late > p.lateTolerance(res.Interval) {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}
