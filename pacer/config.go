@@ -143,5 +143,14 @@ func (c *Config) withDefaults() Config {
 // DefaultMaxBlock is Config.MaxBlock's default.
 const DefaultMaxBlock = 32
 
+// LateSlack is how late a request of a fast platform may leave, paid for
+// with its burst: where the spacing is shorter than 2 × LateSlack, a
+// reservation holds back up to half the burst (whole slots), so a request
+// may be LateSlack late (rounded to half a spacing) with every 1-s window
+// still within rate + burst. A timer on a busy machine wakes a few
+// milliseconds late often enough to cost a platform at hundreds per second
+// several per cent of its ceiling if half a spacing were all it had.
+const LateSlack = 5 * time.Millisecond
+
 // DefaultMaxLate is Config.MaxLate's default.
 const DefaultMaxLate = time.Millisecond

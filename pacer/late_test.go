@@ -62,3 +62,39 @@ func TestBlockSizeFollowsFleetShare(t *testing.T) {
 		t.Fatalf("in a large fleet: %d slots kept, want no block", kept)
 	}
 }
+
+// A fast platform pays for lateness with its burst: at 500/s (2 ms apart)
+// and burst 10 a reservation holds 2 burst slots back (LateSlack 5 ms ÷ 2
+// ms, rounded to half a spacing), so after an idle spell 8 slots are
+// immediate and the 10th is two spacings out — and a request may leave 5 ms
+// late (2.5 spacings) instead of 1 ms: a 1-s window still counts at most
+// rate + burst. Judged on database times and on the injected clock.
+func TestFastPlatformHoldsBurstForLateness(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "fast500", rate: 500, burst: 10})
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 1 })
+	rs := reserveN(t, p, "fast500", 10)
+	if r := rs[7]; r.Slot.After(r.ReservedAt) {
+		t.Fatalf("slot 8 is %s after its reservation, want immediate (burst 10, 2 held back)", r.Slot.Sub(r.ReservedAt))
+	}
+	if gap := rs[9].Slot.Sub(rs[0].ReservedAt); gap < 3500*time.Microsecond {
+		t.Fatalf("slot 10 only %s after the first reservation, want ≥ 2 spacings (4 ms): the burst was not held back", gap)
+	}
+	for _, tc := range []struct {
+		late time.Duration
+		want bool // ErrLate
+	}{{4900 * time.Microsecond, false}, {5100 * time.Microsecond, true}} {
+		clock := clocktest.New()
+		p := newPacer(t, url, func(c *Config) { c.Clock = clock; c.MaxBlock = 1 })
+		r, err := p.Reserve(context.Background(), "fast500", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("reserve: %+v %v", r, err)
+		}
+		clock.Advance(r.Wait + tc.late)
+		err = p.Sleep(context.Background(), &r)
+		if got := errors.Is(err, ErrLate); got != tc.want {
+			t.Fatalf("woke %s late at 500/s, burst 10: err %v, want ErrLate %v", tc.late, err, tc.want)
+		}
+	}
+}

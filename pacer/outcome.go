@@ -131,6 +131,9 @@ type Reservation struct {
 	due     time.Time     // local-clock time of the slot (clockOffset.local)
 	maxWait time.Duration // what the caller accepted
 	seq     int64         // the platform's event sequence when granted
+	// heldBack is how many burst slots the reservation held back for
+	// lateness (reserveSQL): it may be used that many intervals later.
+	heldBack int32
 }
 
 // ReportResult is the pacer state after a Report.

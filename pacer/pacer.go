@@ -105,6 +105,7 @@ type blockSlot struct {
 	interval   float64 // spacing of the block, seconds
 	seq        int64   // event sequence when the block was taken
 	maxWait    time.Duration
+	heldBack   int32 // burst slots held back for lateness (reserveSQL)
 }
 
 // localState is what this process knows of one platform: the cached

@@ -83,7 +83,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	var (
 		at, first, interval, cursor, rate, maxMult, mult, hold, paused float64
 		eventAt, eventShift, eventHorizon                              float64
-		count, burst                                                   int32
+		count, burst, heldBack                                         int32
 		seq                                                            int64
 		rtt                                                            time.Duration
 		received                                                       time.Time
@@ -92,7 +92,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		var err error
 		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
-			&eventAt, &eventShift, &eventHorizon)
+			&eventAt, &eventShift, &eventHorizon, &heldBack)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -131,6 +131,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		Interval:   secondsToDuration(interval),
 		maxWait:    maxWait,
 		seq:        seq,
+		heldBack:   heldBack,
 	}
 	if !res.Granted {
 		res.Wait = clampDuration(res.Wait)
@@ -168,12 +169,12 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	}
 	// Slot 0 is first (when nothing was granted, the earliest one there is);
 	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
-	base := cursor - float64(burst-1)/rate - float64(count)*interval
+	base := cursor - float64(burst-1-heldBack)/rate - float64(count)*interval
 	last := res.Wait
 	for k := 1; k < int(count) && keepBlock; k++ {
 		slot := math.Max(first, base+float64(k)*interval)
 		st.block = append(st.block, blockSlot{at: p.offset.local(slot), slot: slot, reservedAt: at,
-			mult: mult, interval: interval, seq: seq, maxWait: maxWait})
+			mult: mult, interval: interval, seq: seq, maxWait: maxWait, heldBack: heldBack})
 		p.blockSlots.Add(1)
 		last = secondsToDuration(slot - at)
 	}

@@ -90,10 +90,11 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	// Lateness counts from the slot's time in the database, mapped to the
 	// local clock (clockOffset): a slow reply delays the send as much as a
 	// slow wake-up. The tolerance is a fraction of the spacing the slot was
-	// granted at (lateTolerance): later than that, the request would land
-	// among the next slots' requests.
+	// granted at and the burst slots its reservation held back
+	// (lateTolerance): later than that, the request would land among the
+	// next slots' requests.
 	res.Late = max(p.clock.Now().Sub(due), 0)
-	if res.Late > p.lateTolerance(res.Interval) {
+	if res.Late > p.lateTolerance(res.Interval, res.heldBack) {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}

@@ -69,6 +69,13 @@ const respaceRatio = 1.2
 // where it is when none does. Idle time never accumulates into a larger
 // burst because b restarts from now.
 //
+// Where the spacing is short, some of the burst is held back for lateness:
+// heldBack(i) = min(floor((burst − 1) / 2), max(0, ceil(LateSlack / i −
+// 1/2))) slots, so tau = (burst − 1 − heldBack) / rate, and a request may
+// leave up to (heldBack + 1/2)·i late (lateTolerance) with every 1-s window
+// still within rate + burst at the destination. It is 0 at spacings of 10 ms
+// and more, and for a burst below 3. The statement returns it.
+//
 // last_slot is written as the first slot, last_count as k and last_interval
 // as i; with the new cursor and burst the caller rebuilds every other slot:
 // slot k is max(first, cursor - tau - (count - k)·i). The multiplier and the
@@ -90,7 +97,7 @@ const respaceRatio = 1.2
 // numeric since PostgreSQL 14); and OFFSET 0 keeps the planner from pulling
 // the sub-selects up, which would copy b and k into every expression that
 // uses them (measured: 10–15 % fewer statements per second without).
-const reserveSQL = `
+var reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
 ON CONFLICT (platform) DO UPDATE SET
     (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start) = (
@@ -102,7 +109,7 @@ ON CONFLICT (platform) DO UPDATE SET
               FROM (SELECT e.now, e.i, e.b, e.base, GREATEST(e.now + $3::float8, e.hold, e.base) AS first
                     FROM (SELECT c.now, c.i, c.hold,
                                  GREATEST(s.cursor_at, c.now + $3::float8, c.hold) AS b,
-                                 GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - COALESCE((s.burst - 1) / NULLIF(s.rate, 0), 0) AS base
+                                 GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - COALESCE((s.burst - 1 - ` + heldBackSQL("c.i") + `) / NULLIF(s.rate, 0), 0) AS base
                           FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
                                        CASE WHEN n.now < s.announced_until
                                             THEN GREATEST(GREATEST(s.multiplier, 1.0) / NULLIF(s.rate, 0), s.announced_interval)
@@ -115,7 +122,16 @@ ON CONFLICT (platform) DO UPDATE SET
     )
 RETURNING date_part('epoch', clock_timestamp()), s.last_count, s.last_slot, s.last_interval,
           s.cursor_at, s.rate, s.burst, s.max_multiplier, s.multiplier, s.event_seq,
-          GREATEST(s.hold_until, s.paused_until), s.paused_until, s.event_at, s.event_shift, s.event_horizon`
+          GREATEST(s.hold_until, s.paused_until), s.paused_until, s.event_at, s.event_shift, s.event_horizon,
+          ` + heldBackSQL("NULLIF(s.last_interval, 0)") + `::int`
+
+// heldBackSQL is how many slots of the pace row s's burst a reservation at
+// spacing i (an SQL expression, seconds) holds back for lateness: see
+// reserveSQL and lateTolerance.
+func heldBackSQL(i string) string {
+	slack := strconv.FormatFloat(LateSlack.Seconds(), 'f', -1, 64)
+	return `LEAST(floor((s.burst - 1) / 2), GREATEST(0, ceil(` + slack + ` / ` + i + ` - 0.5)))`
+}
 
 // reportSQL applies $5 outcomes of one kind at once (a batch of clean
 // reports; pressure is always reported alone) and what the destination
