@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -353,20 +352,11 @@ func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "fleetpace-bench-adapt-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, MaxConns: 4})
+	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "adapt")
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
+	defer release()
 
 	var cells []cell
 	for _, name := range cfg.Models {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/netdelay"
 	"github.com/fleetpace/fleetpace/internal/workers"
@@ -208,20 +207,11 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, fmt.Errorf("%w: bench.FleetConfig.DatabaseURL is required", ErrInvalidConfig)
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "fleetpace-bench-fleet-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, MaxConns: 4})
+	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "fleet")
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
+	defer release()
 	res := &FleetResult{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Duration: cfg.Duration.String(), Runs: cfg.Runs}
 	for _, rtt := range cfg.RTTs {
 		for _, rate := range cfg.Rates {

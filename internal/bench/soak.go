@@ -15,7 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/sources"
@@ -183,20 +182,11 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, fmt.Errorf("%w: bench.SoakConfig.DatabaseURL is required", ErrInvalidConfig)
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "fleetpace-bench-soak-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, MaxConns: 4})
+	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "soak")
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
+	defer release()
 	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
 		return nil, fmt.Errorf("bench soak: empty the tables: %w", err)
 	}
