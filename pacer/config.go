@@ -78,6 +78,14 @@ type Config struct {
 	// LISTENs on NotifyChannel.
 	PollOnly bool
 
+	// ListenIdle is how long the listener stays connected while this
+	// process reserves nothing and no caller sleeps on a slot: then it
+	// closes, so an idle worker holds no connection for it, and the next
+	// reservation starts it again (catching up with the slow-downs it
+	// missed from the statement's event sequence). Default
+	// DefaultListenIdle; negative: never closes.
+	ListenIdle time.Duration
+
 	// Clock is the local clock, used where local time matters: sleeping
 	// until a slot, degraded pacing, slots kept from blocks, the failure
 	// latch and the clean-report timers (the shared schedule runs on the
@@ -130,6 +138,9 @@ func (c *Config) withDefaults() Config {
 	if out.MaxLate == 0 {
 		out.MaxLate = DefaultMaxLate
 	}
+	if out.ListenIdle == 0 {
+		out.ListenIdle = DefaultListenIdle
+	}
 	if out.CleanBatch == 0 {
 		out.CleanBatch = 100 * time.Millisecond
 	}
@@ -139,6 +150,9 @@ func (c *Config) withDefaults() Config {
 	out.Clock = clock.Or(out.Clock)
 	return out
 }
+
+// DefaultListenIdle is Config.ListenIdle's default.
+const DefaultListenIdle = 30 * time.Second
 
 // DefaultMaxBlock is Config.MaxBlock's default.
 const DefaultMaxBlock = 32

@@ -98,3 +98,18 @@ func TestFastPlatformHoldsBurstForLateness(t *testing.T) {
 		}
 	}
 }
+
+// An idle process closes its listener after ListenIdle (no reservation, no
+// caller sleeping on a slot), and its next reservation starts it again at
+// once (no latch period: closing while idle is not a failure).
+func TestListenerClosesWhileIdle(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "idle", rate: 10})
+	p := newPacer(t, url, func(c *Config) { c.ListenIdle = 300 * time.Millisecond })
+	reserveN(t, p, "idle", 1)
+	waitFor(t, "the listener", func() bool { return p.Stats().Listening })
+	waitFor(t, "the listener to close while idle", func() bool { return !p.Stats().Listening })
+	reserveN(t, p, "idle", 1)
+	waitFor(t, "the listener again", func() bool { return p.Stats().Listening })
+}

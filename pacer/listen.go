@@ -10,13 +10,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The listener: one connection per process, LISTENing on NotifyChannel, so
 // a slow-down reported by any process reaches every other within a
 // notification's latency (milliseconds), without a round trip per request.
 // It is started by the first reservation that reaches the database (a pacer
-// that is never used holds no connection), and after a failure it is
+// that is never used holds no connection), closes after Config.ListenIdle
+// without a reservation or a caller sleeping on a slot (an idle process
+// holds no connection for it), and after a failure it is
 // started again by a later successful round trip, at most once per
 // Config.Latch — so an outage costs it no connection attempt of its own.
 // Without it (Config.PollOnly, or while it is down) a process learns of a
@@ -83,7 +86,9 @@ func (p *Pacer) listen(up, end chan struct{}) {
 	err := p.listenOnce(p.listenCtx, up)
 	p.mu.Lock()
 	p.listenRunning = false
-	p.listenRetry = p.clock.Now().Add(p.cfg.Latch)
+	if err != nil { // a failure; closed while idle (nil), it may start again at once
+		p.listenRetry = p.clock.Now().Add(p.cfg.Latch)
+	}
 	p.mu.Unlock()
 	if err != nil && p.listenCtx.Err() == nil {
 		p.log.Warn("pacer: slow-down listener stopped; reservations will catch up", "error", err)
@@ -109,7 +114,11 @@ func (p *Pacer) listenOnce(ctx context.Context, up chan struct{}) error {
 	defer p.listening.Store(false)
 	close(up)
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		n, err := p.waitForNotification(ctx, conn)
+		if errors.Is(err, errListenIdle) {
+			p.log.Debug("pacer: slow-down listener closed while idle; the next reservation starts it again")
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -118,6 +127,47 @@ func (p *Pacer) listenOnce(ctx context.Context, up chan struct{}) error {
 			p.applyEvent(platform, ev)
 		}
 	}
+}
+
+// errListenIdle ends a listener that Config.ListenIdle found idle.
+var errListenIdle = errors.New("pacer: listener idle")
+
+// waitForNotification waits for the next notification on conn. With
+// Config.ListenIdle it wakes every ListenIdle to see whether the process
+// has been idle that long (no reservation, no caller sleeping on a slot):
+// then it returns errListenIdle. A wait that times out leaves the
+// connection usable (pgconn closes it only on other errors).
+func (p *Pacer) waitForNotification(ctx context.Context, conn *pgx.Conn) (*pgconn.Notification, error) {
+	if p.cfg.ListenIdle < 0 {
+		return conn.WaitForNotification(ctx)
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, p.cfg.ListenIdle)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return n, err
+		}
+		if p.idleFor(p.cfg.ListenIdle) {
+			return nil, errListenIdle
+		}
+	}
+}
+
+// idleFor reports whether this process has reserved nothing for d and no
+// caller sleeps on a slot.
+func (p *Pacer) idleFor(d time.Duration) bool {
+	if p.clock.Now().Sub(time.Unix(0, p.lastUse.Load())) < d {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, st := range p.local {
+		if len(st.waiters) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseEvent reads a notification's payload:

@@ -76,6 +76,7 @@ type Pacer struct {
 	stopListen    context.CancelFunc
 	listenDone    sync.WaitGroup
 	listening     atomic.Bool   // connected and LISTENing
+	lastUse       atomic.Int64  // Config.Clock time of the last reservation, Unix ns (ListenIdle)
 	listenRunning bool          // a listener goroutine exists (mu)
 	listenRetry   time.Time     // no new listener before this (mu)
 	listenUp      chan struct{} // closed when the current run LISTENs (mu)

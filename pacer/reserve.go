@@ -117,6 +117,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 			return Reservation{}, err
 		}
 	}
+	p.lastUse.Store(received.UnixNano())
 	p.maybeListen()
 	localNow := received
 	mult = math.Max(mult, 1)
