@@ -80,6 +80,23 @@ func waitConns(t *testing.T, db *pgxpool.Pool, pid, n int, timeout time.Duration
 	}
 }
 
+// waitPacerIdle waits until the process pid holds no pacer connection (its
+// pool's idle connections and its listener closed), polling with a
+// deadline, and returns how long that took.
+func waitPacerIdle(t *testing.T, db *pgxpool.Pool, pid int, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		if _, p := conns(t, db, pid); p == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("worker %d still holds pacer connections after %s: its listener did not close while idle", pid, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // A worker's connections stay within its budget: idle, a worker keeps at
 // most 2 — the pool connections its periodic queries use (River's poll,
 // its leader election and maintenance, the heartbeat, the scan), a third
@@ -137,7 +154,8 @@ func TestConnectionBudget(t *testing.T) {
 	// After the busy spell the pool's extra connections close (5 s idle),
 	// and the pacer's listener after 30 s without a reservation
 	// (pacer.DefaultListenIdle): what stays is what an idle worker holds.
-	settleA := waitConns(t, db, pa, 2, 90*time.Second)
+	settleA := waitPacerIdle(t, db, pa, 90*time.Second)
+	settleA += waitConns(t, db, pa, 2, 60*time.Second)
 	settleB := waitConns(t, db, pb, 2, 60*time.Second)
 	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)
 	time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
