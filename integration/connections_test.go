@@ -34,6 +34,7 @@ type connSampler struct {
 	stop    chan struct{}
 	done    chan struct{}
 	samples []int
+	pacer   []int // the pacer's share of each sample
 }
 
 func sampleConns(t *testing.T, db *pgxpool.Pool, pid int) *connSampler {
@@ -45,6 +46,7 @@ func sampleConns(t *testing.T, db *pgxpool.Pool, pid int) *connSampler {
 		for {
 			w, p := conns(t, db, pid)
 			s.samples = append(s.samples, w+p)
+			s.pacer = append(s.pacer, p)
 			select {
 			case <-s.stop:
 				return
@@ -62,6 +64,10 @@ func (s *connSampler) Stop() (median, most int) {
 	sorted := slices.Sorted(slices.Values(s.samples))
 	return sorted[len(sorted)/2], sorted[len(sorted)-1]
 }
+
+// Pacer returns the largest number of pacer connections seen while
+// sampling; call it after Stop.
+func (s *connSampler) Pacer() int { return slices.Max(s.pacer) }
 
 // waitConns waits until pid holds at most n connections and returns how
 // long that took; it fails the test after timeout.
@@ -120,14 +126,17 @@ func TestConnectionBudget(t *testing.T) {
 	pa, pb := a.cmd.Process.Pid, b.cmd.Process.Pid
 
 	// Fresh and idle: the startup's connections close after the idle
-	// timeout (5 s, checked every 7.5 s).
+	// timeout (5 s, checked every 7.5 s), and the pacer's listener, which
+	// the worker opens before River starts, after 30 s without a
+	// reservation (pacer.DefaultListenIdle).
+	waitPacerIdle(t, db, pa, 90*time.Second)
 	waitConns(t, db, pa, 2, 60*time.Second)
 	waitConns(t, db, pb, 2, 60*time.Second)
 	sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
 	time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
 	medA, mostA := sa.Stop()
 	medB, mostB := sb.Stop()
-	t.Logf("idle, fresh: default worker %d connections (median), %d at most; --poll-only %d, %d at most", medA, mostA, medB, mostB)
+	t.Logf("idle, fresh: default worker %d connections (median), %d at most (pacer's at most %d); --poll-only %d, %d at most (pacer's %d)", medA, mostA, sa.Pacer(), medB, mostB, sb.Pacer())
 	if medA > 2 || medB > 2 || mostA > 3 || mostB > 3 {
 		t.Errorf("idle workers kept %d and %d connections (at most %d and %d), want ≤ 2 (≤ 3 for a moment)", medA, medB, mostA, mostB)
 	}
