@@ -29,7 +29,9 @@ const Name = "fleetpace_fetch"
 // tick fills in the URL and the validators of the previous fetch, read in
 // the transaction that queues the job (a queued source is not queued again,
 // so nothing else changes them meanwhile); the job then needs no read before
-// it fetches. A job with an empty URL loads the source first.
+// it fetches. A job with an empty URL loads the source first: the scan
+// queues a source whose URL carries credentials that way, so that job args,
+// which River UI shows, hold no secret.
 type FetchArgs struct {
 	SourceID     int64  `json:"source_id"`
 	Platform     string `json:"platform"`

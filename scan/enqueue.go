@@ -90,7 +90,7 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 		}
 	}
 	slices.SortFunc(claimed, func(a, b queue.FetchArgs) int { return cmp.Compare(pos[a.SourceID], pos[b.SourceID]) })
-	jobIDs, err := queue.InsertFetches(ctx, client, tx, claimed)
+	jobIDs, err := queue.InsertFetches(ctx, client, tx, jobArgs(claimed))
 	if err != nil {
 		return nil, err
 	}
@@ -102,4 +102,20 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 		return nil, fmt.Errorf("mark queued: %w", err)
 	}
 	return claimed, nil
+}
+
+// jobArgs returns the args the jobs are inserted with: claimed, except that
+// a source whose URL carries credentials is queued by id alone. Job args
+// are not a secret store — River UI shows them to anyone who can reach it,
+// and River keeps finished jobs for a day — so such a URL stays in the
+// sources table and the job loads it when it runs (one read).
+func jobArgs(claimed []queue.FetchArgs) []queue.FetchArgs {
+	args := make([]queue.FetchArgs, len(claimed))
+	for i, a := range claimed {
+		if sources.RedactURL(a.URL) != a.URL {
+			a = queue.FetchArgs{SourceID: a.SourceID, Platform: a.Platform}
+		}
+		args[i] = a
+	}
+	return args
 }

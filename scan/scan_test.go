@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -372,5 +373,53 @@ func TestTickSaturated(t *testing.T) {
 	}
 	if res.Saturated || res.Enqueued != 0 {
 		t.Fatalf("tick with nothing more to queue = %+v, want not saturated", res)
+	}
+}
+
+// A source whose URL carries credentials is queued by id alone: the job's
+// args, which River UI shows to anyone who can reach it, hold no secret. A
+// URL without credentials still travels in the args, so the job needs no
+// read.
+func TestCredentialsStayOutOfJobArgs(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 100)
+	secret := f.source(t, "p", "https://reader:hunter2@p.example/feed", nil)
+	token := f.source(t, "p", "https://tok3n@p.example/other", nil)
+	plain := f.source(t, "p", "https://p.example/plain", nil)
+	if _, err := scan.Enqueue(f.ctx, f.pool, f.client, []int64{secret, token, plain}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.pool.Query(f.ctx, `SELECT (args->>'source_id')::bigint, args::text FROM river_job`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct {
+		id   int64
+		args string
+	}, error) {
+		var v struct {
+			id   int64
+			args string
+		}
+		return v, r.Scan(&v.id, &v.args)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(args) != 3 {
+		t.Fatalf("%d jobs, want 3", len(args))
+	}
+	for _, a := range args {
+		switch a.id {
+		case secret, token:
+			if strings.Contains(a.args, "hunter2") || strings.Contains(a.args, "tok3n") || strings.Contains(a.args, `"url"`) {
+				t.Errorf("job args of source %d carry its URL's credentials: %s", a.id, a.args)
+			}
+		case plain:
+			if !strings.Contains(a.args, "https://p.example/plain") {
+				t.Errorf("job args of source %d lost its URL: %s", a.id, a.args)
+			}
+		}
 	}
 }

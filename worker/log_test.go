@@ -113,3 +113,43 @@ func TestFetchWorkerLogs(t *testing.T) {
 		t.Fatalf("history: %+v, %v; want the fetch's duration, size and worker", h, err)
 	}
 }
+
+// A job queued by id alone (the scan queues a source whose URL carries
+// credentials that way) loads the source and fetches its URL, credentials
+// and validators included.
+func TestFetchWorkerLoadsSourceQueuedByID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "auth", RatePerSec: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	const url = "https://reader:hunter2@auth.example/feed"
+	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "auth", URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id, etag = '"v1"' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	var got []fetch.Request
+	fetcher := fetch.FetcherFunc(func(_ context.Context, req fetch.Request) fetch.Result {
+		got = append(got, req)
+		return fetch.Result{Outcome: fetch.OK, Status: 200}
+	})
+	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: grantAll{}, Fetcher: fetcher, Worker: "w-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1},
+		Args: queue.FetchArgs{SourceID: id, Platform: "auth"}}
+	if err := fw.Work(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].URL != url || got[0].ETag != `"v1"` {
+		t.Fatalf("fetched %+v, want one fetch of %s with its ETag", got, url)
+	}
+	if o := outcome(t, pool, id); o == "" {
+		t.Errorf("the check of source %d was not recorded", id)
+	}
+}
