@@ -20,6 +20,7 @@ import (
 	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fleet"
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -851,5 +852,34 @@ func TestEnableDisableSource(t *testing.T) {
 	}
 	if res, _ := s.post("/sources/x/disable", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusBadRequest {
 		t.Errorf("disable source x: %d, want 400", res.StatusCode)
+	}
+}
+
+// Wrong tokens are limited per address: after SignInBurst of them every
+// attempt is refused with 429 and Retry-After — the right token included —
+// until a SignInEvery has passed.
+func TestSignInLimited(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	clk := clocktest.New()
+	s := newSite(t, pool, dashboard.Config{AdminToken: token, Clock: clk})
+	for i := range dashboard.SignInBurst {
+		if res, _ := s.post("/login", url.Values{"token": {fmt.Sprint("guess", i)}}); res.StatusCode != http.StatusForbidden {
+			t.Fatalf("wrong token %d: %d, want 403", i+1, res.StatusCode)
+		}
+	}
+	res, body := s.post("/login", url.Values{"token": {token}})
+	if res.StatusCode != http.StatusTooManyRequests || len(res.Cookies()) != 0 {
+		t.Fatalf("after %d wrong tokens the right one got %d with cookies %v; want 429 and no session", dashboard.SignInBurst, res.StatusCode, res.Cookies())
+	}
+	if ra := res.Header.Get("Retry-After"); ra != fmt.Sprint(int(dashboard.SignInEvery.Seconds())) {
+		t.Errorf("Retry-After %q, want %v in seconds", ra, dashboard.SignInEvery)
+	}
+	if !strings.Contains(text(body), "Too many wrong tokens") {
+		t.Errorf("the page does not say why: %s", text(body))
+	}
+	clk.Advance(dashboard.SignInEvery)
+	if res, _ := s.post("/login", url.Values{"token": {token}}); res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
+		t.Fatalf("a %v later the right token got %d; want 303 and a session", dashboard.SignInEvery, res.StatusCode)
 	}
 }

@@ -7,10 +7,16 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
+	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/fleetpace/fleetpace/clock"
 )
@@ -24,16 +30,80 @@ const CookieName = "fleetpace_session"
 // token is derived from the session, so a form from another session, or
 // from another site, is refused.
 type sessions struct {
-	token []byte // the admin token, compared in constant time
-	key   []byte
-	ttl   time.Duration
-	clock clock.Clock
+	token    []byte // the admin token, compared in constant time
+	key      []byte
+	ttl      time.Duration
+	clock    clock.Clock
+	failures failures
 }
 
 func newSessions(token string, ttl time.Duration, c clock.Clock) *sessions {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte("fleetpace dashboard session key v1"))
-	return &sessions{token: []byte(token), key: m.Sum(nil), ttl: ttl, clock: c}
+	return &sessions{token: []byte(token), key: m.Sum(nil), ttl: ttl, clock: c,
+		failures: failures{byAddr: map[string]*rate.Limiter{}}}
+}
+
+// Sign-in attempts with a wrong token are limited per client address:
+// SignInBurst of them at once, then one per SignInEvery. While an address
+// is over its limit every attempt from it is refused (429 with
+// Retry-After), the right token included, so guessing costs time whatever
+// the guess.
+const (
+	SignInBurst = 5
+	SignInEvery = 12 * time.Second
+)
+
+// maxTrackedAddrs bounds the addresses failures remembers: past it, the
+// record starts afresh (an attacker with that many addresses gets at most
+// SignInBurst more guesses each per reset).
+const maxTrackedAddrs = 10_000
+
+// failures limits sign-in failures per client address.
+type failures struct {
+	mu     sync.Mutex
+	byAddr map[string]*rate.Limiter
+}
+
+// wait is how long the address must wait before its next attempt (0: it
+// may try now).
+func (f *failures) wait(addr string, now time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lim := f.byAddr[addr]
+	if lim == nil {
+		return 0
+	}
+	tokens := lim.TokensAt(now)
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration(math.Ceil((1 - tokens) * float64(SignInEvery)))
+}
+
+// fail records a failed attempt from addr.
+func (f *failures) fail(addr string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lim := f.byAddr[addr]
+	if lim == nil {
+		if len(f.byAddr) >= maxTrackedAddrs {
+			clear(f.byAddr)
+		}
+		lim = rate.NewLimiter(rate.Every(SignInEvery), SignInBurst)
+		f.byAddr[addr] = lim
+	}
+	lim.AllowN(now, 1)
+}
+
+// clientAddr is the request's client address without its port: the unit
+// sign-in failures are counted by.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // session is a signed-in browser: 8 bytes of start time (Unix seconds) and
@@ -116,6 +186,9 @@ type loginPage struct {
 	*Base
 	Back  string
 	Wrong bool
+	// Wait is set when this address failed too often: how long until it
+	// may try again.
+	Wait string
 }
 
 func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -134,7 +207,16 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	back := localPath(r.PostFormValue("back"))
+	addr, now := clientAddr(r), h.session.clock.Now()
+	if wait := h.session.failures.wait(addr, now); wait > 0 {
+		secs := int(math.Ceil(wait.Seconds()))
+		h.cfg.Logger.Warn("dashboard: sign-in refused (too many wrong tokens)", "remote", r.RemoteAddr, "retry_after_s", secs)
+		w.Header().Set("Retry-After", fmt.Sprint(secs))
+		h.render(w, "login", http.StatusTooManyRequests, &loginPage{Base: b, Back: back, Wait: fmt.Sprintf("%d s", secs)}, time.Now())
+		return
+	}
 	if !h.session.checkToken(r.PostFormValue("token")) {
+		h.session.failures.fail(addr, now)
 		h.cfg.Logger.Warn("dashboard: sign-in refused (wrong admin token)", "remote", r.RemoteAddr)
 		h.render(w, "login", http.StatusForbidden, &loginPage{Base: b, Back: back, Wrong: true}, time.Now())
 		return
