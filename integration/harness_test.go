@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,8 +67,23 @@ func (w withCluster) Run() int {
 		}()
 		os.Setenv("TEST_DATABASE_URL", c.URL("postgres"))
 	}
+	parallelByDefault(4)
 	// testdb.Main would os.Exit; our deferred cleanup must run first.
 	return w.m.Run()
+}
+
+// parallelByDefault runs n tests at once unless -test.parallel is given.
+// Most of these tests spend their time waiting on real time — an outage,
+// a cooldown, an idle timeout — with the CPU idle, so the default
+// (GOMAXPROCS: 2 on CI) leaves the machine idle; at 4 the package takes
+// 195–226 s instead of 285–304 s on 2 cores (3 runs each).
+func parallelByDefault(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // --- the CLI, run to completion -------------------------------------------
