@@ -397,6 +397,11 @@ CREATE TABLE IF NOT EXISTS fleetpace_check (
     reason      text,
     worker      text        NOT NULL DEFAULT ''
 );
+-- Added later: the platform's shared backoff multiplier in force when the
+-- fetch's slot was reserved (NULL: not known — rows from before, or a fetch
+-- paced outside the pacer). The dashboard charts it per minute: the
+-- multiplier over time.
+ALTER TABLE fleetpace_check ADD COLUMN IF NOT EXISTS multiplier real;
 
 -- One source's recent checks, newest first (`sources show`).
 CREATE INDEX IF NOT EXISTS fleetpace_check_source_idx

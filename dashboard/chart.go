@@ -60,14 +60,30 @@ type chartSpec struct {
 	Series  []series
 	Bucket  time.Duration // each value's span
 	Window  time.Duration // the whole x axis, ending now
-	Ceiling float64       // requests/s; 0: none drawn
+	Ceiling float64       // the limit drawn as a line; 0: none drawn
 	Small   bool
+	// Quantity names the values in the summary. Default "requests/s".
+	Quantity string
+	// Format writes a value in the summary and the limit's label. Default
+	// rateText.
+	Format func(float64) string
+	// CeilingLabel labels the line. Default "ceiling " + Format(Ceiling).
+	CeilingLabel string
 }
 
 // newChart lays out a chart: the y axis from 0 to above the largest stacked
 // total or the ceiling, whichever is larger, with round ticks.
 func newChart(s chartSpec) *Chart {
 	c := &Chart{Small: s.Small}
+	if s.Quantity == "" {
+		s.Quantity = "requests/s"
+	}
+	if s.Format == nil {
+		s.Format = rateText
+	}
+	if s.CeilingLabel == "" {
+		s.CeilingLabel = "ceiling " + s.Format(s.Ceiling)
+	}
 	if s.Small {
 		c.W, c.H = 120, 28
 		c.Plot = rect{X: 1, Y: 2, W: 118, H: 24}
@@ -127,12 +143,12 @@ func newChart(s chartSpec) *Chart {
 		c.Areas = append(c.Areas, shape{D: b.String(), Class: se.Class, Label: se.Label})
 	}
 	if s.Ceiling > 0 {
-		c.Ceiling = &line{X1: c.Plot.X, X2: c.Plot.X + c.Plot.W, Y: y(s.Ceiling), Label: "ceiling " + rateText(s.Ceiling)}
+		c.Ceiling = &line{X1: c.Plot.X, X2: c.Plot.X + c.Plot.W, Y: y(s.Ceiling), Label: s.CeilingLabel}
 	}
-	c.Summary = fmt.Sprintf("requests/s over the last %s in %s buckets: peak %s, now %s", durText(s.Window), durText(s.Bucket),
-		rateText(peak), rateText(last(totals)))
+	c.Summary = fmt.Sprintf("%s over the last %s in %s buckets: peak %s, now %s", s.Quantity, durText(s.Window), durText(s.Bucket),
+		s.Format(peak), s.Format(last(totals)))
 	if s.Ceiling > 0 {
-		c.Summary += ", ceiling " + rateText(s.Ceiling)
+		c.Summary += ", " + s.CeilingLabel
 	}
 	if s.Small {
 		return c

@@ -739,10 +739,10 @@ func TestHistory(t *testing.T) {
 		SELECT 1, 'alpha', now() - make_interval(secs => 31 + (g % 860)), 'ok', 200, 12, 100, NULL, 'w-1' FROM generate_series(1, 180) g
 		UNION ALL SELECT 1, 'alpha', now() - make_interval(secs => g % 9 + 0.5), 'not_modified', 304, 5, 0, NULL, 'w-1' FROM generate_series(1, 60) g
 		UNION ALL SELECT 1, 'alpha', now() - interval '70 minutes', 'ok', 200, 1, 1, NULL, 'w-1' FROM generate_series(1, 3) g`)
-	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker) VALUES
-		($1, 'alpha', now() - interval '3 minutes', 'ok', 200, 40, 2048, NULL, 'w-1'),
-		($1, 'alpha', now() - interval '2 minutes', 'rate_pressure', 429, 3, 0, 'HTTP 429 Too Many Requests <script>x</script>', 'w-2'),
-		($1, 'alpha', now() - interval '1 minute', 'failed', 404, 7, 0, 'HTTP 404 Not Found', 'w-1')`, src)
+	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome, status, duration_ms, bytes, reason, worker, multiplier) VALUES
+		($1, 'alpha', now() - interval '3 minutes', 'ok', 200, 40, 2048, NULL, 'w-1', 1),
+		($1, 'alpha', now() - interval '2 minutes', 'rate_pressure', 429, 3, 0, 'HTTP 429 Too Many Requests <script>x</script>', 'w-2', 4),
+		($1, 'alpha', now() - interval '1 minute', 'failed', 404, 7, 0, 'HTTP 404 Not Found', 'w-1', 2)`, src)
 	s := newSite(t, pool, dashboard.Config{})
 
 	_, page := s.get("/")
@@ -767,6 +767,15 @@ func TestHistory(t *testing.T) {
 	}
 	if !strings.Contains(page, "requests/s over the last 1h in 1m buckets") {
 		t.Errorf("no one-hour chart on the platform page")
+	}
+	// The multiplier over time: ×1, then ×4 with the 429, then ×2, carried
+	// to now; the platform's maximum is the line.
+	want := fmt.Sprintf("backoff multiplier over the last 1h in 1m buckets: peak ×4, now ×2, at most ×%g", float64(sources.DefaultMaxMultiplier))
+	if !strings.Contains(html.UnescapeString(page), want) || !strings.Contains(page, `class="area mult"`) {
+		t.Errorf("the platform page has no multiplier chart saying %q", want)
+	}
+	if _, page := s.get("/platforms/beta"); !strings.Contains(page, "recorded its multiplier") {
+		t.Errorf("beta, without fetches, does not say why it has no multiplier chart")
 	}
 
 	_, page = s.get(fmt.Sprintf("/sources/%d", src))

@@ -196,6 +196,7 @@ type platformPage struct {
 	FailingPaged   bool   // this is not the first page of them
 	Overdue        []sources.Source
 	Chart          *Chart // requests/s by outcome over ChartWindow
+	MultChart      *Chart // the backoff multiplier over ChartWindow (nil: none recorded)
 	ChartWindow    time.Duration
 	ChartNote      string // why there is no chart, if there is none
 	MultiplierNote string
@@ -250,7 +251,7 @@ func (h *Handler) platform(ctx context.Context, r *http.Request, b *Base) (view,
 		if v.Overdue, err = pgx.CollectRows(q, scanSourceSummary); err != nil {
 			return err
 		}
-		v.Chart, v.ChartNote, err = h.platformChart(ctx, tx, v.Row)
+		v.Chart, v.MultChart, v.ChartNote, err = h.platformChart(ctx, tx, v.Row)
 		return err
 	})
 	return v, err

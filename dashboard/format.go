@@ -17,7 +17,7 @@ var funcs = template.FuncMap{
 	"rate": rateText,
 	"dur":  durText,
 	"ms":   func(d time.Duration) string { return strconv.FormatFloat(ms(d), 'f', 1, 64) + " ms" },
-	"mult": func(f float64) string { return "×" + strconv.FormatFloat(f, 'g', 3, 64) },
+	"mult": multText,
 	"ago": func(now time.Time, t any) string {
 		var at time.Time
 		switch v := t.(type) {
@@ -165,3 +165,6 @@ func parseTemplates() (map[string]*template.Template, error) {
 	}
 	return out, nil
 }
+
+// multText writes a multiplier: ×1.5.
+func multText(f float64) string { return "×" + strconv.FormatFloat(f, 'g', 3, 64) }

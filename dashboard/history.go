@@ -84,15 +84,16 @@ func (h *Handler) sparklines(ctx context.Context, tx pgx.Tx, rows []PlatformRow)
 }
 
 // platformChart is a platform's requests/s by outcome over the last
-// chartWindow, in chartBucket buckets, with its ceiling.
-func (h *Handler) platformChart(ctx context.Context, tx pgx.Tx, row PlatformRow) (*Chart, string, error) {
+// chartWindow, in chartBucket buckets, with its ceiling; and its backoff
+// multiplier over the same window (multChart).
+func (h *Handler) platformChart(ctx context.Context, tx pgx.Tx, row PlatformRow) (*Chart, *Chart, string, error) {
 	var now time.Time // the transaction's: sources.Activity's buckets start at now − window
 	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	counts, err := sources.Activity(ctx, tx, sources.ActivityQuery{Platform: row.Name, Window: chartWindow, Bucket: chartBucket})
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	since := now.Add(-chartWindow)
 	n := int(chartWindow / chartBucket)
@@ -120,7 +121,34 @@ func (h *Handler) platformChart(ctx context.Context, tx pgx.Tx, row PlatformRow)
 	}
 	c := newChart(chartSpec{Series: ss, Bucket: chartBucket, Window: chartWindow, Ceiling: row.RatePerSec})
 	if len(counts) == 0 {
-		return c, "no fetch in the last hour", nil
+		return c, nil, "no fetch in the last hour", nil
 	}
-	return c, "", nil
+	return c, multChart(counts, since, row.MaxMultiplier), "", nil
+}
+
+// multChart is the backoff multiplier over the last chartWindow: in each
+// chartBucket the largest multiplier a fetch was paced under, carried
+// through buckets without fetches (the multiplier changes only with
+// reports), with the platform's maximum as the limit line. Nil when no
+// fetch in the window recorded one.
+func multChart(counts []sources.ActivityCount, since time.Time, maxMult float64) *Chart {
+	n := int(chartWindow / chartBucket)
+	vals := make([]float64, n)
+	seen := false
+	for _, c := range counts {
+		if i := int(c.Start.Sub(since) / chartBucket); i >= 0 && i < n && c.MaxMultiplier > 0 {
+			vals[i], seen = max(vals[i], c.MaxMultiplier), true
+		}
+	}
+	if !seen {
+		return nil
+	}
+	for i := 1; i < n; i++ {
+		if vals[i] == 0 {
+			vals[i] = vals[i-1]
+		}
+	}
+	return newChart(chartSpec{Series: []series{{Label: "largest multiplier per minute", Class: "mult", Values: vals}},
+		Bucket: chartBucket, Window: chartWindow, Ceiling: maxMult, Quantity: "backoff multiplier",
+		Format: multText, CeilingLabel: "at most " + multText(maxMult)})
 }

@@ -127,11 +127,14 @@ type ActivityCount struct {
 	Start    time.Time `json:"start"` // the bucket's start; the bucket is [Start, Start + Bucket)
 	Outcome  string    `json:"outcome"`
 	Checks   int64     `json:"checks"`
+	// MaxMultiplier is the largest backoff multiplier these checks were
+	// paced under (0: none recorded).
+	MaxMultiplier float64 `json:"max_multiplier,omitempty"`
 }
 
 // Activity counts checks (fetches: every outcome, rate limited included)
 // per platform, time bucket and outcome over the last Window, from the
-// history. Requests per second of a bucket are its count / Bucket. The
+// history, with the largest backoff multiplier they were paced under. Requests per second of a bucket are its count / Bucket. The
 // cost is the rows in the window (an index range per platform), not the
 // history's size. Buckets without checks are absent; rows come by
 // platform, bucket, outcome.
@@ -150,8 +153,14 @@ func Activity(ctx context.Context, db DBTX, q ActivityQuery) ([]ActivityCount, e
 		return nil, fmt.Errorf("activity: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ActivityCount, error) {
-		var c ActivityCount
-		err := row.Scan(&c.Platform, &c.Start, &c.Outcome, &c.Checks)
+		var (
+			c    ActivityCount
+			mult *float64
+		)
+		err := row.Scan(&c.Platform, &c.Start, &c.Outcome, &c.Checks, &mult)
+		if mult != nil {
+			c.MaxMultiplier = *mult
+		}
 		return c, err
 	})
 	if err != nil {

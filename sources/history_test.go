@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,45 @@ func TestActivity(t *testing.T) {
 	}
 	if _, err := sources.Activity(f.ctx, f.pool, sources.ActivityQuery{}); !errors.Is(err, sources.ErrInvalid) {
 		t.Fatalf("no window: %v, want ErrInvalid", err)
+	}
+}
+
+// A check's multiplier reaches its history row (one check, a batch, the
+// Recorder); an unknown one (0, NaN) is NULL; Activity reports the largest
+// per bucket and outcome.
+func TestHistoryKeepsMultiplier(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.platform(t, "p", 10)
+	a := f.source(t, "p", "https://p.example/a", nil)
+	b := f.source(t, "p", "https://p.example/b", nil)
+	c := f.source(t, "p", "https://p.example/c", nil)
+	if err := sources.RecordCheck(f.ctx, f.pool, a, sources.Check{Outcome: "ok", Status: 200, Multiplier: 1.5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{
+		{SourceID: b, Check: sources.Check{Outcome: "ok", Status: 200, Multiplier: 4}},
+		{SourceID: c, Check: sources.Check{Outcome: "rate_pressure", Status: 429, Multiplier: math.NaN()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var known, unknown int
+	var largest float64
+	if err := f.pool.QueryRow(f.ctx, `SELECT count(multiplier), count(*) - count(multiplier), max(multiplier) FROM fleetpace_check`).Scan(&known, &unknown, &largest); err != nil {
+		t.Fatal(err)
+	}
+	if known != 2 || unknown != 1 || largest != 4 {
+		t.Fatalf("history multipliers: %d known, %d unknown, largest %g; want 2, 1, 4", known, unknown, largest)
+	}
+	got, err := sources.Activity(f.ctx, f.pool, sources.ActivityQuery{Platform: "p", Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOutcome := map[string]float64{}
+	for _, c := range got {
+		byOutcome[c.Outcome] = c.MaxMultiplier
+	}
+	if byOutcome["ok"] != 4 || byOutcome["rate_pressure"] != 0 {
+		t.Fatalf("Activity's largest multipliers %v, want ok ×4 and rate_pressure unknown (0)", byOutcome)
 	}
 }

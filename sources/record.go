@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -33,6 +34,10 @@ type Check struct {
 	Duration time.Duration
 	Bytes    int64
 	Worker   string
+	// Multiplier goes to the history row only: the platform's shared
+	// backoff multiplier under which the fetch's slot was reserved
+	// (pacer.Reservation.Multiplier; 0: unknown, written as NULL).
+	Multiplier float64
 }
 
 // ErrHistoryNotRecorded is wrapped by the error of RecordCheck and
@@ -67,7 +72,7 @@ func recordOne(ctx context.Context, db DBTX, sourceID int64, c Check, history bo
 	args := []any{sourceID, c.Outcome, status, c.Error, c.ETag, c.LastModified, c.ContentHash, c.JobID}
 	var hargs []any
 	if history {
-		hargs = append(args, durationMS(c.Duration), c.Bytes, c.Worker)
+		hargs = append(args, durationMS(c.Duration), c.Bytes, c.Worker, multiplierArg(c.Multiplier))
 	}
 	if err := record(ctx, db, recordCheckSQL, args, recordCheckHistorySQL, hargs); err != nil {
 		return fmt.Errorf("source %d: record check: %w", sourceID, err)
@@ -279,7 +284,7 @@ func recordChecks(ctx context.Context, db DBTX, recs []CheckRecord, history bool
 			}
 		}
 		failed := Check{Outcome: OutcomeFailed, Status: r.Check.Status, JobID: r.Check.JobID,
-			Duration: r.Check.Duration, Bytes: r.Check.Bytes, Worker: r.Check.Worker,
+			Duration: r.Check.Duration, Bytes: r.Check.Bytes, Worker: r.Check.Worker, Multiplier: r.Check.Multiplier,
 			Error: "the check could not be recorded: " + dbMessage(err)}
 		rc := &RefusedCheck{SourceID: r.SourceID, Err: err}
 		switch ferr := recordOne(ctx, db, r.SourceID, failed, history); {
@@ -308,9 +313,10 @@ func recordBatch(ctx context.Context, db DBTX, recs []CheckRecord, history bool)
 		durations    []float32
 		bytes        []int64
 		workers      []string
+		multipliers  []*float32
 	)
 	if history {
-		durations, bytes, workers = make([]float32, n), make([]int64, n), make([]string, n)
+		durations, bytes, workers, multipliers = make([]float32, n), make([]int64, n), make([]string, n), make([]*float32, n)
 	}
 	for i, r := range recs {
 		c := r.Check.clean()
@@ -321,13 +327,13 @@ func recordBatch(ctx context.Context, db DBTX, recs []CheckRecord, history bool)
 			statuses[i] = &s
 		}
 		if history {
-			durations[i], bytes[i], workers[i] = durationMS(c.Duration), c.Bytes, c.Worker
+			durations[i], bytes[i], workers[i], multipliers[i] = durationMS(c.Duration), c.Bytes, c.Worker, multiplierArg(c.Multiplier)
 		}
 	}
 	args := []any{ids, outcomes, statuses, errs, etags, lastModified, hashes, jobs}
 	var hargs []any
 	if history {
-		hargs = append(args, durations, bytes, workers)
+		hargs = append(args, durations, bytes, workers, multipliers)
 	}
 	if err := record(ctx, db, recordChecksSQL, args, recordChecksHistorySQL, hargs); err != nil {
 		return fmt.Errorf("record checks of %d sources: %w", n, err)
@@ -421,4 +427,14 @@ func Counts(ctx context.Context, db DBTX) ([]PlatformCounts, error) {
 		return nil, fmt.Errorf("counts: %w", err)
 	}
 	return out, nil
+}
+
+// multiplierArg is a check's multiplier as its history column takes it:
+// NULL when unknown (0, or not a finite positive number).
+func multiplierArg(m float64) *float32 {
+	if !(m > 0) || math.IsInf(m, 0) {
+		return nil
+	}
+	f := float32(m)
+	return &f
 }

@@ -187,34 +187,34 @@ WHERE s.id = {id}
 		update = `
 WITH u AS (` + update + `
 RETURNING s.id, s.platform, {outcome} AS outcome, {status} AS status, NULLIF({error}, '') AS reason,
-          {duration_ms} AS duration_ms, {bytes} AS bytes, {worker} AS worker
+          {duration_ms} AS duration_ms, {bytes} AS bytes, {worker} AS worker, {multiplier} AS multiplier
 )
-INSERT INTO fleetpace_check (source_id, platform, outcome, status, reason, duration_ms, bytes, worker)
-SELECT id, platform, outcome, status, reason, duration_ms, bytes, worker FROM u`
+INSERT INTO fleetpace_check (source_id, platform, outcome, status, reason, duration_ms, bytes, worker, multiplier)
+SELECT id, platform, outcome, status, reason, duration_ms, bytes, worker, multiplier FROM u`
 	}
 	return strings.NewReplacer(
 		"{id}", v.id, "{outcome}", v.outcome, "{status}", v.status, "{error}", v.error, "{etag}", v.etag,
 		"{last_modified}", v.lastModified, "{content_hash}", v.contentHash, "{job}", v.job, "{from}", from,
-		"{duration_ms}", v.durationMS, "{bytes}", v.bytes, "{worker}", v.worker,
+		"{duration_ms}", v.durationMS, "{bytes}", v.bytes, "{worker}", v.worker, "{multiplier}", v.multiplier,
 	).Replace(update)
 }
 
 // checkValues are the SQL expressions of one check's values.
 type checkValues struct {
 	id, outcome, status, error, etag, lastModified, contentHash, job string
-	durationMS, bytes, worker                                        string // history only
+	durationMS, bytes, worker, multiplier                            string // history only
 }
 
 // oneCheck names the values of one check: $1 the source, $2…$7 outcome,
 // status, error, etag, last_modified, content_hash, $8 the job, and for the
-// history $9…$11 duration (ms), bytes, worker.
-var oneCheck = checkValues{"$1::bigint", "$2::text", "$3::integer", "$4::text", "$5::text", "$6::text", "$7::text", "$8::bigint", "$9::real", "$10::bigint", "$11::text"}
+// history $9…$12 duration (ms), bytes, worker, multiplier.
+var oneCheck = checkValues{"$1::bigint", "$2::text", "$3::integer", "$4::text", "$5::text", "$6::text", "$7::text", "$8::bigint", "$9::real", "$10::bigint", "$11::text", "$12::real"}
 
 // batchChecks names the values of a batch: the i-th element of each array is
-// one check's $1…$11. The ids must be distinct (with a duplicate, UPDATE …
+// one check's $1…$12. The ids must be distinct (with a duplicate, UPDATE …
 // FROM would apply one of its rows, unspecified which).
 var batchChecks = checkValues{"r.id", "r.outcome", "r.status", "r.error", "r.etag", "r.last_modified", "r.content_hash", "r.job_id",
-	"r.duration_ms", "r.bytes", "r.worker"}
+	"r.duration_ms", "r.bytes", "r.worker", "r.multiplier"}
 
 const batchFrom = `
 FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]{history})
@@ -222,14 +222,14 @@ FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::text[], $5::text[], $6:
 
 var (
 	// recordCheckSQL records one check ($1…$8), recordCheckHistorySQL one
-	// check and its history row ($1…$11).
+	// check and its history row ($1…$12).
 	recordCheckSQL        = recordSQL(oneCheck, "", false)
 	recordCheckHistorySQL = recordSQL(oneCheck, "", true)
 	// recordChecksSQL and recordChecksHistorySQL are the same for a batch.
 	recordChecksSQL        = recordSQL(batchChecks, strings.NewReplacer("{history}", "", "{historyColumns}", "").Replace(batchFrom), false)
 	recordChecksHistorySQL = recordSQL(batchChecks, strings.NewReplacer(
-		"{history}", ", $9::real[], $10::bigint[], $11::text[]",
-		"{historyColumns}", ", duration_ms, bytes, worker").Replace(batchFrom), true)
+		"{history}", ", $9::real[], $10::bigint[], $11::text[], $12::real[]",
+		"{historyColumns}", ", duration_ms, bytes, worker, multiplier").Replace(batchFrom), true)
 )
 
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
@@ -318,14 +318,16 @@ WHERE ctid = ANY (ARRAY(
     LIMIT $2))`
 
 // activitySQL counts checks per platform ($1: every platform when empty),
-// time bucket ($3 wide, from now() − $2) and outcome. Each platform's
+// time bucket ($3 wide, from now() − $2) and outcome, with their largest
+// multiplier (NULL: none recorded). Each platform's
 // window is a range of fleetpace_check_platform_idx: the cost is the rows in
 // the window, not the table.
 const activitySQL = `
-SELECT p.name, a.bucket, a.outcome, a.n
+SELECT p.name, a.bucket, a.outcome, a.n, a.mult
 FROM fleetpace_platform p
 CROSS JOIN LATERAL (
-    SELECT date_bin($3::interval, c.checked_at, n.since) AS bucket, c.outcome, count(*) AS n
+    SELECT date_bin($3::interval, c.checked_at, n.since) AS bucket, c.outcome, count(*) AS n,
+           max(c.multiplier)::double precision AS mult
     FROM (SELECT now() - $2::interval AS since) n
     JOIN fleetpace_check c ON c.platform = p.name AND c.checked_at >= n.since
     GROUP BY 1, 2) a

@@ -253,6 +253,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	check := sources.Check{
 		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,
 		ContentHash: r.ContentHash, JobID: job.ID, Duration: r.Duration, Bytes: r.Bytes, Worker: w.worker,
+		Multiplier: res.Multiplier,
 	}
 	if outcome == fetch.Failed || outcome == fetch.RateLimited {
 		check.Error = r.Reason

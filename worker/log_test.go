@@ -152,4 +152,9 @@ func TestFetchWorkerLoadsSourceQueuedByID(t *testing.T) {
 	if o := outcome(t, pool, id); o == "" {
 		t.Errorf("the check of source %d was not recorded", id)
 	}
+	// Its history row has the multiplier the slot was reserved under.
+	var mult float64
+	if err := pool.QueryRow(ctx, `SELECT multiplier FROM fleetpace_check WHERE source_id = $1`, id).Scan(&mult); err != nil || mult != grantAllMultiplier {
+		t.Errorf("history multiplier %g (%v), want the reservation's %g", mult, err, grantAllMultiplier)
+	}
 }

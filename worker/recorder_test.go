@@ -25,11 +25,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
 
-// grantAll is a pacer that grants every reservation at once.
+// grantAll is a pacer that grants every reservation at once, under a
+// multiplier of grantAllMultiplier.
 type grantAll struct{}
 
+const grantAllMultiplier = 1.5
+
 func (grantAll) Reserve(_ context.Context, platform string, _ time.Duration) (pacer.Reservation, error) {
-	return pacer.Reservation{Platform: platform, Granted: true}, nil
+	return pacer.Reservation{Platform: platform, Granted: true, Multiplier: grantAllMultiplier}, nil
 }
 
 func (grantAll) Sleep(context.Context, *pacer.Reservation) error { return nil }
