@@ -54,8 +54,8 @@ func ExposureWarning(addr net.Addr, adminToken string) string {
 	}
 	return fmt.Sprintf("the dashboard listens on %s, beyond loopback, without an admin token: anyone who can reach it "+
 		"sees every platform, source URL and failure reason, and River UI at %s lets them cancel, retry and delete jobs; "+
-		"bind 127.0.0.1, or put it behind an authenticating proxy (--admin-token turns the dashboard's own actions on, "+
-		"behind a sign-in)", addr, DefaultRiverUIPath)
+		"bind 127.0.0.1, or put it behind an authenticating proxy (--admin-token turns the dashboard's own actions on "+
+		"and puts River UI behind the same sign-in)", addr, DefaultRiverUIPath)
 }
 
 // ServerConfig configures Serve.
@@ -91,7 +91,7 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 		if err != nil {
 			return err
 		}
-		Mount(mux, ui)
+		Mount(mux, dash.Guard(ui))
 	}
 	mux.Handle("/", dash)
 	addr := cfg.Addr

@@ -246,3 +246,26 @@ func localPath(p string) string {
 	}
 	return p
 }
+
+// Guard serves next only to a signed-in browser when the dashboard has an
+// admin token, so that River UI — its job actions (cancel, retry, delete)
+// and the job args it shows — is behind the same sign-in as the
+// dashboard's own actions. A page request without a session is sent to
+// sign in and back; any other request (River UI's API) gets 401. Without
+// a token next is served as it is (ExposureWarning names that risk).
+func (h *Handler) Guard(next http.Handler) http.Handler {
+	if h.session == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := h.session.read(r); ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.Contains(r.URL.Path, "/api/") {
+			http.Redirect(w, r, "/login?back="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		http.Error(w, "sign in to the dashboard with the admin token first", http.StatusUnauthorized)
+	})
+}

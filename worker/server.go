@@ -78,13 +78,13 @@ func startServer(ctx context.Context, cfg Config, pool *pgxpool.Pool, client *qu
 		cancel()
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	dashboard.Mount(mux, ui)
 	dash, err := dashboard.New(dashboard.Config{DB: pool, AdminToken: cfg.AdminToken, RiverUI: dashboard.DefaultRiverUIPath,
 		Degraded: func() bool { return pc.Stats().Down }, Logger: log})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	dashboard.Mount(mux, dash.Guard(ui))
 	mux.Handle("/", dash)
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)

@@ -25,7 +25,8 @@ its own --http-addr.
 
 Actions (pause, resume, clear a cooldown, change rate and burst, disable and
 enable a source) are off unless --admin-token (or FLEETPACE_ADMIN_TOKEN) is
-set; a browser then signs in with the token once per session. The
+set; a browser then signs in with the token once per session, and River UI
+is behind the same sign-in. The
 dashboard listens on loopback by default; listening beyond it without a
 token prints a warning. Stop it with Ctrl-C or SIGTERM.`,
 		Args: noArgs,
@@ -52,6 +53,6 @@ token prints a warning. Stop it with Ctrl-C or SIGTERM.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&addr, "http-addr", dashboard.DefaultAddr, "address the dashboard (and River UI at /riverui/) listens on")
-	f.StringVar(&token, "admin-token", "", "turns the dashboard's actions on, behind a sign-in with this token (default: read-only)")
+	f.StringVar(&token, "admin-token", "", "turns the dashboard's actions on, behind a sign-in with this token that River UI then needs too (default: read-only)")
 	return cmd
 }

@@ -96,17 +96,40 @@ func TestDashboardCommand(t *testing.T) {
 	if code, page := get("/"); code != 200 || !strings.Contains(page, `data-platform="feeds"`) || !strings.Contains(page, "Sign in to act") {
 		t.Errorf("GET /: %d\n%s", code, page)
 	}
-	if code, _ := get("/riverui/"); code != 200 {
-		t.Errorf("GET /riverui/: %d", code)
-	}
+	// With a token River UI is behind the sign-in: its pages send a browser
+	// to sign in, its API answers 401.
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	status := func(req *http.Request) (int, string) {
+		t.Helper()
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode, res.Header.Get("Location")
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/riverui/", nil)
+	if code, loc := status(req); code != http.StatusSeeOther || loc != "/login?back=%2Friverui%2F" {
+		t.Errorf("GET /riverui/ without signing in: %d to %q, want 303 to the sign-in", code, loc)
+	}
+	req, _ = http.NewRequest(http.MethodGet, base+"/riverui/api/jobs?state=completed", nil)
+	if code, _ := status(req); code != http.StatusUnauthorized {
+		t.Errorf("River UI's API without signing in: %d, want 401", code)
+	}
 	res, err := client.PostForm(base+"/login", url.Values{"token": {"s3cret"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
 	if res.StatusCode != http.StatusSeeOther || len(res.Cookies()) != 1 {
-		t.Errorf("sign-in with FLEETPACE_ADMIN_TOKEN: %d, cookies %v", res.StatusCode, res.Cookies())
+		t.Fatalf("sign-in with FLEETPACE_ADMIN_TOKEN: %d, cookies %v", res.StatusCode, res.Cookies())
+	}
+	for _, path := range []string{"/riverui/", "/riverui/api/jobs?state=completed"} {
+		req, _ = http.NewRequest(http.MethodGet, base+path, nil)
+		req.AddCookie(res.Cookies()[0])
+		if code, _ := status(req); code != http.StatusOK {
+			t.Errorf("GET %s signed in: %d, want 200", path, code)
+		}
 	}
 	if strings.Contains(stderr(), "beyond loopback") {
 		t.Errorf("a warning on loopback:\n%s", stderr())
@@ -118,9 +141,15 @@ func TestDashboardCommand(t *testing.T) {
 func TestDashboardExposureWarning(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.URL(t)
-	_, stderr := startDashboard(t, nil, "--database-url", dbURL, "dashboard", "--http-addr", "0.0.0.0:0")
+	addr, stderr := startDashboard(t, nil, "--database-url", dbURL, "dashboard", "--http-addr", "0.0.0.0:0")
 	if !regexp.MustCompile(`beyond loopback, without an admin token: anyone who can reach it sees every platform, source URL`).MatchString(stderr()) {
 		t.Errorf("no warning when listening on 0.0.0.0 without a token:\n%s", stderr())
+	}
+	// Without a token River UI is open, as the warning says.
+	if res, err := http.Get("http://" + addr + "/riverui/"); err != nil || res.StatusCode != http.StatusOK {
+		t.Errorf("GET /riverui/ without a token: %v %v, want 200", res, err)
+	} else {
+		res.Body.Close()
 	}
 	_, stderr2 := startDashboard(t, nil, "--database-url", dbURL, "dashboard", "--http-addr", "0.0.0.0:0", "--admin-token", "x")
 	if strings.Contains(stderr2(), "beyond loopback") {
