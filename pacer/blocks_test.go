@@ -104,25 +104,26 @@ func TestPressureDropsBlock(t *testing.T) {
 }
 
 // A kept slot later than its tolerance (by the injected clock; at 1e6/s
-// half the spacing is less than MaxLate, 1 ms) is discarded, not handed
-// out: sending late would crowd the slots after it.
+// half the spacing is less than MaxLate) is discarded, not handed out:
+// sending late would crowd the slots after it.
 func TestLateBlockSlotsDiscarded(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
 	clock := clocktest.New()
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock })
+	// MaxLate 20 ms, not the default 1 ms: the kept slots' times come from
+	// the database clock as the statement read it, up to the statement's
+	// duration before its reply, and on a loaded machine that was more than
+	// 0.5 ms (a kept slot then read as late before the clock moved).
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock; c.MaxLate = 20 * time.Millisecond })
 	reserveN(t, p, "fast", 3) // one single, one block: 6 kept
-	// The kept slots' times come from the database clock as the statement
-	// read it, up to the statement's duration before its reply: 0.5 ms
-	// leaves that much to a slow statement on a loaded machine.
-	clock.Advance(500 * time.Microsecond)
+	clock.Advance(10 * time.Millisecond)
 	if r := reserveN(t, p, "fast", 1)[0]; !r.FromBlock {
-		t.Fatalf("0.5 ms late (MaxLate 1 ms): %+v, want a kept slot", r)
+		t.Fatalf("10 ms late (MaxLate 20 ms): %+v, want a kept slot", r)
 	}
-	clock.Advance(time.Millisecond)
+	clock.Advance(20 * time.Millisecond)
 	if r := reserveN(t, p, "fast", 1)[0]; r.FromBlock {
-		t.Fatalf("1.5 ms late: %+v, want a fresh reservation", r)
+		t.Fatalf("30 ms late: %+v, want a fresh reservation", r)
 	}
 	if st := p.Stats(); st.BlockDiscarded != 5 {
 		t.Fatalf("%d slots discarded, want 5", st.BlockDiscarded)
