@@ -241,15 +241,24 @@ func TestPgBouncer(t *testing.T) {
 
 	// The negative control: the same worker with pgx's default execution
 	// mode (named prepared statements) through the same PgBouncer.
+	// It gets work, so that its connections overlap at once (an idle
+	// worker's first clash could wait for River's 30-s periodic queries).
 	naive := strings.Replace(bouncer, pooledURLParams, "default_query_exec_mode=cache_statement", 1)
+	importSources(t, bouncer, "pb", d.URL(), pathsN("/pb-naive/", 100))
 	w := startWorker(t, naive, "pb-naive", "--poll-only", "--concurrency", "10")
-	missing := regexp.MustCompile(`prepared statement \S+ does not exist`)
-	stop := time.Now().Add(30 * time.Second)
+	if out, errOut, code := cliCode(t, direct, "scan", "--look-ahead", "5s"); code != 0 {
+		t.Fatalf("scan: exit %d\n%s%s", code, out, errOut)
+	}
+	// Either error shows it: a statement prepared on one server connection
+	// is missing on the next ("does not exist"), or one prepared by another
+	// client is in the way ("already exists").
+	missing := regexp.MustCompile(`prepared statement \S+ (does not exist|already exists)`)
+	stop := time.Now().Add(60 * time.Second)
 	for !missing.MatchString(w.log.String()) && w.alive() && time.Now().Before(stop) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if m := missing.FindString(w.log.String()); m == "" {
-		t.Errorf("a worker with named prepared statements behind PgBouncer showed no error in 30 s: the check above would not catch one")
+		t.Errorf("a worker with named prepared statements behind PgBouncer showed no error in 60 s: the check above would not catch one")
 	} else {
 		t.Logf("negative control: with named prepared statements the worker logs %q", m)
 	}
