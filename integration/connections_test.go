@@ -73,33 +73,34 @@ func (s *connSampler) Pacer() int { return slices.Max(s.pacer) }
 // long that took; it fails the test after timeout.
 func waitConns(t *testing.T, db *pgxpool.Pool, pid, n int, timeout time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		w, p := conns(t, db, pid)
-		if w+p <= n {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("worker %d still holds %d connections (%d main, %d pacer) after %s, want ≤ %d", pid, w+p, w, p, timeout, n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return waitConnsUntil(t, db, pid, timeout, fmt.Sprintf("at most %d connections", n),
+		func(worker, pacer int) bool { return worker+pacer <= n })
 }
 
-// waitPacerIdle waits until the process pid holds no pacer connection (its
-// pool's idle connections and its listener closed), polling with a
-// deadline, and returns how long that took.
+// waitPacerIdle waits until pid holds no pacer connection (its pool's idle
+// connections and its listener closed) and returns how long that took; it
+// fails the test after timeout.
 func waitPacerIdle(t *testing.T, db *pgxpool.Pool, pid int, timeout time.Duration) time.Duration {
+	t.Helper()
+	return waitConnsUntil(t, db, pid, timeout, "no pacer connection (its listener closed while idle)",
+		func(_, pacer int) bool { return pacer == 0 })
+}
+
+// waitConnsUntil polls pid's connections (main pool, pacer) every 100 ms
+// until ok holds and returns how long that took; after timeout it fails
+// the test, naming what it waited for.
+func waitConnsUntil(t *testing.T, db *pgxpool.Pool, pid int, timeout time.Duration, what string, ok func(worker, pacer int) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
-		if _, p := conns(t, db, pid); p == 0 {
+		w, p := conns(t, db, pid)
+		if ok(w, p) {
 			return time.Since(start)
 		}
 		if time.Since(start) > timeout {
-			t.Fatalf("worker %d still holds pacer connections after %s: its listener did not close while idle", pid, timeout)
+			t.Fatalf("worker %d holds %d main and %d pacer connections after %s, want %s", pid, w, p, timeout, what)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the poll interval; the deadline decides
 	}
 }
 
