@@ -28,14 +28,7 @@ func TestLateToleranceIsHalfTheInterval(t *testing.T) {
 		{"forty", 12 * time.Millisecond, false}, {"forty", 13 * time.Millisecond, true},
 		{"forty-b4", 12 * time.Millisecond, false}, {"forty-b4", 13 * time.Millisecond, true},
 	} {
-		clock := clocktest.New()
-		p := newPacer(t, url, func(c *Config) { c.Clock = clock; c.MaxBlock = 1 })
-		r, err := p.Reserve(context.Background(), tc.platform, time.Minute)
-		if err != nil || !r.Granted {
-			t.Fatalf("reserve: %+v %v", r, err)
-		}
-		clock.Advance(r.Wait + tc.late)
-		err = p.Sleep(context.Background(), &r)
+		r, err := sleepLate(t, url, tc.platform, tc.late)
 		if got := errors.Is(err, ErrLate); got != tc.want {
 			t.Fatalf("%s: woke %s late at a 25-ms spacing: err %v, want ErrLate %v (late %s)", tc.platform, tc.late, err, tc.want, r.Late)
 		}
@@ -85,16 +78,9 @@ func TestFastPlatformHoldsBurstForLateness(t *testing.T) {
 		late time.Duration
 		want bool // ErrLate
 	}{{4900 * time.Microsecond, false}, {5100 * time.Microsecond, true}} {
-		clock := clocktest.New()
-		p := newPacer(t, url, func(c *Config) { c.Clock = clock; c.MaxBlock = 1 })
-		r, err := p.Reserve(context.Background(), "fast500", time.Minute)
-		if err != nil || !r.Granted {
-			t.Fatalf("reserve: %+v %v", r, err)
-		}
-		clock.Advance(r.Wait + tc.late)
-		err = p.Sleep(context.Background(), &r)
+		r, err := sleepLate(t, url, "fast500", tc.late)
 		if got := errors.Is(err, ErrLate); got != tc.want {
-			t.Fatalf("woke %s late at 500/s, burst 10: err %v, want ErrLate %v", tc.late, err, tc.want)
+			t.Fatalf("woke %s late at 500/s, burst 10: err %v, want ErrLate %v (late %s)", tc.late, err, tc.want, r.Late)
 		}
 	}
 }
@@ -112,4 +98,35 @@ func TestListenerClosesWhileIdle(t *testing.T) {
 	waitFor(t, "the listener to close while idle", func() bool { return !p.Stats().Listening })
 	reserveN(t, p, "idle", 1)
 	waitFor(t, "the listener again", func() bool { return p.Stats().Listening })
+}
+
+// sleepLate reserves a slot on platform with a fresh pacer on the injected
+// clock, advances the clock to late after the slot and returns what Sleep
+// says. Lateness counts from the slot's database time, and the statement
+// reads the database clock for the slot before it reads it for ReservedAt:
+// an immediate slot is already ReservedAt − Slot late when the reply comes
+// (Wait is 0 then; on a loaded machine that can be a tenth of a
+// millisecond). The clock is advanced by Slot − ReservedAt + late, so the
+// caller wakes exactly late after the slot; a reservation whose reply alone
+// came later than that is tried again.
+func sleepLate(t *testing.T, url, platform string, late time.Duration) (Reservation, error) {
+	t.Helper()
+	for range 10 {
+		clock := clocktest.New()
+		p := newPacer(t, url, func(c *Config) { c.Clock = clock; c.MaxBlock = 1 })
+		r, err := p.Reserve(context.Background(), platform, time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("reserve: %+v %v", r, err)
+		}
+		d := r.Slot.Sub(r.ReservedAt) + late
+		if d < 0 {
+			t.Logf("the reply came %s after the slot, more than %s: again", r.ReservedAt.Sub(r.Slot), late)
+			continue
+		}
+		clock.Advance(d)
+		err = p.Sleep(context.Background(), &r)
+		return r, err
+	}
+	t.Fatalf("ten replies came more than %s after their slots", late)
+	return Reservation{}, nil
 }
