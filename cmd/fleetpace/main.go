@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/fleetpace/fleetpace/internal/cli"
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/cli"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace"
-	"github.com/fleetpace/fleetpace/internal/bench"
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/bench"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 )

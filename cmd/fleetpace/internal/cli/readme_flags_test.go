@@ -47,7 +47,7 @@ func readmeMissing(text string, root *cobra.Command) []string {
 // every command and every flag of every command must appear in it.
 func TestREADMEListsEveryFlag(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

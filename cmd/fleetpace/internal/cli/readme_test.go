@@ -14,7 +14,7 @@ import (
 // blocks, without the program name.
 func readmeCommands(t *testing.T) [][]string {
 	t.Helper()
-	f, err := os.Open("../../README.md")
+	f, err := os.Open("../../../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

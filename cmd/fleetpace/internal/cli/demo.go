@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetpace/fleetpace/internal/demo"
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/demo"
 )
 
 func (a *app) demoCmd() *cobra.Command {
