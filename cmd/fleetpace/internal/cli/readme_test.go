@@ -10,11 +10,24 @@ import (
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
-// readmeCommands returns the fleetpace command lines of the README's sh
+// documents are the user's documents whose sh blocks are run, in order:
+// the README first (its tour creates what the others use).
+var documents = []string{"README.md", "docs/operations.md", "docs/scaling.md", "docs/configuration.md"}
+
+// readmeCommands returns the fleetpace command lines of the documents' sh
 // blocks, without the program name.
 func readmeCommands(t *testing.T) [][]string {
 	t.Helper()
-	f, err := os.Open("../../../../README.md")
+	var out [][]string
+	for _, name := range documents {
+		out = append(out, documentCommands(t, filepath.Join("../../../..", name))...)
+	}
+	return out
+}
+
+func documentCommands(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
