@@ -34,7 +34,8 @@ type PauseOptions struct {
 	For time.Duration
 	// Reason is shown by status (and the dashboard) while the pause lasts.
 	Reason string
-	// Now is the time For counts from. Default: time.Now().
+	// Now is the time For counts from. Default: the database's clock (the
+	// one every reservation is judged by).
 	Now time.Time
 }
 
@@ -69,15 +70,16 @@ func Pause(ctx context.Context, db DB, platform string, o PauseOptions) (until t
 	if err := o.Validate(); err != nil {
 		return time.Time{}, fmt.Errorf("pause %s: %w", platform, err)
 	}
-	if o.For > 0 {
-		until = o.Now
-		if until.IsZero() {
-			until = time.Now()
-		}
-		until = until.Add(o.For)
+	if o.For > 0 && !o.Now.IsZero() {
+		until = o.Now.Add(o.For)
 	}
 	err = inTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
+			return err
+		}
+		if o.For > 0 && o.Now.IsZero() {
+			var err error
+			until, err = pacer.PauseFor(ctx, tx, platform, o.For, o.Reason)
 			return err
 		}
 		return pacer.Pause(ctx, tx, platform, until, o.Reason)

@@ -22,6 +22,20 @@ func arrivalsBy(d *fakedest.Server, prefix string, from, to time.Time) (times []
 	return times, uas
 }
 
+// firstArrival waits for the first request under prefix at or after from,
+// for at most timeout, and returns its arrival time.
+func firstArrival(t *testing.T, d *fakedest.Server, prefix string, from time.Time, timeout time.Duration) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		if times, _ := arrivalsBy(d, prefix, from, from.Add(24*time.Hour)); len(times) > 0 {
+			return times[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("destination: no request under %q within %s of %s", prefix, timeout, from.Format(time.StampMilli))
+		}
+	}
+}
+
 // `platforms pause A` with three worker processes: from one second after
 // the command until `platforms resume`, no request for A reaches the
 // destination — not even across a worker's restart — while B keeps its
@@ -81,11 +95,14 @@ func TestPause(t *testing.T) {
 		t.Errorf("A ran at %.1f/s in the 4 s after the first second of its resume; want ≥ 0.8 × %.0f/s", aAfter, rate)
 	}
 
-	// A pause for 5 s ends by itself.
+	// A pause for 5 s ends by itself. The database's clock starts it while
+	// the command runs: it ends no earlier than 5 s after the command began,
+	// and is in force from 1 s after the command returned.
+	issued := time.Now()
 	cli(t, url, "platforms", "pause", "a", "--for", "5s")
 	timed := time.Now()
 	back := waitUntil(t, d, "/a/", timed.Add(time.Second), 30*time.Second)
-	early, _ := arrivalsBy(d, "/a/", timed.Add(time.Second), timed.Add(5*time.Second-100*time.Millisecond))
+	early, _ := arrivalsBy(d, "/a/", timed.Add(time.Second), issued.Add(5*time.Second))
 	t.Logf("pause --for 5s: A's first request from 1 s after the command came %s after it", back.Sub(timed).Round(time.Millisecond))
 	if len(early) > 0 {
 		t.Errorf("%d request(s) to A during its 5-s pause", len(early))
@@ -99,11 +116,13 @@ func TestPause(t *testing.T) {
 }
 
 // A platform cooling down after a Retry-After of 600 s: `cooldowns clear`
-// ends the cooldown and the pacer's hold, fleet-wide, and every worker
-// process fetches the platform again within 2 s of the command. The
-// workers run no scan (one `scan` queues every source at the start), and
-// the command comes once every job of the platform has snoozed for the
-// cooldown: what runs after it are those jobs, woken by the command.
+// ends the cooldown, the pacer's hold and its backoff, fleet-wide: the
+// first request comes within 1 s of the command, the platform runs at its
+// configured pace (not the backed-off one) from then on, and every worker
+// process takes part. The workers run no scan (one `scan` queues every
+// source at the start), and the command comes once every job of the
+// platform has snoozed for the cooldown: what runs after it are those
+// jobs, woken by the command.
 func TestCooldownClear(t *testing.T) {
 	t.Parallel()
 	url := newURL(t)
@@ -147,22 +166,37 @@ func TestCooldownClear(t *testing.T) {
 	quietFrom := blocked.Add(3 * time.Second)
 	cleared := time.Now() // the command's start
 	cli(t, url, "cooldowns", "clear", "a")
+	done := time.Now()
 	if n := arrivalsBetween(d.Arrivals("/a/"), quietFrom, cleared); n > 0 {
 		t.Fatalf("%d request(s) to A while it cooled down", n)
 	}
-	// Two seconds after the command, by the destination's clock.
-	for time.Since(cleared) < 2*time.Second+200*time.Millisecond {
-		time.Sleep(50 * time.Millisecond)
+	first := firstArrival(t, d, "/a/", cleared, 10*time.Second)
+	// The configured pace over seconds 1–5 after the command, by the
+	// destination's clock (its arrivals after that mark the time).
+	waitUntil(t, d, "/a/", done.Add(5*time.Second), 30*time.Second)
+	pace := float64(arrivalsBetween(d.Arrivals("/a/"), done.Add(time.Second), done.Add(5*time.Second))) / 4
+	_, byUA := arrivalsBy(d, "/a/", cleared, done.Add(5*time.Second))
+	t.Logf("cooldowns clear: the first request to A %s after the command returned, then %.1f/s (rate 10/s); by process within 5 s: %v",
+		first.Sub(done).Round(time.Millisecond), pace, byUA)
+	if wait := first.Sub(done); wait > time.Second {
+		t.Errorf("the first request to A came %s after cooldowns clear; want ≤ 1 s", wait)
 	}
-	times, byUA := arrivalsBy(d, "/a/", cleared, cleared.Add(2*time.Second))
-	first := time.Duration(0)
-	if len(times) > 0 {
-		first = times[0].Sub(cleared).Round(time.Millisecond)
+	// The 429 raised the backoff multiplier (×1.5: 6.7/s); clearing the
+	// cooldown clears it too. The fleet's pace shows it (above 6.7/s, with
+	// room for a loaded machine), the pace row says it exactly.
+	var mult float64
+	if err := db.QueryRow(context.Background(), `SELECT multiplier FROM fleetpace_pace WHERE platform = 'a'`).Scan(&mult); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("cooldowns clear: %d request(s) to A within 2 s of the command (the first after %s), by process %v", len(times), first, byUA)
+	if mult != 1 {
+		t.Errorf("A's backoff multiplier is %g after cooldowns clear; want 1", mult)
+	}
+	if pace < 7 {
+		t.Errorf("A ran at %.1f/s in seconds 1–5 after cooldowns clear; want ≥ 0.7 × its configured 10/s (backed off, it would be ≤ 6.7/s)", pace)
+	}
 	for _, n := range names {
 		if byUA[n] == 0 {
-			t.Errorf("worker %s did not fetch A within 2 s of cooldowns clear", n)
+			t.Errorf("worker %s did not fetch A within 5 s of cooldowns clear", n)
 		}
 	}
 	var left int

@@ -2,10 +2,12 @@ package pacer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -27,7 +29,7 @@ func Pause(ctx context.Context, db Execer, platform string, until time.Time, rea
 	if !until.IsZero() {
 		at = timeToEpoch(until)
 	}
-	tag, err := db.Exec(ctx, pauseSQL, platform, at, reason)
+	tag, err := db.Exec(ctx, pauseSQL, platform, at, reason, 0.0)
 	if err != nil {
 		return fmt.Errorf("pacer: pause %s: %w", platform, err)
 	}
@@ -35,6 +37,33 @@ func Pause(ctx context.Context, db Execer, platform string, until time.Time, rea
 		return fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
 	}
 	return nil
+}
+
+// RowQuerier is what PauseFor needs: a pool, a connection or a
+// transaction.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// PauseFor is Pause for d from now by the database's clock — the clock
+// every reservation is judged by, whatever the caller's clock says — and
+// returns when the pause ends.
+func PauseFor(ctx context.Context, db RowQuerier, platform string, d time.Duration, reason string) (time.Time, error) {
+	if d <= 0 {
+		return time.Time{}, fmt.Errorf("pacer: pause %s: the duration must be positive (got %s)", platform, d)
+	}
+	var (
+		until float64
+		sent  bool
+	)
+	err := db.QueryRow(ctx, pauseSQL, platform, 0.0, reason, d.Seconds()).Scan(&until, &sent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pacer: pause %s: %w", platform, err)
+	}
+	return epochToTime(until), nil
 }
 
 // Resume ends platform's pause at once. Jobs snoozed by the pause run at
@@ -60,8 +89,10 @@ func Hold(ctx context.Context, db Execer, platform string, until time.Time, reas
 }
 
 // ClearHold ends platform's fleet-wide hold (a Retry-After, an exhausted
-// quota, a cooldown) at once: the next reservation goes now, and slots
-// granted for after the hold are given back (their callers reserve again).
+// quota, a cooldown) and its backoff at once: the next reservation goes
+// now, at the configured pace (or a quota the destination announced), and
+// slots granted for after the hold are given back (their callers reserve
+// again).
 func ClearHold(ctx context.Context, db Execer, platform string) error {
 	return execOne(ctx, db, "clear hold of", clearHoldSQL, platform)
 }

@@ -290,20 +290,21 @@ FROM u`,
 	respaceLead.Seconds(), announcedShare, MaxHold.Seconds(), resetMemory.Seconds())
 
 // pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
-// database clock; 'Infinity': until resumed) for the reason $3. It is an
+// database clock; 'Infinity': until resumed), or for $4 seconds from now
+// when $4 > 0, for the reason $3, and returns when the pause ends. It is an
 // event: every process gives back the slots it holds (they were granted
 // before the pause), and the cursor restarts from now, since no granted
 // slot is left to honour.
 var pauseSQL = `
 WITH u AS (
-UPDATE fleetpace_pace AS s SET paused_until = $2::float8, pause_reason = $3,
+UPDATE fleetpace_pace AS s SET paused_until = CASE WHEN $4::float8 > 0 THEN n.now + $4::float8 ELSE $2::float8 END, pause_reason = $3,
     cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
     event_shift = 'Infinity', event_horizon = n.now, last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n
 WHERE s.platform = $1
-RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.paused_until
 )
-SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
+SELECT u.paused_until, pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
                  || '|Infinity|' || u.event_at || '|' || u.hold_at) IS NULL
 FROM u`
 
@@ -346,12 +347,19 @@ FROM u`
 const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1`
 
 // clearHoldSQL ends a platform's fleet-wide hold (Retry-After, quota or
-// cooldown) at once. Slots granted during the hold were placed after it:
-// the cursor comes back to now and they are given back (an event with an
-// infinite shift), so their callers reserve again and go now.
+// cooldown) at once, and the backoff with it: the platform runs at its
+// configured pace again (an operator who clears a cooldown says "go"; a
+// multiplier left at its maximum would keep it crawling), and pressure for
+// requests reserved before the clear is stale. Slots granted during the
+// hold were placed after it: the cursor comes back to now and they are
+// given back (an event with an infinite shift), so their callers reserve
+// again and go now.
 var clearHoldSQL = `
 WITH u AS (
 UPDATE fleetpace_pace AS s SET hold_until = 0, hold_reason = '',
+    multiplier = 1, pressure_mult = 0, clean_streak = 0, doubled_at = n.now,
+    last_interval = CASE WHEN s.rate > 0 THEN GREATEST(1.0 / s.rate, CASE WHEN n.now < s.announced_until THEN s.announced_interval ELSE 0 END)
+                         ELSE s.last_interval END,
     cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
     event_shift = 'Infinity', event_horizon = n.now, last_respaced = true
 FROM (SELECT date_part('epoch', clock_timestamp()) AS now) AS n

@@ -20,10 +20,14 @@ WHERE queue = $1
 // wakeFetchesSQL makes a platform's scheduled fetch jobs available now, as
 // River's JobRetry does for one job, and sends River's insert notification
 // for the queue (topic <schema>.river_insert, payload {"queue": …}), so
-// every client fetches at once rather than at its next poll (1 s).
+// every client fetches at once rather than at its next poll (1 s). River
+// takes available jobs in (priority, scheduled_at, id) order: a woken job
+// is scheduled at its creation, so it takes its turn among the jobs queued
+// with it instead of waiting behind every job queued since (another
+// platform's backlog of a whole look-ahead).
 const wakeFetchesSQL = `
 WITH woken AS (
-    UPDATE river_job SET state = 'available', scheduled_at = now()
+    UPDATE river_job SET state = 'available', scheduled_at = LEAST(created_at, now())
     WHERE queue = $1 AND kind = $2 AND state = 'scheduled' AND args->>'platform' = $3
     RETURNING 1
 )
