@@ -127,6 +127,60 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS announced_window   double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS announced_window_at double precision NOT NULL DEFAULT 0;
 
+-- Added with estimating adaptation (see docs/design.md, "Adaptive pacing"):
+--   adapt           how the platform adapts to pressure: 'estimate' (the
+--                   default) measures what the destination accepts and paces
+--                   just under it, recovering in time; 'multiplier' is the
+--                   shared backoff multiplier (backoff_factor,
+--                   recovery_factor, decay_after, probe)
+--   est, est_at     the destination's limit as last measured, requests/s (0:
+--                   none: the ceiling rules), and when it was set: the pace's
+--                   curve starts there (doubled_at stays the latest slow-down
+--                   of any kind, which makes older pressure stale)
+--   est_max         the rate the refusal that set est came at: the limit is
+--                   at least est (what the destination accepted, holds
+--                   included) and about est_max; the pace climbs from just
+--                   under est back to just under est_max, then past it
+--   acc_rate, ref_rate, acc_at, acc_from
+--                   the fleet's answers without pressure (accepted) and with
+--                   it (refused), exponentially weighted averages
+--                   (requests/s) as of acc_at, measured since acc_from
+--   acc_cut, ref_cut
+--                   the answers accepted and refused to requests reserved
+--                   since the last decrease (est_at): the share the
+--                   destination accepts at the pace in force
+--   meas_window, meas_window_at
+--                   the time constant of that average: the longest hold a
+--                   destination asked for lately (a window's length), and
+--                   when it was seen
+--   jitter_at       the last lone refusal below the estimate (jitter): a
+--                   second one soon after is a real lower limit
+--   held_at         the last Retry-After the destination answered: while
+--                   recent, what it accepted per unit of time, holds
+--                   included, bounds the estimate
+--   event_interval  the effective spacing right after the last event (the
+--                   pace keeps changing after it): what a process that
+--                   missed the event's notification re-spaces by
+ALTER TABLE fleetpace_platform
+    ADD COLUMN IF NOT EXISTS adapt text NOT NULL DEFAULT 'estimate'
+        CONSTRAINT fleetpace_platform_adapt_check CHECK (adapt IN ('estimate', 'multiplier'));
+ALTER TABLE fleetpace_pace
+    ADD COLUMN IF NOT EXISTS adapt          text             NOT NULL DEFAULT 'estimate',
+    ADD COLUMN IF NOT EXISTS est            double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS est_at         double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS est_max        double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS acc_rate       double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS ref_rate       double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS acc_cut        integer          NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS ref_cut        integer          NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS acc_at         double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS acc_from       double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS meas_window    double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS meas_window_at double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS jitter_at      double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS held_at        double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS event_interval double precision NOT NULL DEFAULT 0;
+
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.
 -- CREATE OR REPLACE, so `schema apply` brings an older definition up to date.
@@ -134,10 +188,11 @@ CREATE OR REPLACE FUNCTION fleetpace_platform_sync_pace() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
-                                backoff_factor, recovery_factor, probe, use_headers, respace)
+                                backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
     VALUES (NEW.name, NEW.rate_per_sec, NEW.burst, NEW.max_multiplier, NEW.decay_after,
-            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers, NEW.respace)
+            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers, NEW.respace, NEW.adapt)
     ON CONFLICT (platform) DO UPDATE SET
+        adapt           = EXCLUDED.adapt,
         rate            = EXCLUDED.rate,
         burst           = EXCLUDED.burst,
         max_multiplier  = EXCLUDED.max_multiplier,
@@ -163,11 +218,347 @@ CREATE OR REPLACE TRIGGER fleetpace_platform_sync_pace
 -- (a no-op once they agree).
 UPDATE fleetpace_pace AS s SET
     backoff_factor = p.backoff_factor, recovery_factor = p.recovery_factor,
-    probe = p.probe, use_headers = p.use_headers, respace = p.respace
+    probe = p.probe, use_headers = p.use_headers, respace = p.respace, adapt = p.adapt
 FROM fleetpace_platform AS p
 WHERE p.name = s.platform
-  AND (s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace)
-      IS DISTINCT FROM (p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace);
+  AND (s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace, s.adapt)
+      IS DISTINCT FROM (p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace, p.adapt);
+
+-- The pacer's arithmetic (package pacer owns fleetpace_pace and calls these;
+-- see docs/design.md, "Pacer" and "Adaptive pacing"). Times are epoch
+-- seconds; t is the pacer's tuning, passed by every call so that one set of
+-- numbers (pacer/tuning.go) decides everything:
+--   t[1] approach: seconds the pace takes to climb from just under the
+--        estimate to just under the rate of the refusal (concave: fast at
+--        first, flat at the end; flat all along when they are one)
+--   t[2] climb: the coefficient of the cubic climb past it
+--   t[3] margin: how far under the estimate the fleet settles
+--   t[4] late budget: how late after its slot a request may leave
+--   t[5] send slack: how long after that it may take to reach the destination
+--   t[6] beta: the cut when refusals go on right after a decrease
+--   t[7] beta floor: the deepest cut one refusal can make
+--   t[8] calm: seconds after a decrease before a refusal starts a new episode
+--   t[9] jitter memory: a second lone refusal within it is a real limit
+--   t[10], t[11] the measurement window's bounds, seconds
+--   t[12] respace lead, t[13] respace ratio, t[14] announced share,
+--   t[15] longest hold, t[16] reset memory, t[17] probe margin, t[18] probe
+--   steps ('multiplier' mode)
+
+-- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
+-- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
+-- (late budget + send slack - 1 / rate): the burst pays for lateness first.
+CREATE OR REPLACE FUNCTION fleetpace_pace_tau(rate float8, burst int, t float8[])
+RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT GREATEST((burst - 1) / NULLIF(rate, 0) - GREATEST(t[4] + t[5] - 1.0 / NULLIF(rate, 0), 0), 0)
+$$;
+
+-- fleetpace_pace_ceiling is the shortest spacing the ceiling allows: 1 /
+-- rate, stretched when the burst cannot pay for lateness, so that requests
+-- leaving up to t[4] late and arriving up to t[5] after that still make at
+-- most floor(rate + burst) in any 1-s window at the destination:
+-- ceil((1 + t[4] + t[5] + tau) / spacing) <= floor(rate + burst).
+CREATE OR REPLACE FUNCTION fleetpace_pace_ceiling(rate float8, burst int, t float8[])
+RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT GREATEST(1.0 / NULLIF(rate, 0),
+                    (1 + t[4] + t[5] + fleetpace_pace_tau(rate, burst, t)) / GREATEST(floor(rate + burst), 1))
+$$;
+
+-- fleetpace_pace_adaptive is the spacing adaptation asks for: the
+-- multiplier's (multiplier / rate), or, estimating, the pace `since`
+-- seconds after the estimate was set: from just under est (1 - t[3]) it
+-- climbs to just under est_max, fast at first and flat at the end (a
+-- cubic over t[1] seconds), then past it ever faster (× 1 + t[2]·x³);
+-- never faster than the ceiling. No estimate: the ceiling.
+CREATE OR REPLACE FUNCTION fleetpace_pace_adaptive(adapt text, rate float8, multiplier float8, est float8,
+                                                   est_max float8, since float8, t float8[])
+RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN adapt = 'multiplier' THEN GREATEST(multiplier, 1.0) / NULLIF(rate, 0)
+                WHEN est <= 0 THEN 1.0 / NULLIF(rate, 0)
+                WHEN since < t[1]
+                THEN 1.0 / LEAST(NULLIF(rate, 0), (1 - t[3]) * (GREATEST(est_max, est)
+                                 - (GREATEST(est_max, est) - est) * power(1 - GREATEST(since, 0) / t[1], 3)))
+                ELSE 1.0 / LEAST(NULLIF(rate, 0), (1 - t[3]) * GREATEST(est_max, est) * (1 + t[2] * power(since - t[1], 3)))
+           END
+$$;
+
+-- fleetpace_pace_interval is a platform's effective spacing at now: the
+-- largest of adaptation's, the ceiling's and, while it holds, the
+-- destination's announced one.
+CREATE OR REPLACE FUNCTION fleetpace_pace_interval(adapt text, rate float8, burst int, multiplier float8, est float8,
+                                                   est_max float8, est_at float8, announced_interval float8,
+                                                   announced_until float8, now float8, t float8[])
+RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT GREATEST(fleetpace_pace_adaptive(adapt, rate, multiplier, est, est_max, now - est_at, t),
+                    fleetpace_pace_ceiling(rate, burst, t),
+                    CASE WHEN now < announced_until THEN announced_interval ELSE 0 END)
+$$;
+
+-- fleetpace_pace_report applies what p_answered answers without pressure
+-- (p_clean of them clean, p_fresh of them to requests reserved since the
+-- latest slow-down the caller knew of), or one answer with pressure, told
+-- the caller,
+-- and what the destination announced, to a platform's pace row; see
+-- pacer's reportSQL for the parameters and docs/design.md ("Adaptive
+-- pacing") for the rules. It returns the row's state after it; a report
+-- that slows the platform down is an event, announced on channel
+-- fleetpace_pace by pg_notify (delivered at commit). No row: nothing.
+CREATE OR REPLACE FUNCTION fleetpace_pace_report(
+    p_platform text, p_now float8, p_pressure boolean, p_reserved_at float8, p_sent_interval float8,
+    p_retry float8, p_answered integer, p_clean integer, p_fresh integer,
+    p_announced float8, p_announced_ttl float8, p_quota_hold float8, p_reason text,
+    p_window float8, p_limit float8, t float8[])
+RETURNS TABLE (r_multiplier float8, r_max_multiplier float8, r_streak integer, r_effect smallint, r_hold_left float8,
+               r_event_seq bigint, r_event_at float8, r_interval float8, r_shift float8, r_horizon float8,
+               r_hold_at float8, r_respaced boolean, r_window float8, r_estimate float8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s           fleetpace_pace%ROWTYPE;
+    v_now       float8;
+    v_stale     boolean;
+    v_m0        float8;           -- the multiplier before
+    v_m         float8;           -- after (estimating: the ceiling over the pace, for humans)
+    v_mp        float8;
+    v_streak    integer;
+    v_steps     integer := 0;
+    v_effect    smallint := 0;    -- 3 slowed, 4 at the slowest, 5 stale, 6 relaxed, 7 jitter (pacer's effect* codes)
+    v_est       float8;
+    v_est_at    float8;
+    v_est_max   float8;
+    v_held      boolean;          -- the destination held the fleet lately (a Retry-After)
+    v_slowed    float8;           -- doubled_at after: the latest slow-down of any kind
+    v_tau       float8;           -- the measurement's time constant
+    v_decay     float8;
+    v_share     float8;           -- the share of answers accepted lately
+    v_acc       float8;           -- the accepted rate, corrected while the measurement is young
+    v_sent      float8;           -- the rate the refused request was sent at
+    v_floor     float8;           -- the lowest estimate allowed
+    v_hurried   boolean;          -- refusals go on within calm of a decrease
+    v_hold      float8;
+    v_win       float8;
+    v_win_kept  boolean;
+    v_win_new   boolean;
+    v_ann       float8;           -- the spacing announced now (NULL: none)
+    v_ann_i     float8;           -- the announced spacing in force after
+    v_ann_until float8;
+    v_i_old     float8;
+    v_i_new     float8;
+    v_ratio     float8;
+    v_pivot     float8;
+    v_first     float8;
+    v_retro     float8 := 0;
+    v_event     boolean;
+    v_shift     float8;
+BEGIN
+    SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND rate > 0 FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_now := COALESCE(p_now, date_part('epoch', clock_timestamp()));
+    v_stale := p_pressure AND COALESCE(p_reserved_at, v_now) < s.doubled_at;
+    v_slowed := s.doubled_at;
+    v_est := s.est;
+    v_est_at := s.est_at;
+    v_est_max := s.est_max;
+    v_m0 := GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier));
+    v_m := v_m0;
+    v_mp := s.pressure_mult;
+    v_streak := CASE WHEN p_pressure THEN 0 ELSE s.clean_streak + p_clean END;
+
+    -- The quota window: the longest any process saw lately.
+    v_win_kept := v_now - s.announced_window_at < t[16];
+    v_win := GREATEST(COALESCE(p_window, 0), CASE WHEN v_win_kept THEN s.announced_window ELSE 0 END);
+    v_win_new := s.use_headers AND p_window > 0 AND (p_window >= s.announced_window OR NOT v_win_kept);
+    IF s.use_headers AND p_announced IS NOT NULL THEN
+        -- Never slower than the quota's limit per the longest window any
+        -- process saw (the long-run rate).
+        v_ann := LEAST(p_announced, CASE WHEN p_limit > 0 AND v_win > 0 THEN v_win / (p_limit * t[14]) END, t[15]);
+    END IF;
+    v_ann_i := COALESCE(v_ann, CASE WHEN v_now < s.announced_until THEN s.announced_interval ELSE 0 END);
+    v_ann_until := CASE WHEN v_ann IS NOT NULL THEN v_now + p_announced_ttl ELSE s.announced_until END;
+
+    v_hold := GREATEST(s.hold_until,
+                       CASE WHEN p_pressure THEN v_now + p_retry END,
+                       CASE WHEN s.use_headers THEN v_now + p_quota_hold END);
+    v_i_old := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m0, s.est, s.est_max, s.est_at,
+                                       s.announced_interval, s.announced_until, v_now, t);
+
+    IF s.adapt = 'multiplier' THEN
+        IF p_pressure AND v_stale THEN
+            v_effect := 5;
+        ELSIF p_pressure AND v_m0 < s.max_multiplier THEN
+            v_m := LEAST(v_m0 * s.backoff_factor, s.max_multiplier);
+            v_mp := v_m0;
+            v_slowed := v_now;
+            v_effect := 3;
+        ELSIF p_pressure THEN
+            v_effect := 4;
+        ELSE
+            v_steps := LEAST(v_streak / GREATEST(s.decay_after, 1), 64);
+            IF v_steps > 0 THEN
+                IF v_ann_i > 0 THEN
+                    -- The destination says what it allows; the streak confirms it.
+                    v_m := GREATEST(LEAST(v_m0 / power(s.recovery_factor, v_steps), v_ann_i * s.rate), 1.0);
+                ELSIF NOT s.probe OR s.pressure_mult <= 0 THEN
+                    v_m := GREATEST(v_m0 / power(s.recovery_factor, v_steps), 1.0);
+                ELSIF v_m0 > s.pressure_mult * (1 + t[17]) THEN
+                    v_m := GREATEST(v_m0 / power(s.recovery_factor, v_steps), s.pressure_mult * (1 + t[17]));
+                ELSE
+                    v_m := GREATEST(v_m0 / power(s.recovery_factor, v_steps / t[18]), 1.0);
+                END IF;
+                IF v_m < s.pressure_mult / (1 + t[17]) THEN
+                    v_mp := 0;
+                END IF;
+                IF v_m0 > 1 THEN
+                    v_effect := 6;
+                END IF;
+            END IF;
+            v_streak := v_streak % GREATEST(s.decay_after, 1);
+        END IF;
+    ELSE
+        -- Measure what the destination accepts: the fleet's answers without
+        -- pressure and with it, averaged over the measurement window (the
+        -- longest hold a destination asked for lately — a fixed window's
+        -- length —, at least t[10]), restarted after a silence of three
+        -- windows.
+        v_tau := LEAST(GREATEST(CASE WHEN v_now - s.meas_window_at < t[16] THEN s.meas_window ELSE 0 END, t[10]), t[11]);
+        -- Held lately: the destination's holds are part of what it allows.
+        v_held := v_now - s.held_at < 2 * v_tau;
+        IF p_pressure AND p_retry > 0 THEN
+            s.held_at := v_now;
+        END IF;
+        IF p_pressure AND p_retry > 0 AND (p_retry >= s.meas_window OR v_now - s.meas_window_at >= t[16]) THEN
+            -- The longest hold asked for lately: a window's length.
+            s.meas_window := LEAST(p_retry, t[11]);
+            s.meas_window_at := v_now;
+            v_tau := LEAST(GREATEST(s.meas_window, t[10]), t[11]);
+        END IF;
+        IF s.acc_at = 0 OR v_now - s.acc_at > 3 * v_tau THEN
+            s.acc_rate := 0;
+            s.ref_rate := 0;
+            s.acc_from := v_now;
+        ELSE
+            v_decay := exp(-(v_now - s.acc_at) / v_tau);
+            s.acc_rate := s.acc_rate * v_decay;
+            s.ref_rate := s.ref_rate * v_decay;
+        END IF;
+        s.acc_rate := s.acc_rate + GREATEST(p_answered, 0) / v_tau;
+        s.ref_rate := s.ref_rate + p_pressure::int / v_tau;
+        -- The share accepted at the pace in force: of the answers to
+        -- requests reserved since the last decrease, before this one (a
+        -- refusal does not count against itself).
+        s.acc_cut := s.acc_cut + GREATEST(p_fresh, 0);
+        v_share := COALESCE(s.acc_cut::float8 / NULLIF(s.acc_cut + s.ref_cut, 0), 1);
+        IF p_pressure AND NOT v_stale THEN
+            s.ref_cut := s.ref_cut + 1;
+        END IF;
+        s.acc_at := v_now;
+        v_acc := s.acc_rate / GREATEST(1 - exp(-(v_now - s.acc_from) / v_tau), 0.05);
+
+        IF p_pressure AND v_stale THEN
+            v_effect := 5;
+        ELSIF p_pressure THEN
+            v_sent := 1.0 / COALESCE(NULLIF(p_sent_interval, 0), v_i_old);
+            v_hurried := s.est > 0 AND v_now - s.est_at < t[8];
+            IF s.est > 0 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
+               AND v_now - s.jitter_at >= t[9] THEN
+                -- A lone refusal below the estimate while nearly everything
+                -- is accepted: jitter (a request that left late, one that
+                -- arrived early). Keep the estimate; start the plateau again.
+                v_effect := 7;
+                v_est_max := s.est;
+                v_est_at := v_now;
+                s.jitter_at := v_now;
+            ELSE
+                -- The refusal came at v_sent. What the destination accepted
+                -- of what the fleet sent there is the limit's upper reading
+                -- (est_max: v_sent when nearly everything was accepted until
+                -- now — a probe found it —, less under refusal). Its lower
+                -- reading (est, where the pace restarts from) is the same,
+                -- cut deeper when refusals go on right after a decrease, and
+                -- no more than what a destination that holds the fleet
+                -- accepted per unit of time, holds included. A destination
+                -- that holds the fleet for longer than the shortest
+                -- measurement resets by windows: that is all it allows.
+                v_floor := s.rate / s.max_multiplier / (1 - t[3]);
+                v_est_max := GREATEST(v_sent * v_share, v_floor);
+                v_est := v_est_max;
+                IF v_hurried THEN
+                    v_est := LEAST(v_est, v_sent * t[6]);
+                END IF;
+                IF v_held THEN
+                    v_est := LEAST(v_est, v_acc);
+                    IF s.meas_window > t[10] THEN
+                        v_est_max := v_est;
+                    END IF;
+                END IF;
+                v_est := GREATEST(v_est, v_floor);
+                v_est_max := GREATEST(v_est_max, v_est);
+                v_effect := CASE WHEN s.est > 0 AND s.est <= v_floor * 1.000001 AND v_est <= v_floor * 1.000001 THEN 4 ELSE 3 END;
+                v_est_at := v_now;
+                v_slowed := v_now;
+                s.acc_cut := 0;
+                s.ref_cut := 0;
+            END IF;
+        END IF;
+        v_m := s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, v_m0, v_est, v_est_max, v_now - v_est_at, t);
+    END IF;
+
+    v_i_new := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m, v_est, v_est_max, v_est_at,
+                                       v_ann_i, v_ann_until, v_now, t);
+    v_ratio := GREATEST(v_i_new / v_i_old, 1);
+    v_pivot := v_now + t[12];
+    v_first := CASE WHEN s.cursor_at > v_pivot THEN s.cursor_at - floor((s.cursor_at - v_pivot) / v_i_old) * v_i_old ELSE v_pivot END;
+    IF v_win > 0 AND v_ann_i > 0 THEN
+        v_retro := GREATEST(LEAST(s.cursor_at, v_pivot) - GREATEST(s.run_start, v_pivot - v_win), 0) * (v_ratio - 1);
+    END IF;
+    v_event := s.respace AND (v_effect IN (3, 7) AND v_ratio > 1.000001 OR v_ratio > t[13] OR v_hold > GREATEST(s.hold_until, v_now));
+    -- Slots moved later go after the hold, after the run's quota window
+    -- (retro), and a whole new spacing after the pivot: a slot left where it
+    -- was may lie just before the pivot, and a strict limiter refuses two
+    -- requests closer than its spacing.
+    v_shift := GREATEST(GREATEST(v_hold, s.paused_until) - (v_pivot + (v_first - v_pivot) * v_ratio), v_retro,
+                        CASE WHEN v_ratio > 1.000001 THEN v_i_new - (v_first - v_pivot) * v_ratio ELSE 0 END, 0);
+
+    UPDATE fleetpace_pace AS u SET
+        multiplier = v_m, clean_streak = v_streak, pressure_mult = v_mp,
+        est = v_est, est_max = v_est_max, est_at = v_est_at,
+        doubled_at = CASE WHEN v_event AND (v_ratio > 1.000001 OR v_shift > 0) THEN v_now ELSE v_slowed END,
+        hold_until = v_hold,
+        hold_reason = CASE WHEN v_hold > s.hold_until THEN p_reason ELSE s.hold_reason END,
+        announced_interval = v_ann_i, announced_until = v_ann_until,
+        announced_window = CASE WHEN v_win_new THEN p_window ELSE s.announced_window END,
+        announced_window_at = CASE WHEN v_win_new THEN v_now ELSE s.announced_window_at END,
+        acc_rate = s.acc_rate, ref_rate = s.ref_rate, acc_at = s.acc_at, acc_from = s.acc_from,
+        acc_cut = s.acc_cut, ref_cut = s.ref_cut,
+        meas_window = s.meas_window, meas_window_at = s.meas_window_at, jitter_at = s.jitter_at, held_at = s.held_at,
+        cursor_at = CASE WHEN v_event AND s.cursor_at > v_pivot
+                         THEN LEAST(v_pivot + (s.cursor_at - v_pivot) * v_ratio + v_shift, GREATEST(v_now + s.last_max_wait, v_pivot) + v_i_new)
+                         WHEN v_event
+                         THEN LEAST(s.cursor_at + v_retro, GREATEST(v_now + s.last_max_wait, v_pivot) + v_i_new)
+                         ELSE s.cursor_at END,
+        last_interval = v_i_new,
+        event_seq = s.event_seq + v_event::int,
+        event_at = CASE WHEN v_event THEN v_now ELSE s.event_at END,
+        event_interval = CASE WHEN v_event THEN v_i_new ELSE s.event_interval END,
+        event_shift = CASE WHEN v_event THEN v_shift ELSE s.event_shift END,
+        event_horizon = CASE WHEN v_event THEN GREATEST(v_now + s.last_max_wait, v_pivot) ELSE s.event_horizon END,
+        last_respaced = v_event,
+        last_effect = v_effect
+    WHERE u.platform = p_platform
+    RETURNING u.* INTO s;
+
+    IF v_event THEN
+        PERFORM pg_notify('fleetpace_pace', s.platform || '|' || s.event_seq || '|' || s.event_at || '|' || s.last_interval
+                                            || '|' || s.event_shift || '|' || s.event_horizon
+                                            || '|' || GREATEST(s.hold_until, s.paused_until));
+    END IF;
+    RETURN QUERY SELECT s.multiplier, s.max_multiplier, s.clean_streak, s.last_effect,
+                        GREATEST(s.hold_until - v_now, 0), s.event_seq, s.event_at, s.last_interval,
+                        s.event_shift, s.event_horizon, GREATEST(s.hold_until, s.paused_until), s.last_respaced,
+                        CASE WHEN v_now - s.announced_window_at < t[16] THEN s.announced_window ELSE 0 END,
+                        s.est;
+END
+$$;
 
 -- cooldown: one row per platform that was told to stop (rate limited).
 -- Rows whose until has passed no longer filter anything; count drives

@@ -80,7 +80,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("Pause: %v, until %s", err, until)
 	}
 	states, err := pacer.States(f.ctx, f.pool)
-	if err != nil || states[0].Source != pacer.SourcePaused || states[0].PauseReason != "maintenance" || states[0].Paused < 59*time.Minute {
+	if err != nil || states[0].PacedBy != pacer.PacedByPause || states[0].PauseReason != "maintenance" || states[0].Paused < 59*time.Minute {
 		t.Fatalf("states after pause: %+v, %v", states, err)
 	}
 	ja, jb := f.snoozed(t, "a"), f.snoozed(t, "b")
@@ -95,7 +95,7 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("b's snoozed job after a's resume: %s, due %v; want left alone", st, due)
 	}
 	states, _ = pacer.States(f.ctx, f.pool)
-	if states[0].Paused != 0 || states[0].Source == pacer.SourcePaused {
+	if states[0].Paused != 0 || states[0].PacedBy == pacer.PacedByPause {
 		t.Fatalf("state after resume: %+v", states[0])
 	}
 	if _, err := control.Pause(f.ctx, f.pool, "nope", control.PauseOptions{}); !errors.Is(err, sources.ErrNotFound) {

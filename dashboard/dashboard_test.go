@@ -182,7 +182,7 @@ func fleetData(t *testing.T, pool *pgxpool.Pool) {
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 2, last_outcome = 'failed', last_status = 404,
 		last_error = 'HTTP 404 Not Found' WHERE url IN ('https://a.example/6', 'https://a.example/7', 'https://a.example/8', 'https://a.example/9')`)
 	exec(t, pool, `UPDATE fleetpace_source SET enabled = false, due_at = now() - interval '1 day' WHERE url = 'https://a.example/10'`)
-	exec(t, pool, `UPDATE fleetpace_pace SET multiplier = 2 WHERE platform = 'alpha'`)
+	exec(t, pool, `UPDATE fleetpace_pace SET adapt = 'multiplier', multiplier = 2 WHERE platform = 'alpha'`)
 	if err := pacer.Pause(ctx, pool, "beta", time.Time{}, "maintenance window"); err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ var funcs = template.FuncMap{
 	"redact":     sources.RedactURL,
 	"sub":        func(a, b float64) float64 { return a - b },
 	"add":        func(a, b float64) float64 { return a + b },
-	"sources":    sourceText,
+	"pacedBy":    pacedByText,
 }
 
 // Arguments of the templates' parts.
@@ -130,21 +130,21 @@ func durText(d time.Duration) string {
 	}
 }
 
-// sourceText explains where the effective rate comes from.
-func sourceText(source string) string {
-	switch source {
-	case "paused":
+// pacedByText explains what decides the effective rate (pacer.State.PacedBy).
+func pacedByText(by string) string {
+	switch by {
+	case pacer.PacedByPause:
 		return "paused by an operator"
-	case "hold":
+	case pacer.PacedByHold:
 		return "fleet-wide hold"
-	case "announced":
+	case pacer.PacedByAnnounced:
 		return "rate the destination announced"
-	case "multiplier":
+	case pacer.PacedByBackoff:
 		return "ceiling ÷ backoff multiplier"
-	case "ceiling":
+	case pacer.PacedByCeiling:
 		return "the configured ceiling"
 	}
-	return source
+	return by
 }
 
 func parseTemplates() (map[string]*template.Template, error) {

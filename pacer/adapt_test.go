@@ -22,7 +22,7 @@ func reportCleanN(t *testing.T, p *Pacer, platform string, n int) ReportResult {
 	var rep ReportResult
 	for range n {
 		var err error
-		if rep, err = p.Report(context.Background(), platform, Reservation{}, Outcome{Kind: Clean}); err != nil {
+		if rep, err = p.Report(context.Background(), platform, Reservation{}, Feedback{Kind: Clean}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -30,7 +30,7 @@ func reportCleanN(t *testing.T, p *Pacer, platform string, n int) ReportResult {
 }
 
 // pressure reports rate pressure for a request reserved now.
-func pressure(t *testing.T, p *Pacer, platform string, out Outcome) ReportResult {
+func pressure(t *testing.T, p *Pacer, platform string, out Feedback) ReportResult {
 	t.Helper()
 	r, err := p.Reserve(context.Background(), platform, time.Hour)
 	if err != nil {
@@ -57,10 +57,10 @@ func TestProbingRecovery(t *testing.T) {
 	addPlatform(t, pool, platformSpec{name: "probe", rate: 1000, decayAfter: 2, backoff: 1.5, recovery: 1.1, probe: true})
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = -1 })
 
-	if rep := pressure(t, p, "probe", Outcome{}); !rep.Increased || !near(rep.Multiplier, 1.5) {
+	if rep := pressure(t, p, "probe", Feedback{}); !rep.Increased || !near(rep.Multiplier, 1.5) {
 		t.Fatalf("first pressure: %+v, want ×1.5", rep)
 	}
-	if rep := pressure(t, p, "probe", Outcome{}); !rep.Increased || !near(rep.Multiplier, 2.25) {
+	if rep := pressure(t, p, "probe", Feedback{}); !rep.Increased || !near(rep.Multiplier, 2.25) {
 		t.Fatalf("second episode: %+v, want ×2.25", rep)
 	}
 	if row := readAdapt(t, pool, "probe"); !near(row.pressureMult, 1.5) {
@@ -122,24 +122,24 @@ func TestQuotaSpacing(t *testing.T) {
 	}{
 		{"nothing", ratelimit.Info{}, 0, 0, 0, 0},
 		{"strict limiter, next token in 125 ms", ratelimit.Info{Limit: 1, Remaining: 0, HasRemaining: true, Reset: 125 * time.Millisecond, HasReset: true},
-			125 * time.Millisecond, 125 * time.Millisecond, time.Minute, 125 * time.Millisecond},
+			125 * time.Millisecond, 125 * time.Millisecond, time.Second, 125 * time.Millisecond},
 		{"fixed window, start", ratelimit.Info{Limit: 600, Remaining: 599, HasRemaining: true, Reset: time.Minute, HasReset: true, Window: time.Minute},
 			0, 100 * time.Millisecond, 2 * time.Minute, 0},
-		{"fixed window, quota used up early", ratelimit.Info{Limit: 600, Remaining: 10, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
-			time.Minute, 2727272727, 90 * time.Second, 0},
-		{"fixed window, behind its pace: no faster than the window's rate", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+		{"fixed window, late with little left: never slower than the window's rate", ratelimit.Info{Limit: 600, Remaining: 10, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
 			time.Minute, 100 * time.Millisecond, 90 * time.Second, 0},
+		{"fixed window, much left: what is left until the reset", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 60 * time.Millisecond, 90 * time.Second, 0},
 		{"token bucket half full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 5, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
-			time.Second, 100 * time.Millisecond, time.Minute, 0},
-		{"token bucket nearly empty: what is left until full", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
-			time.Second, 450 * time.Millisecond, time.Minute, 0},
-		{"token bucket nearly full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
-			time.Second, 100 * time.Millisecond, time.Minute, 0},
+			time.Second, 100 * time.Millisecond, 1500 * time.Millisecond, 0},
+		{"token bucket nearly empty: its refill rate", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, 1900 * time.Millisecond, 0},
+		{"token bucket nearly full: drains towards half", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
+			time.Second, 11111111, 1100 * time.Millisecond, 0},
 		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 0, 2 * time.Second, time.Minute, 0},
 		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0, 0},
-		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, 0, time.Second, time.Minute, time.Second},
+		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, time.Second},
 		{"NaN remaining", ratelimit.Info{Remaining: math.NaN(), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, 0},
-		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, 0, MaxHold, MaxHold, MaxHold},
+		{"huge reset", ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}, 0, 0, 0, MaxHold},
 		{"infinite remaining", ratelimit.Info{Remaining: math.Inf(1), HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, 0},
 		{"zero reset", ratelimit.Info{Remaining: 3, HasRemaining: true, Reset: 0, HasReset: true}, 0, 0, 0, 0},
 		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0, 0},
@@ -171,7 +171,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := p.Report(ctx, name, r, Outcome{Kind: Clean, Quota: five})
+		rep, err := p.Report(ctx, name, r, Feedback{Kind: Clean, Quota: five})
 		if err != nil || rep.Deferred {
 			t.Fatalf("%s: an announcement that slows the platform down is sent at once: %+v %v", name, rep, err)
 		}
@@ -200,11 +200,11 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	for _, s := range states {
 		switch s.Platform {
 		case "ann":
-			if s.Source != SourceAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < 50*time.Second {
+			if s.PacedBy != PacedByAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < time.Second {
 				t.Fatalf("announced platform's state: %+v", s)
 			}
 		case "deaf":
-			if s.Source != SourceCeiling || s.AnnouncedRate != 0 || !near(s.EffectiveRate, 20) {
+			if s.PacedBy != PacedByCeiling || s.AnnouncedRate != 0 || !near(s.EffectiveRate, 20) {
 				t.Fatalf("headers-off platform's state: %+v", s)
 			}
 		}
@@ -220,7 +220,7 @@ func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 	ctx := context.Background()
 	begin := time.Now()
 	r, _ := p.Reserve(ctx, "quota", time.Minute)
-	rep, err := p.Report(ctx, "quota", r, Outcome{Kind: Clean,
+	rep, err := p.Report(ctx, "quota", r, Feedback{Kind: Clean,
 		Quota: ratelimit.Info{Limit: 100, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
 	if err != nil || !rep.Respaced || rep.Hold < 1900*time.Millisecond || rep.Hold > 2*time.Second {
 		t.Fatalf("exhausted quota: %+v %v, want a 2 s hold", rep, err)
@@ -241,7 +241,7 @@ func TestHostileHoldsAreCapped(t *testing.T) {
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "hostile", rate: 20})
 	p := newPacer(t, url, nil)
-	rep := pressure(t, p, "hostile", Outcome{RetryAfter: math.MaxInt64,
+	rep := pressure(t, p, "hostile", Feedback{RetryAfter: math.MaxInt64,
 		Quota: ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}})
 	if rep.Hold > MaxHold || rep.Hold < MaxHold-time.Minute {
 		t.Fatalf("hold %v, want capped at %v", rep.Hold, MaxHold)
@@ -269,12 +269,11 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := setup(t)
-			// Slots 2 s apart, so every one is still ahead when the
-			// pressure comes, however slow the machine.
+			// Slots 2 s apart on one fake clock, which the statements read.
 			addPlatform(t, pool, platformSpec{name: "resp", rate: 0.5})
-			a := newPacer(t, url, nil)
 			clk := clocktest.New()
-			b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.PollOnly = pollOnly; c.MaxLate = time.Hour })
+			a := fakePacer(t, url, clk, nil)
+			b := fakePacer(t, url, clk, func(c *Config) { c.PollOnly = pollOnly })
 			ctx := context.Background()
 			// b connects its listener with its first reservation.
 			var rs []Reservation
@@ -302,7 +301,8 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 				}()
 			}
 			clocktest.WaitSleepers(t, clk, 3)
-			rep := pressure(t, a, "resp", Outcome{}) // ×2: 2 s → 4 s
+			clk.Advance(100 * time.Millisecond) // the slow-down comes after the reservations
+			rep := pressure(t, a, "resp", Feedback{}) // ×2: 2 s → 4 s
 			if !rep.Increased || !rep.Respaced {
 				t.Fatalf("pressure: %+v", rep)
 			}
@@ -316,11 +316,9 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 				}
 			}
 			waitFor(t, "re-spacing", func() bool { return b.Stats().Respaced == 3 })
-			clk.Advance(time.Hour)
 			got := make([]Reservation, 4)
 			got[0] = rs[0]
-			for range 3 {
-				s := <-done
+			for s := range stepUntil(t, clk, 3, 10*time.Millisecond, done) {
 				if s.err != nil {
 					t.Fatalf("slot %d: %v", s.k, s.err)
 				}
@@ -381,7 +379,7 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 		t.Fatalf("while paused: %+v %v, want denied, paused, wait MaxHold", r, err)
 	}
 	states, err := States(ctx, pool)
-	if err != nil || !states[0].PausedIndefinitely || states[0].PauseReason != "maintenance" || states[0].Source != SourcePaused {
+	if err != nil || !states[0].PausedIndefinitely || states[0].PauseReason != "maintenance" || states[0].PacedBy != PacedByPause {
 		t.Fatalf("state while paused: %+v %v", states, err)
 	}
 	if err := Resume(ctx, pool, "pause"); err != nil {
@@ -420,6 +418,36 @@ func TestParseEvent(t *testing.T) {
 }
 
 // waitFor polls cond until it holds, failing after 10 s.
+// stepUntil advances clk by step whenever a sleeper waits on it, until n
+// results came on done, and yields them: callers sleeping on a fake clock
+// wake at most step after their time, however long the test takes.
+func stepUntil[T any](t *testing.T, clk *clocktest.Fake, n int, step time.Duration, done <-chan T) func(func(T) bool) {
+	t.Helper()
+	return func(yield func(T) bool) {
+		deadline := time.Now().Add(30 * time.Second)
+		for got := 0; got < n; {
+			select {
+			case r := <-done:
+				got++
+				if !yield(r) {
+					return
+				}
+				continue
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d results within 30 s of stepping the clock", got, n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			err := clk.BlockUntilContext(ctx, n-got)
+			cancel()
+			if err == nil {
+				clk.Advance(step)
+			}
+		}
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -443,7 +471,7 @@ func TestRespaceOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := readRow(t, pool, "old")
-	rep := pressure(t, p, "old", Outcome{RetryAfter: time.Second}) // reserves one more slot
+	rep := pressure(t, p, "old", Feedback{RetryAfter: time.Second}) // reserves one more slot
 	if after := readRow(t, pool, "old"); after.cursor-before.cursor > 0.051 {
 		t.Fatalf("cursor moved %.3fs for one reservation: stretched although respace is off", after.cursor-before.cursor)
 	}
@@ -460,7 +488,7 @@ func TestStateJSONRoundTrip(t *testing.T) {
 	t.Parallel()
 	s := State{Platform: "p", Rate: 20, Burst: 2, Multiplier: 1.5, Hold: 1500 * time.Millisecond, HoldReason: "Retry-After",
 		Paused: time.Minute, PauseReason: "x", AnnouncedRate: 5, AnnouncedFor: 30 * time.Second, EffectiveRate: 5,
-		Source: SourceAnnounced, CursorAhead: 250 * time.Millisecond, Slowdowns: 3, Probe: true}
+		PacedBy: PacedByAnnounced, CursorAhead: 250 * time.Millisecond, Slowdowns: 3, Probe: true}
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -484,7 +512,7 @@ func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "shift", rate: 2})
 	clk := clocktest.New()
-	b := newPacer(t, url, func(c *Config) { c.Clock = clk; c.MaxLate = time.Hour })
+	b := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
 	var rs []Reservation
 	for range 3 {
@@ -507,16 +535,18 @@ func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
 	}
 	clocktest.WaitSleepers(t, clk, 2)
 	until := rs[0].Slot.Add(2 * time.Second)
-	if err := Hold(ctx, pool, "shift", until, "test"); err != nil {
+	if err := Hold(WithTime(ctx, clk.Now()), pool, "shift", until, "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "re-spacing", func() bool { return b.Stats().Respaced == 2 })
-	clk.Advance(time.Hour)
-	got := []Reservation{<-done, <-done}
+	var got []Reservation
+	for r := range stepUntil(t, clk, 2, 10*time.Millisecond, done) {
+		got = append(got, r)
+	}
 	if got[0].Slot.After(got[1].Slot) {
 		got[0], got[1] = got[1], got[0]
 	}
-	if d := got[0].Slot.Sub(until); d < -5*time.Millisecond || d > 5*time.Millisecond {
+	if d := got[0].Slot.Sub(until); d < -time.Millisecond || d > time.Millisecond {
 		t.Fatalf("earliest granted slot %v from the hold, want at the hold (was %v before it)", d, until.Sub(rs[1].Slot))
 	}
 	if gap := got[1].Slot.Sub(got[0].Slot); gap < 499*time.Millisecond || gap > 501*time.Millisecond {
@@ -561,11 +591,12 @@ func TestClearHoldGoesNow(t *testing.T) {
 	}
 }
 
-// A process that has only seen a short Reset (late in a fixed window)
-// paces the quota by the longest window any process saw: the shared row
-// keeps it, so one process's partial view cannot speed the fleet up past
-// the quota's limit per window.
-func TestQuotaWindowIsTheFleets(t *testing.T) {
+// Late in a fixed window, what is left spread until the reset is the
+// slowest reading of the quota there is: the fleet never paces slower than
+// the quota's limit per window, the longest any process saw (the shared row
+// keeps it). p1 saw a window start (5 per 1 s); p2 sees 1 left, 900 ms
+// before the reset, which alone reads 1.1/s (the control).
+func TestLateWindowViewDoesNotSlowTheFleet(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "win", rate: 20})
@@ -577,22 +608,20 @@ func TestQuotaWindowIsTheFleets(t *testing.T) {
 		if err != nil || !r.Granted {
 			t.Fatalf("%+v %v", r, err)
 		}
-		if _, err := p.Report(ctx, "win", r, Outcome{Kind: Clean, Quota: q}); err != nil {
+		if _, err := p.Report(ctx, "win", r, Feedback{Kind: Clean, Quota: q}); err != nil {
 			t.Fatal(err)
 		}
 		p.Flush(ctx) // a faster announcement waits for the clean batch
 	}
-	// p1 sees a window start: 5 per 1 s. p2 sees only the window's last
-	// 300 ms with 3 left: alone it would pace at (3+1)/0.3 s = 13.3/s.
+	late := ratelimit.Info{Limit: 5, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true}
 	report(p1, ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true})
-	report(p2, ratelimit.Info{Limit: 5, Remaining: 3, HasRemaining: true, Reset: 300 * time.Millisecond, HasReset: true})
-	if i, _, _ := spacing(ratelimit.Info{Limit: 5, Remaining: 3, HasRemaining: true, Reset: 300 * time.Millisecond, HasReset: true}, 300*time.Millisecond); i > 100*time.Millisecond {
-		t.Fatalf("the control: p2's own view spaces %v, want under 100 ms", i)
+	report(p2, late)
+	if rate := late.Remaining / late.Reset.Seconds(); rate > 1.2 {
+		t.Fatalf("the control: what is left until the reset reads %.2f/s, want about 1.1/s", rate)
 	}
 	row := readAdapt(t, pool, "win")
-	want := 0.2 / announcedShare
-	if math.Abs(row.announcedInterval-want) > 1e-6 {
-		t.Fatalf("announced spacing %.4f s after p2's report, want %.4f s (5 per the fleet's 1-s window)", row.announcedInterval, want)
+	if max := 0.2 / announcedShare; row.announcedInterval > max+1e-6 {
+		t.Fatalf("announced spacing %.4f s after p2's report, want ≤ %.4f s (5 per the fleet's 1-s window)", row.announcedInterval, max)
 	}
 }
 
@@ -618,7 +647,7 @@ func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 		}
 		sent, last = append(sent, r.Slot), r
 	}
-	rep, err := p.Report(ctx, "run", last, Outcome{Kind: Clean,
+	rep, err := p.Report(ctx, "run", last, Feedback{Kind: Clean,
 		Quota: ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true, Window: time.Second}})
 	if err != nil || !rep.Respaced {
 		t.Fatalf("the announcement is a slow-down: %+v %v", rep, err)

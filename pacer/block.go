@@ -20,7 +20,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 		return Reservation{}, false
 	}
 	now := p.clock.Now()
-	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(secondsToDuration(st.block[0].interval), st.block[0].heldBack) {
+	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(st, secondsToDuration(st.block[0].interval)) {
 		st.block = st.block[1:]
 		p.blockSlots.Add(-1)
 		p.blockDiscarded.Add(1)
@@ -37,7 +37,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 	p.blockSlots.Add(-1)
 	return Reservation{Platform: platform, Granted: true, Wait: wait, ReservedAt: epochToTime(b.reservedAt),
 		Slot: epochToTime(b.slot), Multiplier: b.mult, Interval: secondsToDuration(b.interval), FromBlock: true,
-		due: b.at, maxWait: maxWait, seq: b.seq, heldBack: b.heldBack}, true
+		due: b.at, maxWait: maxWait, seq: b.seq, rate: st.rate, burst: st.burst}, true
 }
 
 // dropBlock discards the slots kept for platform: they were spaced for a
@@ -61,25 +61,10 @@ func (p *Pacer) observeRTT(d time.Duration) {
 	p.rtt.Store(old + (int64(d)-old)/8)
 }
 
-// lateTolerance is how late after its slot a request may still go: half
-// the spacing the slot was granted at, plus one spacing for every burst
-// slot its reservation held back (heldBack, reserveSQL), or Config.MaxLate
-// when that is more. The slots in any span of T seconds number at most
-// rate × T + b (GCRA, b the burst the reservation used: burst − heldBack);
-// requests sent up to d late put the slots of T + d seconds into T seconds,
-// so a destination's 1-s window may count up to rate × d more. With d =
-// (heldBack + 1/2) spacings that is heldBack + 1/2 more than rate + b, i.e.
-// less than one request beyond rate + burst. The half spacing leaves the
-// other half to what happens between the wake-up and the destination (the
-// request being written and carried). The burst itself gives no room: the
-// slots of a burst granted after a pause, all sent late, land beside the
-// steady slots that follow them (measured: a tolerance of burst/2 spacings
-// without holding anything back let 511 requests through one second at
-// 500/s, burst 10). Config.MaxLate (1 ms by default, about a timer's
-// precision) is the least, for platforms so fast that a millisecond is
-// several spacings and whose burst must absorb it.
-func (p *Pacer) lateTolerance(interval time.Duration, heldBack int32) time.Duration {
-	return max(p.cfg.MaxLate, interval/2+time.Duration(heldBack)*interval)
+// lateTolerance is how late after its slot a request on platform's state st
+// may still go, at spacing interval (see tuning.lateTolerance).
+func (p *Pacer) lateTolerance(st *localState, interval time.Duration) time.Duration {
+	return p.tuning.lateTolerance(st.rate, st.burst, interval.Seconds())
 }
 
 // blockSize is how many slots the next reservation statement of platform

@@ -30,7 +30,7 @@ func reserveN(t *testing.T, p *Pacer, platform string, n int) []Reservation {
 func reportClean(t *testing.T, p *Pacer, platform string, n int) {
 	t.Helper()
 	for range n {
-		if _, err := p.Report(context.Background(), platform, Reservation{}, Outcome{Kind: Clean}); err != nil {
+		if _, err := p.Report(context.Background(), platform, Reservation{}, Feedback{Kind: Clean}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestPressureDropsBlock(t *testing.T) {
 	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
 	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
 	rs := reserveN(t, p, "fast", 2) // the second took a block of 8 and kept 7
-	if _, err := p.Report(context.Background(), "fast", rs[1], Outcome{Kind: Pressure}); err != nil {
+	if _, err := p.Report(context.Background(), "fast", rs[1], Feedback{Kind: Pressure}); err != nil {
 		t.Fatal(err)
 	}
 	if st := p.Stats(); st.BlockDiscarded != 7 {
@@ -115,7 +115,7 @@ func TestLateBlockSlotsDiscarded(t *testing.T) {
 	// the database clock as the statement read it, up to the statement's
 	// duration before its reply, and on a loaded machine that was more than
 	// 0.5 ms (a kept slot then read as late before the clock moved).
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock; c.MaxLate = 20 * time.Millisecond })
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock; c.LateBudget = 20 * time.Millisecond })
 	reserveN(t, p, "fast", 3) // one single, one block: 6 kept
 	clock.Advance(10 * time.Millisecond)
 	if r := reserveN(t, p, "fast", 1)[0]; !r.FromBlock {
@@ -143,7 +143,7 @@ func TestCleanReportsBatched(t *testing.T) {
 	}
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = time.Hour })
 	for range 25 {
-		rep, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Clean})
+		rep, err := p.Report(ctx, "batch", Reservation{}, Feedback{Kind: Clean})
 		if err != nil || !rep.Deferred {
 			t.Fatalf("clean report: %+v %v, want deferred", rep, err)
 		}
@@ -159,7 +159,7 @@ func TestCleanReportsBatched(t *testing.T) {
 	// Pressure resets the streak, and clean reports gathered before it do
 	// not count after it.
 	reportClean(t, p, "batch", 3)
-	rep, err := p.Report(ctx, "batch", Reservation{}, Outcome{Kind: Pressure})
+	rep, err := p.Report(ctx, "batch", Reservation{}, Feedback{Kind: Pressure})
 	if err != nil || rep.Deferred || !rep.Increased {
 		t.Fatalf("pressure: %+v %v, want sent at once and doubled", rep, err)
 	}

@@ -54,16 +54,24 @@ type Config struct {
 	// blocks off.
 	MaxBlock int
 
-	// MaxLate is how late after its time a slot may always be used; slots
-	// spaced more than 2 × MaxLate apart may be used up to half their
-	// spacing late. Later than that, a slot kept from a block is discarded
-	// and Sleep gives the slot up (ErrLate): a request sent later than its
-	// interval crowds the slots that follow into one second, and a
-	// destination allowing rate + burst a second sees one more. Lateness is
-	// judged against the slot's time in the database, mapped to the local
-	// clock. Default DefaultMaxLate (1 ms, about a timer's precision: at
-	// 1,000/s and more, the platform's burst absorbs it).
-	MaxLate time.Duration
+	// LateBudget is how late after its slot a request may leave (a slow
+	// reply, a loaded machine, a GC pause): the shared schedule is spaced so
+	// that requests leaving up to LateBudget late — or half their spacing,
+	// when the platform is paced slower than its ceiling — and reaching the
+	// destination within SendSlack of that still make at most rate + burst
+	// in any 1-s window at the destination. The burst pays for it first;
+	// where the burst is too small, the ceiling's spacing is stretched a
+	// little (at 500/s, burst 1: 486/s; below ~30/s nothing). Later than
+	// that, a slot kept from a block is discarded and Sleep gives the slot
+	// up (ErrLate). Lateness is judged against the slot's time in the
+	// database, mapped to the local clock. Default DefaultLateBudget.
+	LateBudget time.Duration
+
+	// TimeFromClock makes the shared statements take their time from Clock
+	// instead of the database's clock_timestamp(): for tests on a fake
+	// clock, where every process sharing the platforms must do the same.
+	// Default false: the database's clock, one clock for the whole fleet.
+	TimeFromClock bool
 
 	// CleanBatch is how long clean reports of a platform are gathered before
 	// one statement adds them all to the fleet-wide streak. Rate pressure is
@@ -109,8 +117,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("pacer: Config.MinFleetSize must not be negative (got %d)", c.MinFleetSize)
 	case c.MaxBlock < 0:
 		return fmt.Errorf("pacer: Config.MaxBlock must not be negative (got %d)", c.MaxBlock)
-	case c.MaxLate < 0:
-		return fmt.Errorf("pacer: Config.MaxLate must not be negative (got %s)", c.MaxLate)
+	case c.LateBudget < 0 || c.LateBudget > MaxLateBudget:
+		return fmt.Errorf("pacer: Config.LateBudget must be in [0, %s] (got %s)", MaxLateBudget, c.LateBudget)
 	}
 	return nil
 }
@@ -135,8 +143,8 @@ func (c *Config) withDefaults() Config {
 	if out.MaxBlock == 0 {
 		out.MaxBlock = DefaultMaxBlock
 	}
-	if out.MaxLate == 0 {
-		out.MaxLate = DefaultMaxLate
+	if out.LateBudget == 0 {
+		out.LateBudget = DefaultLateBudget
 	}
 	if out.ListenIdle == 0 {
 		out.ListenIdle = DefaultListenIdle
@@ -157,14 +165,19 @@ const DefaultListenIdle = 30 * time.Second
 // DefaultMaxBlock is Config.MaxBlock's default.
 const DefaultMaxBlock = 32
 
-// LateSlack is how late a request of a fast platform may leave, paid for
-// with its burst: where the spacing is shorter than 2 × LateSlack, a
-// reservation holds back up to half the burst (whole slots), so a request
-// may be LateSlack late (rounded to half a spacing) with every 1-s window
-// still within rate + burst. A timer on a busy machine wakes a few
-// milliseconds late often enough to cost a platform at hundreds per second
-// several per cent of its ceiling if half a spacing were all it had.
-const LateSlack = 5 * time.Millisecond
+// DefaultLateBudget is Config.LateBudget's default: a loaded machine's
+// timers wake a few milliseconds late often, tens of milliseconds rarely.
+const DefaultLateBudget = 20 * time.Millisecond
 
-// DefaultMaxLate is Config.MaxLate's default.
-const DefaultMaxLate = time.Millisecond
+// MaxLateBudget bounds Config.LateBudget: a larger budget would cost a fast
+// platform more of its ceiling than a lost slot.
+const MaxLateBudget = time.Second
+
+// SendSlack is how long after its lateness check a request may take to
+// reach the destination (the request written, carried, read) within the
+// ceiling's guarantee (see Config.LateBudget).
+const SendSlack = 10 * time.Millisecond
+
+// minLate is the least lateness always tolerated: about a timer's
+// precision.
+const minLate = time.Millisecond

@@ -38,6 +38,8 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 	st.tat = slot.Add(st.degradedInterval(p.divisor()))
 	res.Granted = true
 	res.due, res.maxWait = slot, maxWait
+	res.rate, res.burst = st.rate, st.burst
+	res.Interval = st.degradedInterval(p.divisor())
 	p.granted.Add(1)
 	return res
 }

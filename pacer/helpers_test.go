@@ -62,6 +62,9 @@ type platformSpec struct {
 	probe      bool
 	noHeaders  bool
 	noRespace  bool
+	// adapt is the platform's adaptation: "multiplier" (the default here:
+	// the older tests assert the multiplier's schedule) or "estimate".
+	adapt string
 }
 
 func addPlatform(t *testing.T, pool *pgxpool.Pool, s platformSpec) {
@@ -81,11 +84,14 @@ func addPlatform(t *testing.T, pool *pgxpool.Pool, s platformSpec) {
 	if s.recovery == 0 {
 		s.recovery = 2
 	}
+	if s.adapt == "" {
+		s.adapt = "multiplier"
+	}
 	_, err := pool.Exec(context.Background(),
 		`INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after,
-		     backoff_factor, recovery_factor, probe, use_headers, respace)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		s.name, s.rate, s.burst, s.maxMult, s.decayAfter, s.backoff, s.recovery, s.probe, !s.noHeaders, !s.noRespace)
+		     backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		s.name, s.rate, s.burst, s.maxMult, s.decayAfter, s.backoff, s.recovery, s.probe, !s.noHeaders, !s.noRespace, s.adapt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +286,7 @@ func runHelper() (res childResult) {
 			break
 		}
 		for range count {
-			if _, err := p.Report(ctx, platform, r, Outcome{Kind: Clean}); err != nil {
+			if _, err := p.Report(ctx, platform, r, Feedback{Kind: Clean}); err != nil {
 				res.Err = err.Error()
 				break
 			}

@@ -3,36 +3,135 @@ package pacer
 import (
 	"context"
 	"errors"
+	"math"
+	"sort"
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
-// A caller that wakes up later than half its slot's spacing gives the slot
-// up: at 40/s (25 ms apart) 13 ms late is too late — a request sent then
-// lands closer to the next slot than to its own, and a destination counting
-// 41 a second (rate + burst 1) would see 42 — while 12 ms is not. The burst
-// gives no more room (see lateTolerance): at burst 4 the same. Judged on
-// the injected clock, against the slot's time mapped from the database.
-func TestLateToleranceIsHalfTheInterval(t *testing.T) {
+// fakePacer is a pacer on clk whose statements take clk's time.
+func fakePacer(t *testing.T, url string, clk clock.Clock, mod func(*Config)) *Pacer {
+	t.Helper()
+	return newPacer(t, url, func(c *Config) {
+		c.Clock, c.TimeFromClock = clk, true
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// How late a request may leave: the late budget (20 ms), or half the
+// spacing where the platform is slow; never more than keeps every 1-s
+// window at the destination within rate + burst. Exactly, on the fake
+// clock: at 40/s a request 19 ms late is on time and 21 ms late gives its
+// slot up; at 8/s, 62 ms and 63 ms; at 500/s, burst 1 or 10, 19 and 21 ms.
+func TestLateTolerance(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "forty", rate: 40, burst: 1})
-	addPlatform(t, pool, platformSpec{name: "forty-b4", rate: 40, burst: 4})
 	for _, tc := range []struct {
-		platform string
-		late     time.Duration
-		want     bool // ErrLate
+		platform   string
+		rate       float64
+		burst      int
+		ok, tooLate time.Duration
 	}{
-		{"forty", 12 * time.Millisecond, false}, {"forty", 13 * time.Millisecond, true},
-		{"forty-b4", 12 * time.Millisecond, false}, {"forty-b4", 13 * time.Millisecond, true},
+		{"forty", 40, 1, 19 * time.Millisecond, 21 * time.Millisecond},
+		{"forty-b4", 40, 4, 19 * time.Millisecond, 21 * time.Millisecond},
+		{"eight", 8, 1, 62 * time.Millisecond, 63 * time.Millisecond},
+		{"fast", 500, 1, 19 * time.Millisecond, 21 * time.Millisecond},
+		{"fast-b10", 500, 10, 19 * time.Millisecond, 21 * time.Millisecond},
 	} {
-		r, err := sleepLate(t, url, tc.platform, tc.late)
-		if got := errors.Is(err, ErrLate); got != tc.want {
-			t.Fatalf("%s: woke %s late at a 25-ms spacing: err %v, want ErrLate %v (late %s)", tc.platform, tc.late, err, tc.want, r.Late)
+		addPlatform(t, pool, platformSpec{name: tc.platform, rate: tc.rate, burst: tc.burst})
+		for _, late := range []time.Duration{tc.ok, tc.tooLate} {
+			clk := clocktest.New()
+			p := fakePacer(t, url, clk, func(c *Config) { c.MaxBlock = 1 })
+			r, err := p.Reserve(context.Background(), tc.platform, time.Minute)
+			if err != nil || !r.Granted {
+				t.Fatalf("%s: %+v %v", tc.platform, r, err)
+			}
+			clk.Advance(r.Wait + late)
+			err = p.Sleep(context.Background(), &r)
+			if got, want := errors.Is(err, ErrLate), late == tc.tooLate; got != want {
+				t.Errorf("%s: %s late: err %v, want ErrLate %v", tc.platform, late, err, want)
+			}
 		}
 	}
+}
+
+// The ceiling holds however late, within the tolerance, every request
+// leaves: the schedule of a fast platform is spaced for it. Slots of
+// 500/s (burst 1 and 10) and 40/s (burst 1), each sent as late as it may
+// be or not late at all, at random, plus the send slack: no 1-s window
+// holds more than rate + burst. The negative control: the same requests
+// on the plain GCRA schedule (1 / rate, the whole burst), with the same
+// lateness, put more than rate + burst into some second.
+func TestCeilingHoldsWithLateness(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	tune := defaultTuning(DefaultLateBudget)
+	for _, tc := range []struct {
+		platform string
+		rate     float64
+		burst    int
+	}{{"c500", 500, 1}, {"c500b10", 500, 10}, {"c40", 40, 1}} {
+		addPlatform(t, pool, platformSpec{name: tc.platform, rate: tc.rate, burst: tc.burst})
+		clk := clocktest.New()
+		p := fakePacer(t, url, clk, func(c *Config) { c.MaxBlock = 32 })
+		var slots []float64
+		var tol time.Duration
+		for len(slots) < int(3*tc.rate) {
+			r, err := p.Reserve(context.Background(), tc.platform, time.Hour)
+			if err != nil || !r.Granted {
+				t.Fatalf("%+v %v", r, err)
+			}
+			slots = append(slots, timeToEpoch(r.Slot))
+			tol = tune.lateTolerance(tc.rate, tc.burst, r.Interval.Seconds())
+		}
+		bound := int(math.Floor(tc.rate + float64(tc.burst)))
+		// The worst case for the second [a, a+1), a second after the first
+		// slot: the slots just before it as late as they may be, so they
+		// join it, and its own on time.
+		lateness := (tol + SendSlack).Seconds()
+		a := slots[0] + 1
+		delay := func(s float64) float64 {
+			if s < a && s >= a-lateness {
+				return s + lateness
+			}
+			return s
+		}
+		sent := make([]float64, len(slots))
+		for i, s := range slots {
+			sent[i] = delay(s)
+		}
+		if got := maxInSecond(sent); got > bound {
+			t.Errorf("%s: %d requests in one second with lateness ≤ %s, want ≤ %d", tc.platform, got, tol, bound)
+		}
+		// Negative control: the plain schedule, same lateness.
+		plain := make([]float64, len(slots))
+		tau := float64(tc.burst-1) / tc.rate
+		for i := range plain {
+			plain[i] = delay(slots[0] + math.Max(float64(i)/tc.rate-tau, 0))
+		}
+		if got := maxInSecond(plain); got <= bound && tc.rate > 100 {
+			t.Errorf("%s: the plain schedule with the same lateness made only %d in a second: the control shows nothing", tc.platform, got)
+		}
+	}
+}
+
+// maxInSecond is the most times in any half-open 1-s window.
+func maxInSecond(times []float64) int {
+	ts := append([]float64(nil), times...)
+	sort.Float64s(ts)
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i]-ts[j] >= 1 {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
 }
 
 // A block covers this process's share of a round trip: the fleet's slots
@@ -56,35 +155,6 @@ func TestBlockSizeFollowsFleetShare(t *testing.T) {
 	}
 }
 
-// A fast platform pays for lateness with its burst: at 500/s (2 ms apart)
-// and burst 10 a reservation holds 2 burst slots back (LateSlack 5 ms ÷ 2
-// ms, rounded to half a spacing), so after an idle spell 8 slots are
-// immediate and the 10th is two spacings out — and a request may leave 5 ms
-// late (2.5 spacings) instead of 1 ms: a 1-s window still counts at most
-// rate + burst. Judged on database times and on the injected clock.
-func TestFastPlatformHoldsBurstForLateness(t *testing.T) {
-	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "fast500", rate: 500, burst: 10})
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 1 })
-	rs := reserveN(t, p, "fast500", 10)
-	if r := rs[7]; r.Slot.After(r.ReservedAt) {
-		t.Fatalf("slot 8 is %s after its reservation, want immediate (burst 10, 2 held back)", r.Slot.Sub(r.ReservedAt))
-	}
-	if gap := rs[9].Slot.Sub(rs[0].ReservedAt); gap < 3500*time.Microsecond {
-		t.Fatalf("slot 10 only %s after the first reservation, want ≥ 2 spacings (4 ms): the burst was not held back", gap)
-	}
-	for _, tc := range []struct {
-		late time.Duration
-		want bool // ErrLate
-	}{{4900 * time.Microsecond, false}, {5100 * time.Microsecond, true}} {
-		r, err := sleepLate(t, url, "fast500", tc.late)
-		if got := errors.Is(err, ErrLate); got != tc.want {
-			t.Fatalf("woke %s late at 500/s, burst 10: err %v, want ErrLate %v (late %s)", tc.late, err, tc.want, r.Late)
-		}
-	}
-}
-
 // An idle process closes its listener after ListenIdle (no reservation, no
 // caller sleeping on a slot), and its next reservation starts it again at
 // once (no latch period: closing while idle is not a failure).
@@ -98,35 +168,4 @@ func TestListenerClosesWhileIdle(t *testing.T) {
 	waitFor(t, "the listener to close while idle", func() bool { return !p.Stats().Listening })
 	reserveN(t, p, "idle", 1)
 	waitFor(t, "the listener again", func() bool { return p.Stats().Listening })
-}
-
-// sleepLate reserves a slot on platform with a fresh pacer on the injected
-// clock, advances the clock to late after the slot and returns what Sleep
-// says. Lateness counts from the slot's database time, and the statement
-// reads the database clock for the slot before it reads it for ReservedAt:
-// an immediate slot is already ReservedAt − Slot late when the reply comes
-// (Wait is 0 then; on a loaded machine that can be a tenth of a
-// millisecond). The clock is advanced by Slot − ReservedAt + late, so the
-// caller wakes exactly late after the slot; a reservation whose reply alone
-// came later than that is tried again.
-func sleepLate(t *testing.T, url, platform string, late time.Duration) (Reservation, error) {
-	t.Helper()
-	for range 10 {
-		clock := clocktest.New()
-		p := newPacer(t, url, func(c *Config) { c.Clock = clock; c.MaxBlock = 1 })
-		r, err := p.Reserve(context.Background(), platform, time.Minute)
-		if err != nil || !r.Granted {
-			t.Fatalf("reserve: %+v %v", r, err)
-		}
-		d := r.Slot.Sub(r.ReservedAt) + late
-		if d < 0 {
-			t.Logf("the reply came %s after the slot, more than %s: again", r.ReservedAt.Sub(r.Slot), late)
-			continue
-		}
-		clock.Advance(d)
-		err = p.Sleep(context.Background(), &r)
-		return r, err
-	}
-	t.Fatalf("ten replies came more than %s after their slots", late)
-	return Reservation{}, nil
 }

@@ -11,15 +11,17 @@ import (
 type Kind int
 
 const (
-	// Neutral responses (errors that say nothing about rate, e.g. a 404 or a
-	// network failure) neither extend nor break the clean streak. Reporting
-	// one costs no round trip (unless it announces a quota).
+	// Neutral responses say nothing about rate (a 404, a 500): the
+	// destination answered without pushing back. They count as answered
+	// (what the destination accepted) but not as clean.
 	Neutral Kind = iota
-	// Clean responses (2xx, 304) count toward the fleet-wide clean streak.
+	// Clean responses (2xx, 304): answered, and clean (the 'multiplier'
+	// adaptation's streak).
 	Clean
-	// Pressure responses (429, 503) multiply the shared multiplier by the
-	// platform's backoff factor, reset the streak, and with a Retry-After
-	// hold every process.
+	// Pressure responses (429, 503): the destination pushed back. The fleet
+	// slows down at once (see docs/design.md, "Adaptive pacing"), and a
+	// Retry-After holds every process — this one at once, before its report
+	// reaches the database.
 	Pressure
 )
 
@@ -34,10 +36,14 @@ func (k Kind) String() string {
 	}
 }
 
-// Outcome is what a response told the pacer. Parsing headers is the
+// Feedback is what a response told the pacer. Parsing headers is the
 // caller's job (package ratelimit does it); the pacer takes them parsed.
-type Outcome struct {
+type Feedback struct {
 	Kind Kind
+	// NoAnswer: the destination did not answer at all (a network error, a
+	// timeout, an error of the caller's own): the request says nothing and
+	// counts for nothing. Only with Neutral.
+	NoAnswer bool
 	// RetryAfter (Pressure only) holds the fleet for this long from now,
 	// at most MaxHold.
 	RetryAfter time.Duration
@@ -45,6 +51,11 @@ type Outcome struct {
 	// ratelimit.Parse reads them). A platform with use_headers paces the
 	// whole fleet by it: see spacing for the rule.
 	Quota ratelimit.Info
+}
+
+// answered reports whether f counts as an answer without pressure.
+func (f Feedback) answered() bool {
+	return f.Kind == Clean || f.Kind == Neutral && !f.NoAnswer
 }
 
 // announcedShare is the part of an announced rate the fleet paces at.
@@ -62,34 +73,34 @@ const MaxHold = ratelimit.MaxWait
 // seen from the platform lately (a token bucket's time to refill from
 // empty, a fixed window's length); 0 if unknown.
 //
-// Two readings of a quota, and the pace is the slower of them:
-//   - what is left, spread evenly until it resets: (Remaining + 1) / Reset
-//     (the +1 counts the request that reported it). For a strict limiter
-//     (Remaining 0, Reset the next token) that is one request per Reset;
-//     for a fixed window used ahead of its pace, it slows the fleet down.
+// Two readings of a quota, and the pace is the faster of them:
+//   - what is left, spread until it resets: Remaining / Reset. Early in a
+//     fixed window with much left, that is faster than the long run: the
+//     window's quota may all go before it resets.
 //   - the long-run rate, Limit / window: a token bucket's refill rate (its
-//     Reset counting until full), a fixed window's quota per window.
+//     Reset counting until full), a fixed window's quota per window. Never
+//     slower than that once a window has reset: late in a window what is
+//     left spread until the reset is the slowest reading there is, and the
+//     fleet that paced by it would use a fraction of what the destination
+//     allows. Should it send the last of a window's quota early, the answer
+//     that says so (Remaining 0) holds the fleet until the reset.
 //
-// Together they settle a token bucket about half full at its refill rate
-// (below half, what is left spread until full is slower than the refill;
-// above, the refill is the slower), and never drain it to zero — where the
-// fleet would be held until the bucket is full again.
+// A token bucket above half full drains towards half at what is left
+// spread until full, then stays there at its refill rate.
 func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window
 	}
 	var rate float64
 	if q.HasRemaining && q.HasReset && q.Reset > 0 {
-		rate = (max(q.Remaining, 0) + 1) / q.Reset.Seconds()
+		rate = max(q.Remaining, 0) / q.Reset.Seconds()
 	}
 	if q.Limit > 0 && window > 0 {
-		if lr := q.Limit / window.Seconds(); rate == 0 || lr < rate {
-			rate = lr
-		}
+		rate = max(rate, q.Limit/window.Seconds())
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
 		interval = clampDuration(secondsToDuration(1 / (rate * announcedShare)))
-		ttl = clampDuration(max(q.Reset+window, time.Minute))
+		ttl = clampDuration(max(q.Reset+window, time.Second))
 	}
 	if q.Exhausted() && q.HasReset && q.Reset > 0 {
 		hold = clampDuration(q.Reset)
@@ -119,10 +130,13 @@ type Reservation struct {
 	// Slot is the database time of the reserved slot (or of the earliest slot
 	// when denied); zero when degraded.
 	Slot time.Time
-	// Multiplier is the shared backoff multiplier in force.
+	// Multiplier is the ceiling over the pace adaptation asks for (1: the
+	// ceiling): the shared backoff multiplier, or rate / the pace just under
+	// the destination's estimated limit.
 	Multiplier float64
-	// Interval is the spacing in force for the slot: multiplier / rate, or
-	// the destination's announced spacing when larger.
+	// Interval is the spacing in force for the slot: the largest of
+	// adaptation's, the ceiling's (1 / rate, stretched where lateness needs
+	// it) and the destination's announced spacing.
 	Interval time.Duration
 	// FromBlock: the slot was reserved earlier, in a block taken by another
 	// call of this process, and cost no round trip.
@@ -131,23 +145,33 @@ type Reservation struct {
 	due     time.Time     // local-clock time of the slot (clockOffset.local)
 	maxWait time.Duration // what the caller accepted
 	seq     int64         // the platform's event sequence when granted
-	// heldBack is how many burst slots the reservation held back for
-	// lateness (reserveSQL): it may be used that many intervals later.
-	heldBack int32
+	// rate and burst are the platform's when the slot was granted: with
+	// Interval they decide how late it may still be used
+	// (tuning.lateTolerance).
+	rate  float64
+	burst int
 }
 
 // ReportResult is the pacer state after a Report.
 type ReportResult struct {
 	Multiplier    float64
 	MaxMultiplier float64
-	// Increased: this report multiplied the multiplier by the backoff factor.
+	// Increased: this report slowed the platform down (the multiplier
+	// multiplied by the backoff factor, or a lower estimate).
 	Increased bool
-	// AtMax: rate pressure while the multiplier already stood at its maximum
-	// (the worker promotes this to rate_limited).
+	// AtMax: rate pressure while the platform was already as slow as it
+	// may be (the multiplier at its maximum, the pace at ceiling ÷ maximum
+	// multiplier): the worker promotes this to rate_limited.
 	AtMax bool
-	// Stale: rate pressure for a request reserved before the latest increase,
-	// which therefore did not increase it again.
+	// Stale: rate pressure for a request reserved before the latest
+	// slow-down, which therefore did not slow the platform down again.
 	Stale bool
+	// Jitter: a lone refusal below the destination's estimated limit,
+	// taken for jitter: the estimate stands ("estimate" adaptation).
+	Jitter bool
+	// Estimate is the destination's limit as the fleet measured it,
+	// requests/s ("estimate" adaptation; 0: none yet).
+	Estimate float64
 	// Relaxed: this report completed a clean streak and lowered the
 	// multiplier.
 	Relaxed     bool

@@ -48,9 +48,11 @@ var errLatched = errors.New("pacer: database unreachable (latched)")
 // Pacer paces requests to platforms for the whole fleet. It is safe for
 // concurrent use.
 type Pacer struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	cfg    Config
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	tuning tuning
+	tune   []float64 // tuning.array(), passed with every shared statement
 
 	fleet atomic.Int64
 
@@ -90,9 +92,12 @@ type Pacer struct {
 	respaced, givenBack, late               atomic.Uint64
 }
 
-// pendingClean is a platform's batch of clean reports waiting to be sent.
+// pendingClean is a platform's batch of reports without pressure waiting
+// to be sent.
 type pendingClean struct {
-	n        int
+	answered int           // answers without pressure (clean and neutral)
+	clean    int           // of which clean
+	fresh    int           // of which to requests reserved since the latest slow-down known
 	announce *announcement // the latest announcement gathered
 	timer    clock.Timer
 }
@@ -106,7 +111,6 @@ type blockSlot struct {
 	interval   float64 // spacing of the block, seconds
 	seq        int64   // event sequence when the block was taken
 	maxWait    time.Duration
-	heldBack   int32 // burst slots held back for lateness (reserveSQL)
 }
 
 // localState is what this process knows of one platform: the cached
@@ -115,11 +119,13 @@ type blockSlot struct {
 // until their slots.
 type localState struct {
 	rate     float64
+	burst    int
 	maxMult  float64
 	mult     float64
 	interval float64     // effective spacing last seen, seconds
 	last     event       // the last slow-down applied (seq 0: none)
 	hold     time.Time   // local-clock estimate of the shared hold and pause
+	held     time.Time   // this process holds until then: a Retry-After it received (holdLocally)
 	tat      time.Time   // local GCRA cursor (burst 1) for degraded pacing
 	block    []blockSlot // slots reserved in a block, not handed out yet, in time order
 	waiters  map[*waiter]struct{}
@@ -146,7 +152,8 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 		}
 	}
 	p := &Pacer{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, local: map[string]*localState{}, pending: map[string]*pendingClean{},
-		latch: latch{clock: cfg.Clock, period: cfg.Latch}}
+		latch: latch{clock: cfg.Clock, period: cfg.Latch}, tuning: defaultTuning(cfg.LateBudget)}
+	p.tune = p.tuning.array()
 	p.fleet.Store(1)
 
 	pc.MaxConns = cfg.MaxConns

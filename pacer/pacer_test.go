@@ -115,7 +115,7 @@ func TestSharedBackoff(t *testing.T) {
 	if err != nil || !r.Granted {
 		t.Fatalf("reserve: %+v %v", r, err)
 	}
-	rep, err := a.Report(ctx, "backoff", r, Outcome{Kind: Pressure})
+	rep, err := a.Report(ctx, "backoff", r, Feedback{Kind: Pressure})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestSharedBackoff(t *testing.T) {
 			p = b
 		}
 		g.Go(func() error {
-			rep, err := p.Report(ctx, "ten", r, Outcome{Kind: Pressure})
+			rep, err := p.Report(ctx, "ten", r, Feedback{Kind: Pressure})
 			mu.Lock()
 			defer mu.Unlock()
 			if rep.Increased {
@@ -183,7 +183,7 @@ func TestSharedBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := a.Report(ctx, "ten", r, Outcome{Kind: Pressure}); err != nil || !rep.Increased || rep.Multiplier != 4 {
+	if rep, err := a.Report(ctx, "ten", r, Feedback{Kind: Pressure}); err != nil || !rep.Increased || rep.Multiplier != 4 {
 		t.Fatalf("fresh 429: %+v %v, want doubled to 4", rep, err)
 	}
 }
@@ -208,7 +208,7 @@ func TestFleetWideDecay(t *testing.T) {
 		t.Fatalf("after 99 clean reports in 3 processes: multiplier %g streak %d, want 8 and 99", row.mult, row.streak)
 	}
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = -1 }) // each report at once
-	rep, err := p.Report(ctx, "decay", Reservation{}, Outcome{Kind: Clean})
+	rep, err := p.Report(ctx, "decay", Reservation{}, Feedback{Kind: Clean})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +217,11 @@ func TestFleetWideDecay(t *testing.T) {
 	}
 	// Pressure resets the streak; the multiplier never halves below 1.
 	for range 50 {
-		if _, err := p.Report(ctx, "decay", Reservation{}, Outcome{Kind: Clean}); err != nil {
+		if _, err := p.Report(ctx, "decay", Reservation{}, Feedback{Kind: Clean}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := p.Report(ctx, "decay", Reservation{}, Outcome{Kind: Pressure}); err != nil {
+	if _, err := p.Report(ctx, "decay", Reservation{}, Feedback{Kind: Pressure}); err != nil {
 		t.Fatal(err)
 	}
 	if row := readRow(t, pool, "decay"); row.streak != 0 || row.mult != 8 {
@@ -231,7 +231,7 @@ func TestFleetWideDecay(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if _, err := p.Report(ctx, "decay", Reservation{}, Outcome{Kind: Clean}); err != nil {
+		if _, err := p.Report(ctx, "decay", Reservation{}, Feedback{Kind: Clean}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +257,7 @@ func TestRetryAfterHoldsTheFleet(t *testing.T) {
 			return
 		}
 		t0 = time.Now()
-		rep, err := p.Report(ctx, "hold", r, Outcome{Kind: Pressure, RetryAfter: 3 * time.Second})
+		rep, err := p.Report(ctx, "hold", r, Feedback{Kind: Pressure, RetryAfter: 3 * time.Second})
 		t1 = time.Now()
 		if err == nil && (rep.Hold < 2900*time.Millisecond || rep.Hold > 3*time.Second) {
 			err = fmt.Errorf("report returned hold %s, want about 3s", rep.Hold)
@@ -436,7 +436,7 @@ func TestNeverPastTheCeiling(t *testing.T) {
 						mu.Lock()
 						slots = append(slots, timeToEpoch(r.Slot))
 						mu.Unlock()
-						var out Outcome
+						var out Feedback
 						switch x := rng.IntN(10); {
 						case x < 6:
 							out.Kind = Clean
@@ -547,7 +547,7 @@ func TestLatchOneAttemptPerPeriod(t *testing.T) {
 	if _, err := p.Reserve(ctx, "never-seen", 0); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := p.Report(ctx, "never-seen", r, Outcome{Kind: Pressure}); err != nil || !rep.Dropped {
+	if rep, err := p.Report(ctx, "never-seen", r, Feedback{Kind: Pressure}); err != nil || !rep.Dropped {
 		t.Fatalf("report during an outage: %+v %v, want dropped", rep, err)
 	}
 	if st := p.Stats(); st.ConnectAttempts != 1 || st.ReportsDropped != 1 {
@@ -616,7 +616,7 @@ func TestDegradedLocalPacing(t *testing.T) {
 	if r, _ := p.Reserve(ctx, "deg", time.Minute); r.Wait != 500*time.Millisecond {
 		t.Fatalf("fleet of 9: %+v, want 500ms", r)
 	}
-	if rep, _ := p.Report(ctx, "deg", r, Outcome{Kind: Pressure}); !rep.Dropped || rep.Multiplier != 2 {
+	if rep, _ := p.Report(ctx, "deg", r, Feedback{Kind: Pressure}); !rep.Dropped || rep.Multiplier != 2 {
 		t.Fatalf("dropped pressure: %+v, want local multiplier 2", rep)
 	}
 	if r, _ := p.Reserve(ctx, "deg", time.Minute); r.Wait != time.Second {

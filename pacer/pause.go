@@ -29,7 +29,7 @@ func Pause(ctx context.Context, db Execer, platform string, until time.Time, rea
 	if !until.IsZero() {
 		at = timeToEpoch(until)
 	}
-	tag, err := db.Exec(ctx, pauseSQL, platform, at, reason, 0.0)
+	tag, err := db.Exec(ctx, pauseSQL, platform, at, reason, 0.0, statementTime(ctx))
 	if err != nil {
 		return fmt.Errorf("pacer: pause %s: %w", platform, err)
 	}
@@ -56,7 +56,7 @@ func PauseFor(ctx context.Context, db RowQuerier, platform string, d time.Durati
 		until float64
 		sent  bool
 	)
-	err := db.QueryRow(ctx, pauseSQL, platform, 0.0, reason, d.Seconds()).Scan(&until, &sent)
+	err := db.QueryRow(ctx, pauseSQL, platform, 0.0, reason, d.Seconds(), statementTime(ctx)).Scan(&until, &sent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
 	}
@@ -82,7 +82,7 @@ func Resume(ctx context.Context, db Execer, platform string) error {
 // notification then goes out at commit). A platform without a pace row is
 // left alone.
 func Hold(ctx context.Context, db Execer, platform string, until time.Time, reason string) error {
-	if _, err := db.Exec(ctx, holdSQL, platform, until, reason); err != nil {
+	if _, err := db.Exec(ctx, holdSQL, platform, until, reason, statementTime(ctx)); err != nil {
 		return fmt.Errorf("pacer: hold %s: %w", platform, err)
 	}
 	return nil
@@ -94,11 +94,11 @@ func Hold(ctx context.Context, db Execer, platform string, until time.Time, reas
 // slots granted for after the hold are given back (their callers reserve
 // again).
 func ClearHold(ctx context.Context, db Execer, platform string) error {
-	return execOne(ctx, db, "clear hold of", clearHoldSQL, platform)
+	return execOne(ctx, db, "clear hold of", clearHoldSQL, platform, statementTime(ctx))
 }
 
-func execOne(ctx context.Context, db Execer, what, sql, platform string) error {
-	tag, err := db.Exec(ctx, sql, platform)
+func execOne(ctx context.Context, db Execer, what, sql, platform string, args ...any) error {
+	tag, err := db.Exec(ctx, sql, append([]any{platform}, args...)...)
 	if err != nil {
 		return fmt.Errorf("pacer: %s %s: %w", what, platform, err)
 	}

@@ -14,8 +14,11 @@ import (
 // report is one statement's worth of reports of a platform.
 type report struct {
 	pressure   bool
-	n          int      // outcomes carried (clean ones, or the one pressure)
+	answered   int      // answers without pressure carried (clean and neutral)
+	clean      int      // of which clean
+	fresh      int      // of which to requests reserved since the latest slow-down known
 	reservedAt *float64 // database time of the reservation (pressure)
+	sent       *float64 // the spacing the refused request's slot was granted at, seconds (pressure)
 	retry      *float64 // Retry-After, seconds (pressure)
 	announce   *announcement
 }
@@ -36,23 +39,30 @@ type announcement struct {
 }
 
 // Report tells the pacer how a request reserved by res ended, and what the
-// destination announced. Rate pressure multiplies the shared multiplier by
-// the platform's backoff factor once per episode and resets the fleet-wide
-// clean streak; clean responses extend it and relax the multiplier every
-// decay_after of them; an announced quota paces the fleet by it. Pressure,
-// an exhausted quota and an announcement that slows the platform down are
-// sent at once (and every process re-spaces the slots it holds); clean
-// reports and other announcements are gathered for Config.CleanBatch and
-// sent together (the result is then Deferred). When the database is
-// unreachable the report is dropped (counted) without blocking; pressure and
-// holds still slow this process's degraded pacing.
-func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Outcome) (ReportResult, error) {
+// destination announced. Rate pressure slows the fleet down once per
+// episode (docs/design.md, "Adaptive pacing"); answers without pressure are
+// what the destination accepted, which the fleet measures; an announced
+// quota paces the fleet by it. Pressure, an exhausted quota and an
+// announcement that slows the platform down are sent at once (and every
+// process re-spaces the slots it holds); a Retry-After or an exhausted
+// quota holds this process at once, before the report reaches the
+// database. Other reports and announcements are gathered for
+// Config.CleanBatch and sent together (the result is then Deferred). When
+// the database is unreachable the report is dropped (counted) without
+// blocking; pressure and holds still slow this process's degraded pacing.
+func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Feedback) (ReportResult, error) {
 	p.reports.Add(1)
 	rep := report{pressure: out.Kind == Pressure, announce: p.announce(platform, out.Quota)}
-	if out.Kind == Clean || out.Kind == Pressure {
-		rep.n = 1
+	if out.answered() {
+		rep.answered = 1
+		if out.Kind == Clean {
+			rep.clean = 1
+		}
+		if p.sinceSlowdown(platform, res) {
+			rep.fresh = 1
+		}
 	}
-	if rep.n == 0 && rep.announce == nil {
+	if !rep.pressure && rep.answered == 0 && rep.announce == nil {
 		return p.cachedResult(platform), nil
 	}
 	if !rep.pressure && p.cfg.CleanBatch > 0 && !p.slowsDown(platform, rep.announce) {
@@ -70,21 +80,41 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 			s := timeToEpoch(res.ReservedAt)
 			rep.reservedAt = &s
 		}
+		if res.Interval > 0 && !res.Degraded {
+			s := res.Interval.Seconds()
+			rep.sent = &s
+		}
 		p.mu.Lock()
-		// Slots kept from a block were spaced for the old multiplier, and
-		// clean reports gathered before this pressure no longer extend a
-		// streak it resets.
+		// Slots kept from a block were spaced for the old pace, and clean
+		// reports gathered before this pressure no longer extend a streak it
+		// resets (what they answered still counts).
 		p.dropBlock(p.local[platform])
 		if pc := p.pending[platform]; pc != nil {
-			pc.n = 0
+			pc.clean = 0
 		}
 		p.mu.Unlock()
+	}
+	if hold := holdFor(out); hold > 0 {
+		p.holdLocally(platform, hold)
 	}
 	r, err := p.send(ctx, platform, rep)
 	if err != nil {
 		return ReportResult{}, fmt.Errorf("pacer: report %s: %w", platform, err)
 	}
 	return r, nil
+}
+
+// sinceSlowdown reports whether res was reserved at or after the latest
+// slow-down of platform this process knows of: its answer tells what the
+// destination accepts at the pace in force.
+func (p *Pacer) sinceSlowdown(platform string, res Reservation) bool {
+	if res.ReservedAt.IsZero() {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.local[platform]
+	return st == nil || timeToEpoch(res.ReservedAt) >= st.last.at
 }
 
 // announce is q in the pacer's terms, or nil if q says nothing usable. It
@@ -179,7 +209,9 @@ func (p *Pacer) deferReport(platform string, rep report) {
 		pc = &pendingClean{}
 		p.pending[platform] = pc
 	}
-	pc.n += rep.n
+	pc.answered += rep.answered
+	pc.clean += rep.clean
+	pc.fresh += rep.fresh
 	if rep.announce != nil {
 		pc.announce = rep.announce
 	}
@@ -215,8 +247,8 @@ func (p *Pacer) flushPlatform(ctx context.Context, platform string) {
 		p.mu.Unlock()
 		return
 	}
-	rep := report{n: pc.n, announce: pc.announce}
-	pc.n, pc.announce = 0, nil
+	rep := report{answered: pc.answered, clean: pc.clean, fresh: pc.fresh, announce: pc.announce}
+	pc.answered, pc.clean, pc.fresh, pc.announce = 0, 0, 0, nil
 	if pc.timer != nil {
 		if pc.timer.Stop() { // it will not run: its Done is ours to call
 			p.timers.Done()
@@ -224,13 +256,16 @@ func (p *Pacer) flushPlatform(ctx context.Context, platform string) {
 		pc.timer = nil
 	}
 	p.mu.Unlock()
-	if rep.n == 0 && rep.announce == nil {
+	if rep.answered == 0 && rep.announce == nil {
 		return
 	}
 	r, err := p.send(ctx, platform, rep)
 	switch {
+	case errors.Is(err, ErrUnknownPlatform):
+		// Deleted meanwhile: nothing left to report to.
+		p.log.Debug("pacer: reports for a platform that no longer exists dropped", "platform", platform, "reports", rep.answered)
 	case err != nil:
-		p.log.Warn("pacer: clean reports not sent", "platform", platform, "reports", rep.n, "error", err)
+		p.log.Warn("pacer: clean reports not sent", "platform", platform, "reports", rep.answered, "error", err)
 	case r.Relaxed:
 		p.log.Info("pacer: clean streak relaxed the backoff multiplier", "platform", platform, "multiplier", r.Multiplier)
 	}
@@ -245,7 +280,6 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		streak                                              int32
 		holdLeft, eventAt, interval, shift, horizon, holdAt float64
 		seq                                                 int64
-		quiet                                               bool
 		announced, quotaHold                                *float64
 		ttl                                                 float64
 		window, limit                                       *float64
@@ -267,11 +301,12 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	if quotaHold != nil && rep.retry == nil {
 		reason = "quota exhausted"
 	}
+	args := []any{platform, p.stmtNow(), rep.pressure, rep.reservedAt, rep.sent, rep.retry, rep.answered, rep.clean, rep.fresh,
+		announced, ttl, quotaHold, reason, window, limit, p.tune}
 	for attempt := 0; ; attempt++ {
-		err := p.pool.QueryRow(qctx, reportSQL, platform, rep.pressure, rep.reservedAt, rep.retry, rep.n,
-			announced, ttl, quotaHold, reason, window, limit).
+		err := p.pool.QueryRow(qctx, reportSQL, args...).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
-				&seq, &eventAt, &interval, &shift, &horizon, &holdAt, &r.Respaced, &fleetWindow, &quiet)
+				&seq, &eventAt, &interval, &shift, &horizon, &holdAt, &r.Respaced, &fleetWindow, &r.Estimate)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
@@ -297,6 +332,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	r.AtMax = effect == effectAtMax
 	r.Stale = effect == effectStale
 	r.Relaxed = effect == effectRelaxed
+	r.Jitter = effect == effectJitter
 	if r.Respaced {
 		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, shift: shift, horizon: horizon, hold: holdAt})
 	}
@@ -322,7 +358,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 // and holds to the local (degraded) pacing only: the multiplier doubles
 // locally, whatever the platform's backoff factor.
 func (p *Pacer) dropReport(platform string, rep report) ReportResult {
-	p.dropped.Add(uint64(max(rep.n, 1)))
+	p.dropped.Add(uint64(max(rep.answered, 1)))
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -22,17 +22,26 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	if maxWait < 0 {
 		maxWait = 0
 	}
-	if res, ok := p.takeFromBlock(platform, maxWait); ok {
-		p.granted.Add(1)
-		p.fromBlock.Add(1)
-		return res, nil
+	// A Retry-After this process received holds it at once; the fleet-wide
+	// hold follows. The row books a slot after it.
+	held := p.heldLocally(platform)
+	if held > maxWait {
+		p.denied.Add(1)
+		return Reservation{Platform: platform, Wait: held, Multiplier: p.cachedResult(platform).Multiplier}, nil
+	}
+	if held == 0 {
+		if res, ok := p.takeFromBlock(platform, maxWait); ok {
+			p.granted.Add(1)
+			p.fromBlock.Add(1)
+			return res, nil
+		}
 	}
 	shared, probe, recovering := p.latch.admit()
 	if !shared {
 		return p.reserveLocal(platform, maxWait), nil
 	}
 
-	var minWait time.Duration
+	minWait := held
 	n := 1
 	if probe || recovering {
 		// After an outage other processes may still pace locally for up to
@@ -44,9 +53,9 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 				p.denied.Add(1)
 				return Reservation{Platform: platform, Wait: w}, nil
 			}
-			minWait = w
+			minWait = max(minWait, w)
 		}
-	} else {
+	} else if held == 0 {
 		n = p.blockSize(platform)
 	}
 
@@ -82,17 +91,17 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
 	var (
 		at, first, interval, cursor, rate, maxMult, mult, hold, paused float64
-		eventAt, eventShift, eventHorizon                              float64
-		count, burst, heldBack                                         int32
+		eventAt, eventShift, eventHorizon, tau, eventInterval          float64
+		count, burst                                                   int32
 		seq                                                            int64
 		rtt                                                            time.Duration
 		received                                                       time.Time
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n},
+		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
-			&eventAt, &eventShift, &eventHorizon, &heldBack)
+			&eventAt, &eventShift, &eventHorizon, &tau, &eventInterval)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -132,7 +141,8 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		Interval:   secondsToDuration(interval),
 		maxWait:    maxWait,
 		seq:        seq,
-		heldBack:   heldBack,
+		rate:       rate,
+		burst:      int(burst),
 	}
 	if !res.Granted {
 		res.Wait = clampDuration(res.Wait)
@@ -146,8 +156,9 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	if st.last.seq < seq {
 		// A slow-down this process has not heard of yet (no listener, or
 		// its notification still on the way): apply it as the notification
-		// would. (If several were missed, the latest stands for all.)
-		ev := event{seq: seq, at: eventAt, interval: interval, shift: eventShift, horizon: eventHorizon, hold: hold}
+		// would. (If several were missed, the slots the earlier ones would
+		// have moved are given back: respace.)
+		ev := event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}
 		if st.rate > 0 {
 			p.events.Add(1)
 			p.dropBlock(st)
@@ -162,7 +173,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
-	st.rate, st.maxMult, st.mult, st.interval = rate, maxMult, mult, interval
+	st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, interval
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
 		// period starting now must not go earlier.
@@ -170,12 +181,12 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	}
 	// Slot 0 is first (when nothing was granted, the earliest one there is);
 	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
-	base := cursor - float64(burst-1-heldBack)/rate - float64(count)*interval
+	base := cursor - tau - float64(count)*interval
 	last := res.Wait
 	for k := 1; k < int(count) && keepBlock; k++ {
 		slot := math.Max(first, base+float64(k)*interval)
 		st.block = append(st.block, blockSlot{at: p.offset.local(slot), slot: slot, reservedAt: at,
-			mult: mult, interval: interval, seq: seq, maxWait: maxWait, heldBack: heldBack})
+			mult: mult, interval: interval, seq: seq, maxWait: maxWait})
 		p.blockSlots.Add(1)
 		last = secondsToDuration(slot - at)
 	}

@@ -16,9 +16,9 @@ import (
 // later (a River job snoozes).
 var ErrGivenBack = errors.New("pacer: slot given back after a slow-down")
 
-// ErrLate is returned by Sleep when the caller woke up more than
-// Config.MaxLate after its slot (a slow reply, a loaded machine, a GC pause,
-// a suspended VM). Sending late would crowd the slots that follow it into
+// ErrLate is returned by Sleep when the caller woke up later after its slot
+// than the ceiling allows (Config.LateBudget; a slow reply, a loaded
+// machine, a GC pause, a suspended VM). Sending late would crowd the slots that follow it into
 // one second: give the slot up and reserve again. The slot is still the
 // caller's, and res says how late it is (Late), so a caller that has given
 // up slots several times in a row may use it anyway (Wait does, on the
@@ -89,12 +89,11 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	p.mu.Unlock()
 	// Lateness counts from the slot's time in the database, mapped to the
 	// local clock (clockOffset): a slow reply delays the send as much as a
-	// slow wake-up. The tolerance is a fraction of the spacing the slot was
-	// granted at and the burst slots its reservation held back
-	// (lateTolerance): later than that, the request would land among the
-	// next slots' requests.
+	// slow wake-up. The schedule was spaced for requests up to the late
+	// budget late (tuning.lateTolerance): later than that, the request would
+	// put more than rate + burst into one of the destination's seconds.
 	res.Late = max(p.clock.Now().Sub(due), 0)
-	if res.Late > p.lateTolerance(res.Interval, res.heldBack) {
+	if res.Late > p.tuning.lateTolerance(res.rate, res.burst, res.Interval.Seconds()) {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}
@@ -149,6 +148,10 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	p.events.Add(1)
 	st.last = ev
 	p.dropBlock(st) // spaced for less, or (ClearHold) placed after a hold that is gone
+	if ev.hold <= ev.at {
+		// No hold in force fleet-wide (an operator cleared it): neither here.
+		st.held = time.Time{}
+	}
 	if ev.interval > 0 {
 		st.interval = ev.interval
 	}
@@ -178,9 +181,22 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
 	}
+	missed := ev.seq > w.seq+1
 	w.seq = ev.seq
 	pivot := ev.at + respaceLead.Seconds()
 	if w.slot <= pivot {
+		return
+	}
+	if missed {
+		// An earlier slow-down never reached this slot: the fleet moved its
+		// slots twice, this one would move once, and could land beside
+		// another. Reserving again puts it at the cursor, where it belongs.
+		w.givenBack = true
+		p.givenBack.Add(1)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 		return
 	}
 	ratio := 1.0

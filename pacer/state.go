@@ -15,14 +15,14 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Where a platform's pace comes from now (State.Source), most constraining
+// What decides a platform's pace now (State.PacedBy), most constraining
 // first.
 const (
-	SourcePaused     = "paused"     // an operator paused it
-	SourceHold       = "hold"       // a fleet-wide hold: Retry-After, an exhausted quota, a cooldown
-	SourceAnnounced  = "announced"  // the destination's announced rate-limit headers
-	SourceMultiplier = "multiplier" // the shared backoff multiplier, after rate pressure
-	SourceCeiling    = "ceiling"    // the configured rate, unconstrained
+	PacedByPause     = "paused"    // an operator paused it
+	PacedByHold      = "hold"      // a fleet-wide hold: Retry-After, an exhausted quota, a cooldown
+	PacedByAnnounced = "announced" // the destination's announced rate-limit headers
+	PacedByBackoff   = "backoff"   // adaptation, after rate pressure: the estimate of the destination's limit, or the multiplier
+	PacedByCeiling   = "ceiling"   // the configured rate, unconstrained
 )
 
 // State is one platform's shared pacer state, for humans (fleetpace status,
@@ -39,8 +39,16 @@ type State struct {
 	Probe          bool
 	UseHeaders     bool
 	Respace        bool
-	Multiplier     float64
-	CleanStreak    int
+	// Adapt is how the platform adapts to pressure: "estimate" or
+	// "multiplier" (sources.AdaptEstimate, sources.AdaptMultiplier).
+	Adapt string
+	// Multiplier is the ceiling over the pace adaptation asks for now (1:
+	// the ceiling).
+	Multiplier  float64
+	CleanStreak int
+	// Estimate is the destination's limit as the fleet last measured it,
+	// requests/s ("estimate" adaptation; 0: none).
+	Estimate float64
 	// PressureMultiplier is the multiplier where the last pressure episode
 	// began (0: none remembered).
 	PressureMultiplier float64
@@ -57,10 +65,10 @@ type State struct {
 	AnnouncedRate float64
 	AnnouncedFor  time.Duration
 	// EffectiveRate is the rate the fleet paces at (the ceiling, slowed by
-	// the multiplier or the announced rate, whichever is slower); Source
-	// says what decides it now (SourcePaused … SourceCeiling).
+	// adaptation or the announced rate, whichever is slower); PacedBy says
+	// what decides it now (PacedByPause … PacedByCeiling).
 	EffectiveRate float64
-	Source        string
+	PacedBy       string
 	// CursorAhead is how far the cursor is ahead of now: the wait a
 	// reservation made now would get, before burst.
 	CursorAhead time.Duration
@@ -80,8 +88,10 @@ type stateJSON struct {
 	Probe              bool    `json:"probe"`
 	UseHeaders         bool    `json:"use_headers"`
 	Respace            bool    `json:"respace"`
+	Adapt              string  `json:"adapt"`
 	Multiplier         float64 `json:"multiplier"`
 	CleanStreak        int     `json:"clean_streak"`
+	Estimate           float64 `json:"estimate_per_sec"`
 	PressureMultiplier float64 `json:"pressure_multiplier"`
 	Hold               float64 `json:"hold_s"`
 	HoldReason         string  `json:"hold_reason,omitempty"`
@@ -91,7 +101,7 @@ type stateJSON struct {
 	AnnouncedRate      float64 `json:"announced_rate_per_sec"`
 	AnnouncedFor       float64 `json:"announced_for_s"`
 	EffectiveRate      float64 `json:"effective_rate_per_sec"`
-	Source             string  `json:"source"`
+	PacedBy            string  `json:"paced_by"`
 	CursorAhead        float64 `json:"cursor_ahead_s"`
 	Slowdowns          int64   `json:"slowdowns"`
 }
@@ -99,9 +109,9 @@ type stateJSON struct {
 // MarshalJSON writes durations as seconds under keys that say so.
 func (s State) MarshalJSON() ([]byte, error) {
 	return json.Marshal(stateJSON{s.Platform, s.Rate, s.Burst, s.MaxMultiplier, s.DecayAfter, s.BackoffFactor,
-		s.RecoveryFactor, s.Probe, s.UseHeaders, s.Respace, s.Multiplier, s.CleanStreak, s.PressureMultiplier,
-		s.Hold.Seconds(), s.HoldReason, s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason, s.AnnouncedRate,
-		s.AnnouncedFor.Seconds(), s.EffectiveRate, s.Source, s.CursorAhead.Seconds(), s.Slowdowns})
+		s.RecoveryFactor, s.Probe, s.UseHeaders, s.Respace, s.Adapt, s.Multiplier, s.CleanStreak, s.Estimate,
+		s.PressureMultiplier, s.Hold.Seconds(), s.HoldReason, s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason,
+		s.AnnouncedRate, s.AnnouncedFor.Seconds(), s.EffectiveRate, s.PacedBy, s.CursorAhead.Seconds(), s.Slowdowns})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -111,22 +121,22 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = State{j.Platform, j.Rate, j.Burst, j.MaxMultiplier, j.DecayAfter, j.BackoffFactor, j.RecoveryFactor,
-		j.Probe, j.UseHeaders, j.Respace, j.Multiplier, j.CleanStreak, j.PressureMultiplier,
+		j.Probe, j.UseHeaders, j.Respace, j.Adapt, j.Multiplier, j.CleanStreak, j.Estimate, j.PressureMultiplier,
 		secondsToDuration(j.Hold), j.HoldReason, secondsToDuration(j.Paused), j.PausedIndefinitely, j.PauseReason,
-		j.AnnouncedRate, secondsToDuration(j.AnnouncedFor), j.EffectiveRate, j.Source,
+		j.AnnouncedRate, secondsToDuration(j.AnnouncedFor), j.EffectiveRate, j.PacedBy,
 		secondsToDuration(j.CursorAhead), j.Slowdowns}
 	return nil
 }
 
 // States reads every platform's pacer state, ordered by platform name.
 func States(ctx context.Context, q Querier) ([]State, error) {
-	return states(ctx, q, statesSQL)
+	return states(ctx, q, statesSQL, statementTime(ctx), humanTuning)
 }
 
 // StatesOf reads the pacer state of the named platforms (those that exist),
 // ordered by name: a page of a dashboard reads its rows only.
 func StatesOf(ctx context.Context, q Querier, platforms []string) ([]State, error) {
-	return states(ctx, q, statesOfSQL, platforms)
+	return states(ctx, q, statesOfSQL, statementTime(ctx), humanTuning, platforms)
 }
 
 func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, error) {
@@ -144,7 +154,7 @@ func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, e
 		)
 		if err := rows.Scan(&s.Platform, &s.Rate, &burst, &s.MaxMultiplier, &dec,
 			&s.BackoffFactor, &s.RecoveryFactor, &s.Probe, &s.UseHeaders, &s.Respace,
-			&s.Multiplier, &s.CleanStreak, &s.PressureMultiplier,
+			&s.Multiplier, &s.CleanStreak, &s.PressureMultiplier, &s.Adapt, &s.Estimate,
 			&hold, &s.HoldReason, &paused, &s.PauseReason, &annI, &annFor, &ahead, &s.Slowdowns); err != nil {
 			return nil, fmt.Errorf("pacer: states: %w", err)
 		}
@@ -167,15 +177,15 @@ func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, e
 		s.EffectiveRate = 1 / interval
 		switch {
 		case s.Paused > 0:
-			s.Source = SourcePaused
+			s.PacedBy = PacedByPause
 		case s.Hold > 0:
-			s.Source = SourceHold
+			s.PacedBy = PacedByHold
 		case annI > base:
-			s.Source = SourceAnnounced
-		case s.Multiplier > 1:
-			s.Source = SourceMultiplier
+			s.PacedBy = PacedByAnnounced
+		case s.Multiplier > 1.0001:
+			s.PacedBy = PacedByBackoff
 		default:
-			s.Source = SourceCeiling
+			s.PacedBy = PacedByCeiling
 		}
 		out = append(out, s)
 	}
@@ -185,7 +195,12 @@ func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, e
 	return out, nil
 }
 
-// States reads every platform's pacer state through the pacer's own pool.
+// States reads every platform's pacer state through the pacer's own pool
+// (on the pacer's clock when Config.TimeFromClock).
 func (p *Pacer) States(ctx context.Context) ([]State, error) {
-	return States(ctx, p.pool)
+	return States(p.withTime(ctx), p.pool)
 }
+
+// humanTuning is the tuning States reads the pace in force with: its
+// adaptive part is every pacer's.
+var humanTuning = defaultTuning(DefaultLateBudget).array()

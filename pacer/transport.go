@@ -129,13 +129,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 
 	resp, err := base.RoundTrip(req)
-	out := Outcome{Kind: Neutral}
+	out := Feedback{Kind: Neutral, NoAnswer: err != nil}
 	if err == nil {
 		classify := t.Classify
 		if classify == nil {
 			classify = ClassifyStatus
 		}
-		out.Quota = ratelimit.Parse(resp.Header, time.Now())
+		out.Quota = ratelimit.Parse(resp.Header, p.clock.Now())
 		out.Kind = classify(resp)
 		if out.Kind == Pressure {
 			out.RetryAfter = out.Quota.RetryAfter

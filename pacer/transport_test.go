@@ -403,7 +403,7 @@ func TestAcquireGivenBackBeyondBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Report(ctx, "acq", r, Outcome{Kind: Pressure, RetryAfter: 10 * time.Second}); err != nil {
+	if _, err := other.Report(ctx, "acq", r, Feedback{Kind: Pressure, RetryAfter: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	err = <-done

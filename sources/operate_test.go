@@ -20,7 +20,7 @@ func TestConfigurePlatformPartial(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	full := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 2, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier}
 	if _, err := sources.SetPlatform(f.ctx, f.pool, full); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestClearCooldown(t *testing.T) {
 		t.Fatalf("active cooldowns after clear: %+v, %v", cds, err)
 	}
 	states, err := pacer.States(f.ctx, f.pool)
-	if err != nil || states[0].Hold != 0 || states[0].Source != pacer.SourceCeiling {
+	if err != nil || states[0].Hold != 0 || states[0].PacedBy != pacer.PacedByCeiling {
 		t.Fatalf("pace after clear: %+v, %v; want no hold", states, err)
 	}
 	if _, count, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "stop", 0.5); err != nil || count != 1 {

@@ -28,6 +28,19 @@ const (
 	DefaultRecoveryFactor = 1.1
 )
 
+// Adaptations a platform may use (Platform.Adapt).
+const (
+	// AdaptEstimate measures what the destination accepts when it pushes
+	// back and paces the fleet just under that, recovering in time (the
+	// default).
+	AdaptEstimate = "estimate"
+	// AdaptMultiplier is the shared backoff multiplier: pressure multiplies
+	// it by BackoffFactor, every DecayAfter clean responses divide it by
+	// RecoveryFactor (with Probe, in small steps near where the pressure
+	// began).
+	AdaptMultiplier = "multiplier"
+)
+
 // Bounds of the adaptation settings, as in the schema's checks.
 const (
 	MinFactor     = 1.01
@@ -44,6 +57,10 @@ type Platform struct {
 	MaxMultiplier float64       `json:"max_multiplier"` // largest backoff multiplier; default 16
 	DecayAfter    int           `json:"decay_after"`    // clean responses, fleet-wide, per recovery step; default 100
 	Cooldown      time.Duration `json:"-"`              // pause after the platform says stop; default 15m (JSON: cooldown_s)
+	// Adapt is how the fleet adapts when the destination pushes back:
+	// AdaptEstimate (default, "") or AdaptMultiplier. BackoffFactor,
+	// RecoveryFactor, DecayAfter and NoProbe shape the multiplier only.
+	Adapt string `json:"adapt"`
 	// BackoffFactor multiplies the shared multiplier on rate pressure (once
 	// per episode); default DefaultBackoffFactor, in [MinFactor, MaxFactor].
 	BackoffFactor float64 `json:"backoff_factor"`
@@ -84,6 +101,9 @@ func (p Platform) WithDefaults() Platform {
 	if p.RecoveryFactor == 0 {
 		p.RecoveryFactor = DefaultRecoveryFactor
 	}
+	if p.Adapt == "" {
+		p.Adapt = AdaptEstimate
+	}
 	return p
 }
 
@@ -109,6 +129,8 @@ func (p Platform) Validate() error {
 		return &FieldError{Field: "backoff_factor", Value: fmtFloat(p.BackoffFactor), Reason: fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
 	case !(p.RecoveryFactor >= MinFactor && p.RecoveryFactor <= MaxFactor):
 		return &FieldError{Field: "recovery_factor", Value: fmtFloat(p.RecoveryFactor), Reason: fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
+	case p.Adapt != AdaptEstimate && p.Adapt != AdaptMultiplier:
+		return &FieldError{Field: "adapt", Value: p.Adapt, Reason: "must be " + AdaptEstimate + " or " + AdaptMultiplier}
 	}
 	return nil
 }
@@ -126,7 +148,7 @@ func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
 		return p, fmt.Errorf("platform: %w", err)
 	}
 	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown,
-		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace)
+		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace, p.Adapt)
 	if err != nil {
 		return p, fmt.Errorf("platform: set %s: %w", p.Name, err)
 	}
@@ -166,7 +188,7 @@ func scanPlatform(row pgx.CollectableRow) (Platform, error) {
 	var p Platform
 	var probe, headers, respace bool
 	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
-		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace)
+		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace, &p.Adapt)
 	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }
@@ -185,6 +207,7 @@ type PlatformUpdate struct {
 	Probe          *bool // false: Platform.NoProbe
 	UseHeaders     *bool // false: Platform.IgnoreHeaders
 	Respace        *bool // false: Platform.NoRespace
+	Adapt          *string
 }
 
 // Apply returns p with the update's fields set.
@@ -215,6 +238,9 @@ func (u PlatformUpdate) Apply(p Platform) Platform {
 	}
 	if u.Respace != nil {
 		p.NoRespace = !*u.Respace
+	}
+	if u.Adapt != nil {
+		p.Adapt = *u.Adapt
 	}
 	return p
 }

@@ -6,8 +6,8 @@ import "strings"
 
 const setPlatformSQL = `
 INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
-                                backoff_factor, recovery_factor, probe, use_headers, respace)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (name) DO UPDATE SET
     rate_per_sec    = EXCLUDED.rate_per_sec,
     burst           = EXCLUDED.burst,
@@ -19,10 +19,11 @@ ON CONFLICT (name) DO UPDATE SET
     probe           = EXCLUDED.probe,
     use_headers     = EXCLUDED.use_headers,
     respace         = EXCLUDED.respace,
+    adapt           = EXCLUDED.adapt,
     updated_at      = now()`
 
 const platformColumns = `name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
-    backoff_factor, recovery_factor, probe, use_headers, respace`
+    backoff_factor, recovery_factor, probe, use_headers, respace, adapt`
 
 const listPlatformsSQL = `SELECT ` + platformColumns + ` FROM fleetpace_platform ORDER BY name`
 

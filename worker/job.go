@@ -22,7 +22,7 @@ import (
 type Pacer interface {
 	Reserve(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error)
 	Sleep(ctx context.Context, res *pacer.Reservation) error
-	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Outcome) (pacer.ReportResult, error)
+	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Feedback) (pacer.ReportResult, error)
 }
 
 // FetchWorker is the River worker of fetch jobs: reserve the pacer (snooze
@@ -228,7 +228,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	// unreachable the pacer drops reports and counts them).
 	// What the destination announced in its rate-limit headers goes with
 	// every outcome (a 404 can carry a quota too).
-	out := pacer.Outcome{Kind: pacer.Neutral, Quota: r.RateLimit}
+	out := pacer.Feedback{Kind: pacer.Neutral, NoAnswer: r.Status == 0, Quota: r.RateLimit}
 	switch r.Outcome {
 	case fetch.OK, fetch.NotModified:
 		out.Kind = pacer.Clean
@@ -236,7 +236,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		out.Kind, out.RetryAfter = pacer.Pressure, min(max(r.RetryAfter, 0), pacer.MaxHold)
 	}
 	outcome := r.Outcome
-	if out.Kind != pacer.Neutral || out.Quota.Announced() {
+	if !out.NoAnswer || out.Quota.Announced() {
 		rr, err := w.pacer.Report(ctx, args.Platform, res, out)
 		if err != nil {
 			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)

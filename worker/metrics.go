@@ -186,7 +186,7 @@ var (
 	descStaleMax   = prometheus.NewDesc("fleetpace_staleness_max_seconds", "How late the most overdue source of the platform is.", []string{"platform"}, nil)
 	descStaleP95   = prometheus.NewDesc("fleetpace_staleness_p95_seconds", "95th percentile of lateness among the platform's overdue sources.", []string{"platform"}, nil)
 	descUp         = prometheus.NewDesc("fleetpace_database_up", "1 if the fleet-wide state could be read at its last refresh.", nil, nil)
-	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, multiplier, announced, hold, paused).", []string{"platform", "source"}, nil)
+	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, backoff, announced, hold, paused).", []string{"platform", "paced_by"}, nil)
 	descAnnounced  = prometheus.NewDesc("fleetpace_pacer_announced_rate", "Rate the destination's rate-limit headers allow now, requests per second (0: none announced).", []string{"platform"}, nil)
 	descHold       = prometheus.NewDesc("fleetpace_pacer_hold_remaining_seconds", "Remaining fleet-wide hold (Retry-After, exhausted quota, cooldown) per platform.", []string{"platform"}, nil)
 )
@@ -226,7 +226,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			active++
 		}
 		ch <- prometheus.MustNewConstMetric(descMultiplier, prometheus.GaugeValue, p.Pace.Multiplier, p.Name)
-		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, p.Pace.EffectiveRate, p.Name, p.Pace.Source)
+		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, p.Pace.EffectiveRate, p.Name, p.Pace.PacedBy)
 		ch <- prometheus.MustNewConstMetric(descAnnounced, prometheus.GaugeValue, p.Pace.AnnouncedRate, p.Name)
 		ch <- prometheus.MustNewConstMetric(descHold, prometheus.GaugeValue, p.Pace.Hold.Seconds(), p.Name)
 		ch <- prometheus.MustNewConstMetric(descCeiling, prometheus.GaugeValue, p.RatePerSec, p.Name)

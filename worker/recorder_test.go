@@ -37,7 +37,7 @@ func (grantAll) Reserve(_ context.Context, platform string, _ time.Duration) (pa
 
 func (grantAll) Sleep(context.Context, *pacer.Reservation) error { return nil }
 
-func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Outcome) (pacer.ReportResult, error) {
+func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Feedback) (pacer.ReportResult, error) {
 	return pacer.ReportResult{}, nil
 }
 

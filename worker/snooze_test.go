@@ -26,7 +26,7 @@ func (d denyWith) Reserve(_ context.Context, platform string, _ time.Duration) (
 
 func (denyWith) Sleep(context.Context, *pacer.Reservation) error { return nil }
 
-func (denyWith) Report(context.Context, string, pacer.Reservation, pacer.Outcome) (pacer.ReportResult, error) {
+func (denyWith) Report(context.Context, string, pacer.Reservation, pacer.Feedback) (pacer.ReportResult, error) {
 	return pacer.ReportResult{}, nil
 }
 

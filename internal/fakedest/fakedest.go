@@ -111,6 +111,19 @@ type Rule struct {
 	// WindowLimit is the fixed window's quota; at least 1 with Window.
 	WindowLimit int
 
+	// Strict, with Rate, makes the limiter nginx's limit_req instead of a
+	// token bucket: a leaky bucket counted in whole milliseconds that
+	// refuses a request arriving earlier than 1/Rate after the last one it
+	// accepted, beyond Burst requests of excess (nginx's burst with nodelay;
+	// 0 by default here, not 1). A refusal changes nothing.
+	Strict bool
+
+	// Sliding, with Window and WindowLimit, makes the window a sliding log
+	// instead of a fixed one: at most WindowLimit requests accepted in any
+	// Window ending now. A refused request's Retry-After is the time until
+	// the oldest of them leaves the window, unless RetryAfter is set.
+	Sliding bool
+
 	// Headers is the family of rate-limit headers sent with every answer
 	// the limiter decides, describing the limiter's state after the request
 	// (see HeaderStyle for exactly what is sent). Default None. Needs Rate
@@ -197,6 +210,10 @@ func (r Rule) validate(prefix string) error {
 		return fmt.Errorf("%w %q: Window %s must be ≥ 0", ErrInvalidRule, prefix, r.Window)
 	case r.Window > 0 && r.WindowLimit < 1:
 		return fmt.Errorf("%w %q: WindowLimit %d must be ≥ 1 with Window", ErrInvalidRule, prefix, r.WindowLimit)
+	case r.Strict && r.Rate == 0:
+		return fmt.Errorf("%w %q: Strict needs a Rate", ErrInvalidRule, prefix)
+	case r.Sliding && r.Window == 0:
+		return fmt.Errorf("%w %q: Sliding needs a Window", ErrInvalidRule, prefix)
 	case r.Window == 0 && r.WindowLimit != 0:
 		return fmt.Errorf("%w %q: WindowLimit %d needs a Window", ErrInvalidRule, prefix, r.WindowLimit)
 	case r.Window > 0 && r.Rate > 0:
@@ -267,32 +284,16 @@ type Request struct {
 
 // ruleState is an installed rule with its limiter.
 type ruleState struct {
-	rule    Rule
-	limiter limiter // nil when unlimited
-	// retryToWindowEnd: a refused request's Retry-After is the time to the
-	// window's end (a fixed window without an explicit RetryAfter).
-	retryToWindowEnd bool
+	rule  Rule
+	limit *Limiter // nil when unlimited
 }
 
 func newRuleState(r Rule, created time.Time) *ruleState {
-	if r.LimitStatus == 0 {
-		r.LimitStatus = http.StatusTooManyRequests
-	}
-	retryToWindowEnd := r.Window > 0 && r.RetryAfter == 0
-	if r.RetryAfter == 0 {
-		r.RetryAfter = DefaultRetryAfter
-	}
 	if r.LastModified.IsZero() {
 		r.LastModified = created
 	}
 	r.LastModified = r.LastModified.UTC().Truncate(time.Second)
-	st := &ruleState{rule: r, retryToWindowEnd: retryToWindowEnd}
-	switch {
-	case r.Rate > 0:
-		st.limiter = newBucket(r.Rate, r.Burst)
-	case r.Window > 0:
-		st.limiter = &window{size: r.Window, limit: r.WindowLimit}
-	}
+	st := &ruleState{rule: r.withDefaults(), limit: newLimiter(r)}
 	return st
 }
 
@@ -664,14 +665,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	})
 	st := s.match(req.URL.Path)
 	var rule Rule
-	limited, decided, retryToWindowEnd := false, false, false
-	var q quota
+	var d Decision
+	limited, decided := false, false
 	if st != nil {
-		rule, retryToWindowEnd = st.rule, st.retryToWindowEnd
-		if rule.Status == 0 && rule.RedirectTo == "" && st.limiter != nil {
-			var ok bool
-			ok, q = st.limiter.admit(now)
-			limited, decided = !ok, true
+		rule = st.rule
+		if rule.Status == 0 && rule.RedirectTo == "" && st.limit != nil {
+			d = st.limit.Admit(now)
+			limited, decided = !d.OK, true
 		}
 	}
 	s.requests[idx].Limited = limited
@@ -703,8 +703,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 
 	h.Set("Cache-Control", "no-store")
-	if decided && rule.Headers != None {
-		q.setHeaders(h, rule.Headers, now)
+	if decided {
+		for name, vs := range d.Header {
+			h[name] = vs
+		}
 	}
 	// writeHeader adds RawHeaders last, so they replace what the rule sent.
 	writeHeader := func(status int) {
@@ -719,7 +721,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case rule.Status != 0:
 		if rule.Status == http.StatusTooManyRequests || rule.Status == http.StatusServiceUnavailable {
-			s.setRetryAfter(h, rule, rule.RetryAfter)
+			retryAfter := rule.RetryAfter
+			if retryAfter == 0 {
+				retryAfter = DefaultRetryAfter
+			}
+			s.setRetryAfter(h, rule, retryAfter)
 		}
 		writeHeader(rule.Status)
 		fmt.Fprintf(w, "fakedest: forced %d\n", rule.Status)
@@ -731,11 +737,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		finish(http.StatusFound)
 		return
 	case limited:
-		retryAfter := rule.RetryAfter
-		if retryToWindowEnd {
-			retryAfter = q.reset
-		}
-		s.setRetryAfter(h, rule, retryAfter)
 		writeHeader(rule.LimitStatus)
 		if rule.Window > 0 {
 			fmt.Fprintf(w, "fakedest: over %d requests per %s\n", rule.WindowLimit, rule.Window)
@@ -772,15 +773,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // setRetryAfter sends d as Retry-After in r's form (none if d < 0 or
 // r.RetryAfter < 0).
 func (s *Server) setRetryAfter(h http.Header, r Rule, d time.Duration) {
-	if r.RetryAfter < 0 || d < 0 {
-		return
-	}
-	if r.RetryAfterDate {
-		h.Set("Retry-After", s.cfg.Now().Add(d).UTC().Format(http.TimeFormat))
-		return
-	}
-	secs := int64((d + time.Second - 1) / time.Second)
-	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	setRetryAfter(h, r, d, s.cfg.Now())
 }
 
 // notModified applies RFC 9110's conditional GET rules: If-None-Match, when

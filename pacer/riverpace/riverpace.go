@@ -173,7 +173,9 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	rep := &report{}
 	err = doInner(context.WithValue(ctx, reportKey{}, rep))
 
-	out := pacer.Outcome{Kind: pacer.Neutral, Quota: rep.quota}
+	// An error says nothing of the destination (it may be the job's own):
+	// it counts for nothing.
+	out := pacer.Feedback{Kind: pacer.Neutral, NoAnswer: err != nil, Quota: rep.quota}
 	var limited *RateLimitedError
 	switch {
 	case err == nil:

@@ -511,7 +511,7 @@ done:
 	if states, err := pacer.States(ctx, pool); err == nil {
 		for _, st := range states {
 			fmt.Fprintf(cfg.Progress, "run %d: %-24s multiplier %.3f (pressure %.3f), announced %.2f/s, effective %.2f/s (%s), slow-downs %d\n",
-				run, st.Platform, st.Multiplier, st.PressureMultiplier, st.AnnouncedRate, st.EffectiveRate, st.Source, st.Slowdowns)
+				run, st.Platform, st.Multiplier, st.PressureMultiplier, st.AnnouncedRate, st.EffectiveRate, st.PacedBy, st.Slowdowns)
 		}
 	}
 	if os.Getenv("FLEETPACE_BENCH_ADAPT_TRACE") != "" {

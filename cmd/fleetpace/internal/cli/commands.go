@@ -98,6 +98,7 @@ func (a *app) platformsCmd() *cobra.Command {
 				"probe":              func() { u.Probe = &probe },
 				"rate-limit-headers": func() { u.UseHeaders = &headers },
 				"respace":            func() { u.Respace = &respace },
+				"adapt":              func() { u.Adapt = &p.Adapt },
 			} {
 				if f.Changed(flag) {
 					set()
@@ -118,9 +119,14 @@ func (a *app) platformsCmd() *cobra.Command {
 				if created {
 					verb = "created"
 				}
-				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, backoff ×%g, recovery ÷%g per %d clean, probe %v, rate-limit headers %v, respace %v\n",
-					saved.Name, verb, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, saved.BackoffFactor,
-					saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe, !saved.IgnoreHeaders, !saved.NoRespace)
+				adapting := "adapt estimate"
+				if saved.Adapt == sources.AdaptMultiplier {
+					adapting = fmt.Sprintf("adapt multiplier (backoff ×%g, recovery ÷%g per %d clean, probe %v)",
+						saved.BackoffFactor, saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe)
+				}
+				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, %s, rate-limit headers %v, respace %v\n",
+					saved.Name, verb, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, adapting,
+					!saved.IgnoreHeaders, !saved.NoRespace)
 				return nil
 			})
 		},
@@ -129,7 +135,8 @@ func (a *app) platformsCmd() *cobra.Command {
 	f.Float64Var(&p.RatePerSec, "rate", 0, fmt.Sprintf("fleet-wide ceiling in requests per second (%g to %g; required for a new platform)", sources.MinRate, sources.MaxRate))
 	f.IntVar(&p.Burst, "burst", sources.DefaultBurst, fmt.Sprintf("requests allowed back to back (1 to %d)", sources.MaxBurst))
 	f.DurationVar(&p.Cooldown, "cooldown", sources.DefaultCooldown, fmt.Sprintf("pause after the platform says stop (%s to %s)", sources.MinCooldown, sources.MaxCooldown))
-	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, fmt.Sprintf("largest shared backoff multiplier (1 to %d)", sources.MaxMultiplierLimit))
+	f.StringVar(&p.Adapt, "adapt", sources.AdaptEstimate, "how the fleet adapts when the destination pushes back: estimate (measure what it accepts, pace just under it, recover in time) or multiplier (the shared backoff multiplier, shaped by the four flags below)")
+	f.Float64Var(&p.MaxMultiplier, "max-multiplier", sources.DefaultMaxMultiplier, fmt.Sprintf("slowest pace: ceiling ÷ this; pressure there cools the platform down (1 to %d)", sources.MaxMultiplierLimit))
 	f.IntVar(&p.DecayAfter, "decay-after", sources.DefaultDecayAfter, fmt.Sprintf("clean responses, fleet-wide, per recovery step of the multiplier (1 to %d)", sources.MaxDecayAfter))
 	f.Float64Var(&p.BackoffFactor, "backoff-factor", sources.DefaultBackoffFactor, fmt.Sprintf("rate pressure multiplies the multiplier by this, once per episode (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
 	f.Float64Var(&p.RecoveryFactor, "recovery-factor", sources.DefaultRecoveryFactor, fmt.Sprintf("every --decay-after clean responses divide the multiplier by this (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
@@ -170,7 +177,7 @@ func (a *app) platformsCmd() *cobra.Command {
 var platformFlags = map[string]string{
 	"name": "NAME", "rate_per_sec": "--rate", "burst": "--burst", "cooldown": "--cooldown",
 	"max_multiplier": "--max-multiplier", "decay_after": "--decay-after",
-	"backoff_factor": "--backoff-factor", "recovery_factor": "--recovery-factor",
+	"backoff_factor": "--backoff-factor", "recovery_factor": "--recovery-factor", "adapt": "--adapt",
 }
 
 // sourceFlags names the flags of `sources` commands by the fields of their

@@ -104,7 +104,8 @@ func TestPlatformsSetPartial(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	dbq(t, url, "platforms", "set", "feeds", "--rate", "7", "--burst", "2", "--cooldown", "20m", "--max-multiplier", "8",
-		"--decay-after", "50", "--backoff-factor", "2", "--recovery-factor", "1.5", "--probe=false", "--rate-limit-headers=false")
+		"--decay-after", "50", "--backoff-factor", "2", "--recovery-factor", "1.5", "--probe=false", "--rate-limit-headers=false",
+		"--adapt", "multiplier")
 	r := dbq(t, url, "platforms", "set", "feeds", "--burst", "3")
 	if !strings.Contains(r.stdout, "platform feeds updated: rate 7/s, burst 3, cooldown 20m0s, max multiplier 8") {
 		t.Fatalf("set --burst 3: %s", r)
@@ -114,7 +115,7 @@ func TestPlatformsSetPartial(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 3, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier}
 	if len(ps) != 1 || ps[0] != want {
 		t.Fatalf("after --burst 3: %+v, want %+v", ps, want)
 	}

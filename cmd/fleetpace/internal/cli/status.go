@@ -128,13 +128,13 @@ func writeStatus(w io.Writer, rep *status.Report) error {
 // decides it.
 func fmtRate(s pacer.State) string {
 	r := fmt.Sprintf("%.3g", s.EffectiveRate)
-	switch s.Source {
-	case pacer.SourcePaused, pacer.SourceHold:
+	switch s.PacedBy {
+	case pacer.PacedByPause, pacer.PacedByHold:
 		return "0"
-	case pacer.SourceCeiling, "":
+	case pacer.PacedByCeiling, "":
 		return r
 	}
-	return r + " (" + s.Source + ")"
+	return r + " (" + s.PacedBy + ")"
 }
 
 // maxReason is how much of a reason the status table shows.

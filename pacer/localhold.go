@@ -1,0 +1,54 @@
+package pacer
+
+import "time"
+
+// A Retry-After holds the whole fleet once its report reaches the database
+// (a round trip, longer while the database is busy). The process that
+// received it holds at once: from that instant it sends nothing more to the
+// platform until the hold ends — the slots its callers sleep on are given
+// back (they reserve again and are denied), blocks are dropped, and new
+// reservations are denied without a round trip.
+
+// holdFor is how long f asks the fleet to hold from now: a pressure's
+// Retry-After (always honoured), at most MaxHold.
+func holdFor(f Feedback) time.Duration {
+	if f.Kind != Pressure {
+		return 0
+	}
+	return clampDuration(f.RetryAfter)
+}
+
+// holdLocally holds platform in this process for d from now.
+func (p *Pacer) holdLocally(platform string, d time.Duration) {
+	now := p.clock.Now()
+	until := now.Add(d)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(platform)
+	st.held = maxTime(st.held, until)
+	st.hold = maxTime(st.hold, until) // degraded pacing honours it too
+	p.dropBlock(st)
+	for w := range st.waiters {
+		if w.givenBack || !w.due.Before(until) {
+			continue
+		}
+		w.givenBack = true
+		p.givenBack.Add(1)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// heldLocally is how long this process still holds platform itself (0:
+// not held).
+func (p *Pacer) heldLocally(platform string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.local[platform]
+	if st == nil || st.held.IsZero() {
+		return 0
+	}
+	return max(st.held.Sub(p.clock.Now()), 0)
+}

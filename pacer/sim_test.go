@@ -1,0 +1,344 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+	"github.com/fleetpace/fleetpace/ratelimit"
+)
+
+// A simulation runs a fleet of pacers — processes, each with callers that
+// reserve, send and report — against one of the fake destination's limiters
+// (fakedest.Limiter), on one discrete-event clock (clocktest.Sim) that every
+// pacer also gives its statements (Config.TimeFromClock): minutes of
+// virtual time against the real pacer and the real database, in seconds.
+
+// simConfig is one simulation.
+type simConfig struct {
+	procs, callers int
+	rate           float64 // the platform's ceiling
+	burst          int
+	adapt          string // "estimate" (default) or "multiplier"
+	noHeaders      bool
+	rule           fakedest.Rule // the destination
+	// changes replaces the destination's rule at the given virtual times
+	// (counted from the start).
+	changes  []simChange
+	duration time.Duration
+	latency  time.Duration // from the send to the answer
+	// late draws how late after its slot a caller sends (default: never).
+	late    func(r *rand.Rand) time.Duration
+	maxWait time.Duration // default 2 s
+	seed    uint64
+	// pollOnly runs the pacers without the slow-down listener.
+	pollOnly bool
+}
+
+type simChange struct {
+	at   time.Duration
+	rule fakedest.Rule
+}
+
+// simArrival is a request at the destination.
+type simArrival struct {
+	at time.Duration // since the start
+	ok bool
+	// what the caller was granted (for debugging)
+	caller string
+	slot   time.Duration
+	late   time.Duration
+	block  bool
+}
+
+type simResult struct {
+	cfg      simConfig
+	arrivals []simArrival // in arrival order
+	pressure []simPressure
+}
+
+// simPressure is what a report of pressure did.
+type simPressure struct {
+	at time.Duration
+	r  ReportResult
+}
+
+// allowance is what a rule allows per second, in the long run.
+func allowance(r fakedest.Rule) float64 {
+	if r.Window > 0 {
+		return float64(r.WindowLimit) / r.Window.Seconds()
+	}
+	return r.Rate
+}
+
+// runSim runs cfg and returns what the destination saw.
+func runSim(t *testing.T, cfg simConfig) simResult {
+	t.Helper()
+	if cfg.adapt == "" {
+		cfg.adapt = "estimate"
+	}
+	if cfg.maxWait == 0 {
+		cfg.maxWait = 2 * time.Second
+	}
+	if cfg.burst == 0 {
+		cfg.burst = 1
+	}
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "sim", rate: cfg.rate, burst: cfg.burst, adapt: cfg.adapt,
+		backoff: 1.5, recovery: 1.1, probe: true, noHeaders: cfg.noHeaders})
+	sim := clocktest.NewSim()
+	// Long enough for a notification to reach every process before the
+	// clock moves on.
+	sim.Settle = time.Millisecond
+	start := sim.Now()
+	end := start.Add(cfg.duration)
+
+	var (
+		mu       sync.Mutex
+		lim      = fakedest.NewLimiter(cfg.rule)
+		changes  = cfg.changes
+		arrivals []simArrival
+		pressure []simPressure
+	)
+	admit := func(now time.Time, caller string, res Reservation) fakedest.Decision {
+		mu.Lock()
+		defer mu.Unlock()
+		for len(changes) > 0 && !start.Add(changes[0].at).After(now) {
+			lim = fakedest.NewLimiter(changes[0].rule)
+			changes = changes[1:]
+		}
+		d := lim.Admit(now)
+		arrivals = append(arrivals, simArrival{at: now.Sub(start), ok: d.OK, caller: caller, slot: res.Slot.Sub(start), late: res.Late, block: res.FromBlock})
+		return d
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var live atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.procs*cfg.callers)
+	for i := range cfg.procs {
+		p := newPacer(t, url, func(c *Config) {
+			c.Clock, c.TimeFromClock, c.PollOnly, c.CleanBatch = sim, true, cfg.pollOnly, -1
+		})
+		for j := range cfg.callers {
+			rng := rand.New(rand.NewPCG(cfg.seed, uint64(i*1000+j)))
+			live.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer live.Add(-1)
+				for sim.Now().Before(end) {
+					res, err := p.Acquire(ctx, "sim", cfg.maxWait)
+					var we *WaitError
+					switch {
+					case errors.As(err, &we):
+						// A job snoozes: back after the wait.
+						sim.Sleep(max(we.Wait, 10*time.Millisecond))
+						continue
+					case ctx.Err() != nil:
+						return
+					case err != nil && ctx.Err() == nil:
+						errs <- err
+						return
+					}
+					if cfg.late != nil {
+						if d := cfg.late(rng); d > 0 {
+							sim.Sleep(d)
+						}
+					}
+					d := admit(sim.Now(), fmt.Sprintf("%d.%d", i, j), res)
+					sim.Sleep(max(cfg.latency, time.Millisecond))
+					info := ratelimit.Parse(d.Header, sim.Now())
+					fb := Feedback{Kind: Clean, Quota: info}
+					if !d.OK {
+						fb.Kind, fb.RetryAfter = Pressure, info.RetryAfter
+					}
+					rr, err := p.Report(ctx, "sim", res, fb)
+					if err != nil {
+						if ctx.Err() == nil {
+							errs <- err
+						}
+						return
+					}
+					if fb.Kind == Pressure {
+						mu.Lock()
+						pressure = append(pressure, simPressure{at: sim.Now().Sub(start), r: rr})
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	participants := func() int { return int(live.Load()) }
+	runErr := sim.Run(ctx, end, participants)
+	// Every caller stops at its next wake-up: run the clock on until then.
+	cancel()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	drain, stop := context.WithCancel(context.Background())
+	go sim.Run(drain, end.Add(24*time.Hour), participants) //nolint:errcheck // stopped below
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("simulation: callers did not stop")
+	}
+	stop()
+	if runErr != nil {
+		t.Fatalf("simulation: %v", runErr)
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("simulation: %v", err)
+	default:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return simResult{cfg: cfg, arrivals: arrivals, pressure: pressure}
+}
+
+// between counts the accepted and refused arrivals in [from, to).
+func (r simResult) between(from, to time.Duration) (ok, refused int) {
+	for _, a := range r.arrivals {
+		if a.at >= from && a.at < to {
+			if a.ok {
+				ok++
+			} else {
+				refused++
+			}
+		}
+	}
+	return ok, refused
+}
+
+// goodput is accepted requests per second in [from, to) over allow.
+func (r simResult) goodput(from, to time.Duration, allow float64) float64 {
+	ok, _ := r.between(from, to)
+	return float64(ok) / (to - from).Seconds() / allow
+}
+
+// refusedShare is the share of refused arrivals in [from, to).
+func (r simResult) refusedShare(from, to time.Duration) float64 {
+	ok, refused := r.between(from, to)
+	if ok+refused == 0 {
+		return 0
+	}
+	return float64(refused) / float64(ok+refused)
+}
+
+// settled is when goodput first held ≥ share of allow for 5 s (-1: never).
+func (r simResult) settled(allow, share float64) time.Duration {
+	for from := time.Duration(0); from+5*time.Second <= r.cfg.duration; from += 500 * time.Millisecond {
+		if r.goodput(from, from+5*time.Second, allow) >= share {
+			return from + 5*time.Second
+		}
+	}
+	return -1
+}
+
+// maxWindow is the most arrivals in any 1-s window.
+func (r simResult) maxWindow() int {
+	times := make([]time.Duration, len(r.arrivals))
+	for i, a := range r.arrivals {
+		times[i] = a.at
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	best, j := 0, 0
+	for i := range times {
+		for times[i]-times[j] >= time.Second {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// timeline is goodput per 5 s and what each pressure did, for the log.
+func (r simResult) timeline() string {
+	allow := allowance(r.cfg.rule)
+	out := "goodput per 5 s:"
+	for from := time.Duration(0); from < r.cfg.duration; from += 5 * time.Second {
+		ok, refused := r.between(from, from+5*time.Second)
+		out += fmt.Sprintf(" %.2f", float64(ok)/5/allow)
+		if refused > 0 {
+			out += fmt.Sprintf("(%d)", refused)
+		}
+	}
+	out += "\npressure:"
+	for _, p := range r.pressure {
+		what := "-"
+		switch {
+		case p.r.Increased:
+			what = "cut"
+		case p.r.Stale:
+			what = "stale"
+		case p.r.Jitter:
+			what = "jitter"
+		case p.r.AtMax:
+			what = "max"
+		}
+		out += fmt.Sprintf(" %.2fs:%s→%.2f", p.at.Seconds(), what, p.r.Estimate)
+	}
+	return out
+}
+
+func (r simResult) String() string {
+	allow := allowance(r.cfg.rule)
+	d := r.cfg.duration
+	return fmt.Sprintf("goodput 10–70 s %.3f, last half %.3f, 429s %.2f%% (last half %.2f%%), ≥0.85 for 5 s at %s, largest window %d",
+		r.goodput(10*time.Second, min(70*time.Second, d), allow), r.goodput(d/2, d, allow),
+		100*r.refusedShare(10*time.Second, d), 100*r.refusedShare(d/2, d),
+		r.settled(allow, 0.85), r.maxWindow())
+}
+
+// TestSimExplore runs the destination models and logs what the fleet got
+// (a tool while tuning: go test -run TestSimExplore -v ./pacer/).
+func TestSimExplore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	models := []struct {
+		name string
+		rule fakedest.Rule
+	}{
+		{"strict-40", fakedest.Rule{Rate: 12, Burst: 1}},
+		{"bucket10-50", fakedest.Rule{Rate: 15, Burst: 10}},
+		{"window1s-33", fakedest.Rule{Window: time.Second, WindowLimit: 10}},
+		{"window10s-10", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 30}},
+		{"nginx-8", fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}},
+		{"sliding10s-33", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 100, Sliding: true}},
+	}
+	for _, m := range models {
+		t.Run(m.name, func(t *testing.T) {
+			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 30, rule: m.rule, duration: 120 * time.Second,
+				latency: 20 * time.Millisecond})
+			t.Logf("%s: %s\n%s", m.name, r, r.timeline())
+		})
+	}
+}
+
+func TestSimDebug(t *testing.T) {
+	if testing.Short() {
+		t.Skip("long")
+	}
+	r := runSim(t, simConfig{procs: 3, callers: 20, rate: 30, rule: fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}, duration: 30 * time.Second,
+		latency: 20 * time.Millisecond})
+	t.Logf("%s\n%s", r, r.timeline())
+	for i, a := range r.arrivals {
+		if a.at < 3*time.Second {
+			gap := time.Duration(0)
+			if i > 0 {
+				gap = a.at - r.arrivals[i-1].at
+			}
+			t.Logf("%.4f ok=%v gap=%s caller=%s slot=%.4f late=%s", a.at.Seconds(), a.ok, gap, a.caller, a.slot.Seconds(), a.late)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package pacer
+
+import (
+	"math"
+	"time"
+)
+
+// tuning is every number the shared statements decide by. It is passed with
+// each statement (the schema's fleetpace_pace_* functions read it as t[1…]),
+// so this file is the one place they are set. See docs/design.md,
+// "Adaptive pacing", for why each is what it is.
+type tuning struct {
+	// approach is how long the pace takes to climb from just under the
+	// estimate (what the destination surely accepts) to just under the rate
+	// the refusal came at: a cubic, fast at first and flat at the end, so
+	// the fleet spends most of it near the limit; when the two are one, a
+	// plateau.
+	approach time.Duration
+	// climb is the coefficient of the cubic climb past the refusal's rate:
+	// the pace is that × (1 − margin) × (1 + climb × x³), x seconds after
+	// the approach (×1.1 after 7 s, ×1.7 after 13 s).
+	climb float64
+	// margin is how far under its estimate the fleet settles: refusals at
+	// a strict limiter's spacing edge come from jitter, not from the rate.
+	margin float64
+	// late is how late after its slot a request may leave; slack how long
+	// it may then take to reach the destination (Config.LateBudget,
+	// SendSlack).
+	late, slack time.Duration
+	// beta is the cut when refusals go on within calm of a decrease: the
+	// pace restarts from the rate the refused request was sent at × beta,
+	// or what the destination accepted if lower.
+	beta float64
+	// calm: a refusal later than this after the latest decrease starts a
+	// new episode (its estimate is what the fleet got answered).
+	calm time.Duration
+	// jitterMemory: a lone refusal below the estimate is jitter unless
+	// another came within this.
+	jitterMemory time.Duration
+	// measureMin, measureMax bound the time constant of the answered-rate
+	// measurement (the longest hold a destination asked for lately).
+	measureMin, measureMax time.Duration
+	// Re-spacing and announcements.
+	lead         time.Duration // respaceLead
+	respaceRatio float64
+	announced    float64 // announcedShare
+	maxHold      time.Duration
+	resetMemory  time.Duration
+	probeMargin  float64 // 'multiplier' mode
+	probeSteps   float64 // 'multiplier' mode
+}
+
+// defaultTuning is the pacer's tuning.
+func defaultTuning(late time.Duration) tuning {
+	return tuning{
+		approach:     12 * time.Second,
+		climb:        3e-4,
+		margin:       0.04,
+		late:         late,
+		slack:        SendSlack + epochPrecision,
+		beta:         0.7,
+		calm:         2 * time.Second,
+		jitterMemory: 30 * time.Second,
+		measureMin:   2 * time.Second,
+		measureMax:   60 * time.Second,
+		lead:         respaceLead,
+		respaceRatio: respaceRatio,
+		announced:    announcedShare,
+		maxHold:      MaxHold,
+		resetMemory:  resetMemory,
+		probeMargin:  probeMargin,
+		probeSteps:   probeSteps,
+	}
+}
+
+// epochPrecision is what the schedule leaves for rounding: times are epoch
+// seconds in float8, about a microsecond apart at this century's epochs,
+// and the arithmetic of a long schedule drifts by a few.
+const epochPrecision = 100 * time.Microsecond
+
+// array is t as the statements take it (t[1] is the first).
+func (t tuning) array() []float64 {
+	return []float64{
+		t.approach.Seconds(), t.climb, t.margin, t.late.Seconds(), t.slack.Seconds(),
+		t.beta, 0, t.calm.Seconds(), t.jitterMemory.Seconds(),
+		t.measureMin.Seconds(), t.measureMax.Seconds(),
+		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
+		t.probeMargin, t.probeSteps,
+	}
+}
+
+// ceilingTau is fleetpace_pace_tau: the burst tolerance, in seconds, a
+// platform's schedule keeps once lateness is paid for.
+func (t tuning) ceilingTau(rate float64, burst int) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	return math.Max(float64(burst-1)/rate-math.Max(t.late.Seconds()+t.slack.Seconds()-1/rate, 0), 0)
+}
+
+// lateTolerance is how late a request may leave after a slot granted at
+// spacing interval (seconds) on a platform of rate and burst: the late
+// budget, or half the spacing where the platform is paced slower than its
+// ceiling, never more than keeps every 1-s window at the destination within
+// rate + burst (floor(rate + burst) × interval − 1 − slack − tau, which is
+// the late budget itself at the ceiling's spacing), and at least minLate.
+func (t tuning) lateTolerance(rate float64, burst int, interval float64) time.Duration {
+	if rate <= 0 || interval <= 0 {
+		return minLate
+	}
+	bound := math.Max(math.Floor(rate+float64(burst)), 1)*interval - 1 - t.slack.Seconds() - t.ceilingTau(rate, burst)
+	tol := math.Min(bound, math.Max(t.late.Seconds(), interval/2))
+	return max(secondsToDuration(tol), minLate)
+}
