@@ -301,7 +301,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 				}()
 			}
 			clocktest.WaitSleepers(t, clk, 3)
-			clk.Advance(100 * time.Millisecond) // the slow-down comes after the reservations
+			clk.Advance(100 * time.Millisecond)       // the slow-down comes after the reservations
 			rep := pressure(t, a, "resp", Feedback{}) // ×2: 2 s → 4 s
 			if !rep.Increased || !rep.Respaced {
 				t.Fatalf("pressure: %+v", rep)

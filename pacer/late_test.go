@@ -32,9 +32,9 @@ func TestLateTolerance(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
 	for _, tc := range []struct {
-		platform   string
-		rate       float64
-		burst      int
+		platform    string
+		rate        float64
+		burst       int
 		ok, tooLate time.Duration
 	}{
 		{"forty", 40, 1, 19 * time.Millisecond, 21 * time.Millisecond},
