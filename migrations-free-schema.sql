@@ -490,6 +490,13 @@ BEGIN
                     IF s.meas_window > t[10] THEN
                         v_est_max := v_est;
                     END IF;
+                ELSIF p_retry > t[10] THEN
+                    -- The first long hold: a window (or a log) that will
+                    -- not take more until it resets. What was accepted
+                    -- since the measurement began, over that time and the
+                    -- hold, is its quota per window.
+                    v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
+                    v_est_max := v_est;
                 END IF;
                 v_est := GREATEST(v_est, v_floor);
                 v_est_max := GREATEST(v_est_max, v_est);

@@ -36,7 +36,7 @@ type simConfig struct {
 	duration time.Duration
 	latency  time.Duration // from the send to the answer
 	// late draws how late after its slot a caller sends (default: never).
-	late    func(r *rand.Rand) time.Duration
+	late    func(r *randSource) time.Duration
 	maxWait time.Duration // default 2 s
 	seed    uint64
 	// pollOnly runs the pacers without the slow-down listener.
@@ -47,6 +47,9 @@ type simChange struct {
 	at   time.Duration
 	rule fakedest.Rule
 }
+
+// randSource is a simulated caller's random source.
+type randSource = rand.Rand
 
 // simArrival is a request at the destination.
 type simArrival struct {
@@ -299,46 +302,3 @@ func (r simResult) String() string {
 		r.settled(allow, 0.85), r.maxWindow())
 }
 
-// TestSimExplore runs the destination models and logs what the fleet got
-// (a tool while tuning: go test -run TestSimExplore -v ./pacer/).
-func TestSimExplore(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long")
-	}
-	models := []struct {
-		name string
-		rule fakedest.Rule
-	}{
-		{"strict-40", fakedest.Rule{Rate: 12, Burst: 1}},
-		{"bucket10-50", fakedest.Rule{Rate: 15, Burst: 10}},
-		{"window1s-33", fakedest.Rule{Window: time.Second, WindowLimit: 10}},
-		{"window10s-10", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 30}},
-		{"nginx-8", fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}},
-		{"sliding10s-33", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 100, Sliding: true}},
-	}
-	for _, m := range models {
-		t.Run(m.name, func(t *testing.T) {
-			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 30, rule: m.rule, duration: 120 * time.Second,
-				latency: 20 * time.Millisecond})
-			t.Logf("%s: %s\n%s", m.name, r, r.timeline())
-		})
-	}
-}
-
-func TestSimDebug(t *testing.T) {
-	if testing.Short() {
-		t.Skip("long")
-	}
-	r := runSim(t, simConfig{procs: 3, callers: 20, rate: 30, rule: fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}, duration: 30 * time.Second,
-		latency: 20 * time.Millisecond})
-	t.Logf("%s\n%s", r, r.timeline())
-	for i, a := range r.arrivals {
-		if a.at < 3*time.Second {
-			gap := time.Duration(0)
-			if i > 0 {
-				gap = a.at - r.arrivals[i-1].at
-			}
-			t.Logf("%.4f ok=%v gap=%s caller=%s slot=%.4f late=%s", a.at.Seconds(), a.ok, gap, a.caller, a.slot.Seconds(), a.late)
-		}
-	}
-}

@@ -1,0 +1,153 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
+)
+
+// A process that receives a Retry-After holds at once, before its report
+// reaches the database: its callers sleeping on slots give them back and
+// its new reservations are denied without a round trip, while the report
+// itself still waits for the row (locked here by another transaction).
+// Once the report lands, the hold is the fleet's. Without the local hold
+// (the control) the sleeping caller would keep its slot until the report's
+// event arrived.
+func TestRetryAfterHoldsTheProcessAtOnce(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "held", rate: 2, adapt: "estimate"})
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	first, err := p.Reserve(ctx, "held", time.Minute)
+	if err != nil || !first.Granted {
+		t.Fatalf("%+v %v", first, err)
+	}
+	later, err := p.Reserve(ctx, "held", time.Minute) // 500 ms out
+	if err != nil || !later.Granted || later.Wait <= 0 {
+		t.Fatalf("%+v %v", later, err)
+	}
+	slept := make(chan error, 1)
+	go func() { slept <- p.Sleep(ctx, &later) }()
+	clocktest.WaitSleepers(t, clk, 1)
+
+	// Another transaction holds the pace row: the report cannot land yet.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM fleetpace_pace WHERE platform = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	reported := make(chan ReportResult, 1)
+	go func() {
+		r, err := p.Report(ctx, "held", first, Feedback{Kind: Pressure, RetryAfter: 10 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		reported <- r
+	}()
+	if err := <-slept; !errors.Is(err, ErrGivenBack) {
+		t.Fatalf("the sleeping caller: %v, want ErrGivenBack at once", err)
+	}
+	r, err := p.Reserve(ctx, "held", time.Second)
+	if err != nil || r.Granted || r.Wait < 9*time.Second {
+		t.Fatalf("a reservation during the local hold: %+v %v, want denied for ~10 s", r, err)
+	}
+	select {
+	case <-reported:
+		t.Fatal("the report landed while the row was locked")
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep := <-reported; rep.Hold < 9*time.Second {
+		t.Fatalf("the fleet-wide hold after the report: %+v", rep)
+	}
+	other := fakePacer(t, url, clk, nil)
+	if r, err := other.Reserve(ctx, "held", time.Second); err != nil || r.Granted {
+		t.Fatalf("another process during the hold: %+v %v, want denied", r, err)
+	}
+}
+
+// The fleet finds a destination's limit: three processes of twenty callers
+// under a 30/s ceiling, against limiters allowing a third of it or less,
+// settle near what each allows over seconds 20–90 with few refusals (the
+// floors leave room for a loaded machine; bench adapt measures the figures),
+// and never put more than ceiling + burst into a second. The seed's
+// schedule (a multiplier ×2, ÷2 per 100 clean answers) is the control: on
+// the same strict limiter it delivers less.
+func TestEstimateFindsTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	for _, m := range []struct {
+		name   string
+		rule   fakedest.Rule
+		floor  float64 // goodput over 20–90 s
+		most   float64 // refused share over 20–90 s
+		adapt  string
+		weaker bool // the control: must stay under the estimate's figure
+	}{
+		{"strict-12", fakedest.Rule{Rate: 12, Strict: true, RetryAfter: fakedest.NoRetryAfter}, 0.85, 0.03, "", false},
+		{"bucket-15-burst10", fakedest.Rule{Rate: 15, Burst: 10}, 0.85, 0.03, "", false},
+		{"window-1s-10", fakedest.Rule{Window: time.Second, WindowLimit: 10}, 0.8, 0.03, "", false},
+		{"window-10s-30", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 30}, 0.85, 0.03, "", false},
+		{"sliding-10s-100", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 100, Sliding: true}, 0.8, 0.03, "", false},
+		{"strict-12-seed", fakedest.Rule{Rate: 12, Strict: true, RetryAfter: fakedest.NoRetryAfter}, 0, 1, "multiplier", true},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 30, adapt: m.adapt, rule: m.rule,
+				duration: 90 * time.Second, latency: 20 * time.Millisecond, seed: 1})
+			allow := allowance(m.rule)
+			good, refused := r.goodput(20*time.Second, 90*time.Second, allow), r.refusedShare(20*time.Second, 90*time.Second)
+			t.Logf("%s: %s\n%s", m.name, r, r.timeline())
+			if w := r.maxWindow(); w > 31 {
+				t.Errorf("%d requests in one second, over the ceiling + burst (31)", w)
+			}
+			if m.weaker {
+				if good >= 0.9 {
+					t.Errorf("the control delivered %.3f of the allowance: it does not show the estimate's gain", good)
+				}
+				return
+			}
+			if good < m.floor || refused > m.most {
+				t.Errorf("goodput %.3f (want ≥ %.2f), refused %.2f%% (want ≤ %.1f%%) over 20–90 s", good, m.floor, 100*refused, 100*m.most)
+			}
+		})
+	}
+}
+
+// No ratchet: against a strict limiter with the requests of a loaded
+// machine (a few per cent leave a few milliseconds late), lone refusals
+// keep the estimate; over ten minutes the pace does not drift down: the
+// last five minutes deliver as much as minutes 1–5.
+func TestEstimateDoesNotRatchet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	rule := fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}
+	r := runSim(t, simConfig{procs: 3, callers: 10, rate: 30, rule: rule, duration: 10 * time.Minute,
+		latency: 20 * time.Millisecond, seed: 2,
+		late: func(rng *randSource) time.Duration {
+			if rng.Float64() < 0.05 {
+				return time.Duration(rng.IntN(4000)) * time.Microsecond
+			}
+			return 0
+		}})
+	early, late := r.goodput(time.Minute, 5*time.Minute, 8), r.goodput(5*time.Minute, 10*time.Minute, 8)
+	t.Logf("%s; minutes 1–5 %.3f, 5–10 %.3f", r, early, late)
+	if late < early-0.02 || late < 0.85 {
+		t.Errorf("goodput fell from %.3f (minutes 1–5) to %.3f (5–10): the estimate ratchets down", early, late)
+	}
+}
