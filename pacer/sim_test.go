@@ -301,4 +301,3 @@ func (r simResult) String() string {
 		100*r.refusedShare(10*time.Second, d), 100*r.refusedShare(d/2, d),
 		r.settled(allow, 0.85), r.maxWindow())
 }
-
