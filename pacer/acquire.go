@@ -64,11 +64,24 @@ func (e *WaitError) Unwrap() error { return ErrNoSlot }
 // unreachable it paces locally, as Reserve does. Other errors:
 // ErrUnknownPlatform, ctx's error, a database error that is not an outage.
 func (p *Pacer) Acquire(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
-	start := p.clock.Now()
+	return AcquireFrom(ctx, p, p.clock, platform, maxWait)
+}
+
+// Slotter is what Acquire needs of a pacer: reservations, and a sleep until
+// a granted slot. *Pacer is one; a benchmark's pacer that paces locally can
+// be another, and take the same path (AcquireFrom).
+type Slotter interface {
+	Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error)
+	Sleep(ctx context.Context, res *Reservation) error
+}
+
+// AcquireFrom is Acquire for any Slotter, waiting on c.
+func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string, maxWait time.Duration) (Reservation, error) {
+	start := c.Now()
 	deadline, hasDeadline := ctx.Deadline()
 	late := 0
 	for {
-		left := maxWait - p.clock.Since(start)
+		left := maxWait - c.Since(start)
 		var byDeadline time.Time
 		if hasDeadline {
 			if d := time.Until(deadline); d < left {
@@ -76,7 +89,7 @@ func (p *Pacer) Acquire(ctx context.Context, platform string, maxWait time.Durat
 			}
 		}
 		left = max(left, 0)
-		res, err := p.Reserve(ctx, platform, left)
+		res, err := s.Reserve(ctx, platform, left)
 		if err != nil {
 			return res, err
 		}
@@ -84,7 +97,7 @@ func (p *Pacer) Acquire(ctx context.Context, platform string, maxWait time.Durat
 			if res.Degraded && !res.Paused && res.Wait <= left {
 				// No rate known while the database is unreachable: ask
 				// again after the latch, as Wait does.
-				if err := clock.Sleep(ctx, p.clock, res.Wait); err != nil {
+				if err := clock.Sleep(ctx, c, res.Wait); err != nil {
 					return res, fmt.Errorf("pacer: acquire %s: %w", platform, err)
 				}
 				continue
@@ -92,7 +105,7 @@ func (p *Pacer) Acquire(ctx context.Context, platform string, maxWait time.Durat
 			return res, &WaitError{Platform: platform, Wait: res.Wait, MaxWait: left, Deadline: byDeadline,
 				Paused: res.Paused, Degraded: res.Degraded}
 		}
-		err = p.Sleep(ctx, &res)
+		err = s.Sleep(ctx, &res)
 		switch {
 		case err == nil:
 			return res, nil

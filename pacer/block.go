@@ -20,7 +20,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 		return Reservation{}, false
 	}
 	now := p.clock.Now()
-	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(st, secondsToDuration(st.block[0].interval)) {
+	for len(st.block) > 0 && now.Sub(st.block[0].at) > p.lateTolerance(st, st.block[0].interval) {
 		st.block = st.block[1:]
 		p.blockSlots.Add(-1)
 		p.blockDiscarded.Add(1)
@@ -37,7 +37,7 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 	p.blockSlots.Add(-1)
 	return Reservation{Platform: platform, Granted: true, Wait: wait, ReservedAt: epochToTime(b.reservedAt),
 		Slot: epochToTime(b.slot), Multiplier: b.mult, Interval: secondsToDuration(b.interval), FromBlock: true,
-		due: b.at, maxWait: maxWait, seq: b.seq, rate: st.rate, burst: st.burst}, true
+		due: b.at, maxWait: maxWait, seq: b.seq, rate: st.rate, burst: st.burst, spacing: b.interval}, true
 }
 
 // dropBlock discards the slots kept for platform: they were spaced for a
@@ -62,9 +62,9 @@ func (p *Pacer) observeRTT(d time.Duration) {
 }
 
 // lateTolerance is how late after its slot a request on platform's state st
-// may still go, at spacing interval (see tuning.lateTolerance).
-func (p *Pacer) lateTolerance(st *localState, interval time.Duration) time.Duration {
-	return p.tuning.lateTolerance(st.rate, st.burst, interval.Seconds())
+// may still go, at spacing interval (seconds; see tuning.lateTolerance).
+func (p *Pacer) lateTolerance(st *localState, interval float64) time.Duration {
+	return p.tuning.lateTolerance(st.rate, st.burst, interval)
 }
 
 // blockSize is how many slots the next reservation statement of platform

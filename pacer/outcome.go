@@ -146,10 +146,20 @@ type Reservation struct {
 	maxWait time.Duration // what the caller accepted
 	seq     int64         // the platform's event sequence when granted
 	// rate and burst are the platform's when the slot was granted: with
-	// Interval they decide how late it may still be used
+	// the spacing they decide how late it may still be used
 	// (tuning.lateTolerance).
 	rate  float64
 	burst int
+	// spacing is Interval in seconds, unrounded (0: built by hand).
+	spacing float64
+}
+
+// interval is the slot's spacing in seconds.
+func (r Reservation) interval() float64 {
+	if r.spacing > 0 {
+		return r.spacing
+	}
+	return r.Interval.Seconds()
 }
 
 // ReportResult is the pacer state after a Report.

@@ -81,7 +81,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 			rep.reservedAt = &s
 		}
 		if res.Interval > 0 && !res.Degraded {
-			s := res.Interval.Seconds()
+			s := res.interval()
 			rep.sent = &s
 		}
 		p.mu.Lock()

@@ -143,6 +143,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		seq:        seq,
 		rate:       rate,
 		burst:      int(burst),
+		spacing:    interval,
 	}
 	if !res.Granted {
 		res.Wait = clampDuration(res.Wait)

@@ -52,7 +52,7 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	}
 	w := &waiter{
 		platform: res.Platform, shared: !res.Degraded,
-		slot: timeToEpoch(res.Slot), interval: res.Interval.Seconds(), reservedAt: timeToEpoch(res.ReservedAt),
+		slot: timeToEpoch(res.Slot), interval: res.interval(), reservedAt: timeToEpoch(res.ReservedAt),
 		seq: res.seq, due: res.due, maxWait: res.maxWait,
 		wake: make(chan struct{}, 1),
 	}
@@ -85,7 +85,7 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	p.mu.Lock()
 	res.Slot, res.ReservedAt = epochToTime(w.slot), epochToTime(w.reservedAt)
 	res.Interval = secondsToDuration(w.interval)
-	due := w.due
+	interval, due := w.interval, w.due
 	p.mu.Unlock()
 	// Lateness counts from the slot's time in the database, mapped to the
 	// local clock (clockOffset): a slow reply delays the send as much as a
@@ -93,7 +93,8 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	// budget late (tuning.lateTolerance): later than that, the request would
 	// put more than rate + burst into one of the destination's seconds.
 	res.Late = max(p.clock.Now().Sub(due), 0)
-	if res.Late > p.tuning.lateTolerance(res.rate, res.burst, res.Interval.Seconds()) {
+	// (The spacing in seconds: a Duration rounds 1 ns spacings away.)
+	if res.Late > p.tuning.lateTolerance(res.rate, res.burst, interval) {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}

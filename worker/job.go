@@ -14,16 +14,15 @@ import (
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/pacer/riverpace"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
-// Pacer is what a fetch job needs from the shared pacer (*pacer.Pacer).
-type Pacer interface {
-	Reserve(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error)
-	Sleep(ctx context.Context, res *pacer.Reservation) error
-	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Feedback) (pacer.ReportResult, error)
-}
+// Pacer is what a fetch job needs from the shared pacer (*pacer.Pacer):
+// riverpace's, since the fetch job takes its slots by the rules of every
+// paced River job (riverpace.Middleware.Slot).
+type Pacer = riverpace.Pacer
 
 // FetchWorker is the River worker of fetch jobs: reserve the pacer (snooze
 // if the wait is long, as it is while the platform cools down) → fetch →
@@ -35,8 +34,8 @@ type FetchWorker struct {
 	pool     *pgxpool.Pool
 	recorder *sources.Recorder
 	pacer    Pacer
+	pacing   *riverpace.Middleware // the slot rules every paced job follows
 	fetcher  fetch.Fetcher
-	maxWait  time.Duration
 	clock    clock.Clock
 	rand     func() float64
 	metrics  *Metrics
@@ -108,10 +107,11 @@ type JobConfig struct {
 	// job records its check with a statement of its own before it ends.
 	Recorder *sources.Recorder
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
-	// worker slot; a longer one snoozes the job instead. Default 5 s.
+	// worker slot; a longer one snoozes the job instead. Default
+	// DefaultMaxWait.
 	MaxWait time.Duration
-	// Clock is what a job sleeps on until its pacer slot, and times its
-	// lateness with. Default (nil): the real clock.
+	// Clock times the fetch's duration when the fetcher does not. Default
+	// (nil): the real clock. (The pacer sleeps on its own.)
 	Clock clock.Clock
 	// Rand draws uniform numbers in [0, 1) for cooldown and snooze jitter.
 	// Default math/rand/v2.
@@ -131,8 +131,8 @@ type JobConfig struct {
 	NoHistory bool
 }
 
-// DefaultMaxWait is JobConfig.MaxWait's default.
-const DefaultMaxWait = 5 * time.Second
+// DefaultMaxWait is JobConfig.MaxWait's default: riverpace's.
+const DefaultMaxWait = riverpace.DefaultMaxWait
 
 // NewFetchWorker builds the fetch job worker.
 func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
@@ -159,7 +159,12 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 	if cfg.NoHistory {
 		record = sources.RecordChecksWithoutHistory
 	}
-	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, fetcher: cfg.Fetcher, maxWait: cfg.MaxWait,
+	pacing, err := riverpace.New(riverpace.Config{Pacer: cfg.Pacer, Platform: riverpace.ArgsField("platform"),
+		MaxWait: cfg.MaxWait, Rand: cfg.Rand, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, pacing: pacing, fetcher: cfg.Fetcher,
 		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger, worker: cfg.Worker, record: record}, nil
 }
 
@@ -174,25 +179,12 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 // check is written with its cooldown in one transaction before the job ends.
 func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs]) error {
 	args := job.Args
-	if job.Attempt > 1 && args.URL != "" {
-		// A retry, or a job rescued from a worker that died. River completes
-		// jobs in batches after Work returns, so the check may already be
-		// recorded (the source is then no longer queued by this job): do not
-		// fetch it again.
-		src, err := sources.GetSource(ctx, w.pool, args.SourceID)
-		if errors.Is(err, sources.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if src.QueuedJobID == nil || *src.QueuedJobID != job.ID {
-			return nil
-		}
-	}
-	if args.URL == "" {
-		// Queued without the source's details (by hand, or by an older
-		// fleetpace): load them.
+	if job.Attempt > 1 || args.URL == "" {
+		// A retry, or a job rescued from a worker that died — whatever the
+		// job carries: River completes jobs in batches after Work returns,
+		// so the check may already be recorded (the source is then no
+		// longer queued by this job): do not fetch it again. A job queued
+		// by id alone (its URL carries credentials) loads the source here.
 		src, err := sources.GetSource(ctx, w.pool, args.SourceID)
 		if errors.Is(err, sources.ErrNotFound) {
 			return nil // removed since it was queued
@@ -200,17 +192,27 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		if err != nil {
 			return err
 		}
+		if job.Attempt > 1 && (src.QueuedJobID == nil || *src.QueuedJobID != job.ID) {
+			return nil
+		}
 		if !src.Enabled {
 			return sources.Release(ctx, w.pool, src.ID)
 		}
-		args = queue.FetchArgs{SourceID: src.ID, Platform: src.Platform, URL: src.URL,
-			ETag: deref(src.ETag), LastModified: deref(src.LastModified)}
+		if args.URL == "" {
+			args = queue.FetchArgs{SourceID: src.ID, Platform: src.Platform, URL: src.URL,
+				ETag: deref(src.ETag), LastModified: deref(src.LastModified)}
+		}
 	}
 
-	res, err := w.reserve(ctx, args.Platform)
+	res, err := w.pacing.Slot(ctx, job.JobRow, args.Platform)
 	if err != nil {
+		var snooze *river.JobSnoozeError
+		if errors.As(err, &snooze) {
+			w.metrics.snoozed(args.Platform, snoozeReason(res))
+		}
 		return err
 	}
+	w.metrics.waited(args.Platform, res.Wait)
 
 	r := w.fetcher.Fetch(ctx, fetch.Request{
 		SourceID: args.SourceID, Platform: args.Platform, URL: args.URL,
@@ -304,13 +306,6 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	return nil
 }
 
-// lateAttempts is how many slots in a row a job may wake up too late for
-// before it snoozes (lateSnooze) instead of reserving again.
-const (
-	lateAttempts = 5
-	lateSnooze   = time.Second
-)
-
 // historyLost logs a check recorded without its history row and returns
 // nil for it (the job is done: retrying would fetch again); other errors
 // are returned as they are.
@@ -342,73 +337,17 @@ func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r 
 	}
 }
 
-// reserve takes a pacer slot and sleeps until it. It returns a snooze error
-// (for River) when the wait is longer than the job should hold its worker
-// slot — as it is during a hold, a pause, or after a slow-down re-spaced the
-// slot beyond the max wait (the slot is then given back and the reservation
-// made again, denied) — and gives up every slot it woke up too late for: a
-// late request would land among the next slots' requests, and the
-// destination would see more than its rate + burst in a second. After
-// lateAttempts late slots in a row the job snoozes: a machine too loaded to
-// wake up on time leaves the slots to the rest of the fleet for a moment.
-func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
-	for attempt := 0; ; attempt++ {
-		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
-		if errors.Is(err, pacer.ErrUnknownPlatform) {
-			return res, river.JobCancel(err) // the platform was deleted, and its sources with it
-		}
-		if err != nil {
-			return res, err
-		}
-		if !res.Granted {
-			// Snooze past the wait (a long one is a cooldown, a hold or a
-			// pause), spread by up to 10 % so the fleet does not come back at
-			// one instant. Snoozing uses up no attempt.
-			reason := "pacer"
-			switch {
-			case res.Paused:
-				reason = "paused"
-			case res.Wait > time.Minute:
-				reason = "hold"
-			}
-			w.metrics.snoozed(platform, reason)
-			return res, river.JobSnooze(snoozeFor(res.Wait, w.rand()))
-		}
-		w.metrics.waited(platform, res.Wait)
-		err = w.pacer.Sleep(ctx, &res)
-		switch {
-		case err == nil:
-			return res, nil
-		case errors.Is(err, pacer.ErrLate) && attempt+1 >= lateAttempts:
-			w.metrics.snoozed(platform, "late")
-			return res, river.JobSnooze(lateSnooze)
-		case errors.Is(err, pacer.ErrLate):
-			w.metrics.snoozed(platform, "late")
-			w.logger.Debug("late for a pacer slot; reserving again", "platform", platform, "late", res.Late)
-		case errors.Is(err, pacer.ErrGivenBack):
-			w.metrics.snoozed(platform, "respaced")
-		default:
-			return res, interrupted(ctx, err)
-		}
+// snoozeReason says why a job denied a slot snoozes, for the metrics: an
+// operator's pause, a long hold (a cooldown, a Retry-After), or the pacer's
+// schedule.
+func snoozeReason(res pacer.Reservation) string {
+	switch {
+	case res.Paused:
+		return "paused"
+	case res.Wait > time.Minute:
+		return "hold"
 	}
-}
-
-// MinSnooze is the shortest a job denied a pacer slot snoozes. A denial
-// always means "later", but the wait it names can be 0 or negative (the
-// slot's time rounded, or passed while the answer travelled): snoozed for
-// that, the job would be back at once, spinning through River as fast as it
-// can be fetched.
-const MinSnooze = time.Second
-
-// snoozeFor is how long a job denied a slot snoozes: the wait, at least
-// MinSnooze and at most pacer.MaxHold, spread by up to 10 % with u, a
-// uniform draw in [0, 1) (clamped there).
-func snoozeFor(wait time.Duration, u float64) time.Duration {
-	d := min(max(wait, MinSnooze), pacer.MaxHold)
-	if !(u >= 0 && u < 1) { // NaN too
-		u = 0
-	}
-	return d + time.Duration(u*0.1*float64(d))
+	return "pacer"
 }
 
 // interrupted turns a cancelled fetch into a snooze, so a job stopped by a

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"go.uber.org/goleak"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -36,6 +37,10 @@ func (grantAll) Reserve(_ context.Context, platform string, _ time.Duration) (pa
 }
 
 func (grantAll) Sleep(context.Context, *pacer.Reservation) error { return nil }
+
+func (g grantAll) Acquire(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error) {
+	return pacer.AcquireFrom(ctx, g, clock.Real(), platform, maxWait)
+}
 
 func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Feedback) (pacer.ReportResult, error) {
 	return pacer.ReportResult{}, nil

@@ -11,8 +11,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/pacer/riverpace"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/worker"
 )
@@ -26,6 +28,10 @@ func (d denyWith) Reserve(_ context.Context, platform string, _ time.Duration) (
 
 func (denyWith) Sleep(context.Context, *pacer.Reservation) error { return nil }
 
+func (d denyWith) Acquire(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error) {
+	return pacer.AcquireFrom(ctx, d, clock.Real(), platform, maxWait)
+}
+
 func (denyWith) Report(context.Context, string, pacer.Reservation, pacer.Feedback) (pacer.ReportResult, error) {
 	return pacer.ReportResult{}, nil
 }
@@ -37,10 +43,11 @@ func (f noFetch) Fetch(context.Context, fetch.Request) fetch.Result {
 	return fetch.Result{Outcome: fetch.Failed}
 }
 
-// A denied reservation snoozes the job for at least MinSnooze and at most
-// pacer.MaxHold (+10 % jitter), whatever the wait it names: 0 (the job came
-// back at once, for ever, with a rate of 1e-300), negative (River panics),
-// or beyond any duration.
+// A denied reservation snoozes the fetch job by riverpace's rules, those of
+// every paced job: at least riverpace.MinSnooze and at most pacer.MaxHold
+// (+10 % jitter), whatever the wait it names: 0 (the job came back at once,
+// for ever, with a rate of 1e-300), negative (River panics), or beyond any
+// duration.
 func TestDeniedReservationSnooze(t *testing.T) {
 	t.Parallel()
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none") // never dialled
@@ -53,9 +60,9 @@ func TestDeniedReservationSnooze(t *testing.T) {
 		rand     float64
 		min, max time.Duration
 	}{
-		{0, 0, worker.MinSnooze, worker.MinSnooze},
-		{-time.Hour, 0.5, worker.MinSnooze, worker.MinSnooze * 11 / 10},
-		{time.Nanosecond, 0.99, worker.MinSnooze, worker.MinSnooze * 11 / 10},
+		{0, 0, riverpace.MinSnooze, riverpace.MinSnooze},
+		{-time.Hour, 0.5, riverpace.MinSnooze, riverpace.MinSnooze * 11 / 10},
+		{time.Nanosecond, 0.99, riverpace.MinSnooze, riverpace.MinSnooze * 11 / 10},
 		{10 * time.Second, 0, 10 * time.Second, 10 * time.Second},
 		{math.MaxInt64, 0.999, pacer.MaxHold, pacer.MaxHold * 11 / 10},
 		{time.Minute, math.NaN(), time.Minute, time.Minute},

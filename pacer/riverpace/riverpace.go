@@ -20,13 +20,17 @@
 //
 // What the middleware does with each job of a paced platform:
 //
-//   - Before Work, it takes a slot (pacer.Acquire) and sleeps until it. A job
-//     whose slot is further away than Config.MaxWait (5 s) is snoozed
-//     (river.JobSnooze) until about then, which in River v0.51 uses up no
-//     attempt (the attempt count is set back; the "snoozes" metadata counts
-//     it): holding a worker for a long wait would starve the client's other
-//     jobs. A slot the fleet moves later while the job sleeps (a slow-down
-//     seen by another process) is handled the same way.
+//   - Before Work, it takes a slot (pacer.Acquire) and sleeps until it
+//     (Middleware.Slot: the same rules for every paced job, fleetpace's own
+//     fetch job included). A job whose slot is further away than
+//     Config.MaxWait (5 s) is snoozed (river.JobSnooze) until about then —
+//     at least MinSnooze, spread by up to 10 % —, which in River v0.51 uses
+//     up no attempt (the attempt count is set back; the "snoozes" metadata
+//     counts it): holding a worker for a long wait would starve the
+//     client's other jobs. A slot the fleet moves later while the job sleeps
+//     (a slow-down seen by another process) is handled the same way, and so
+//     is a slot the job woke up too late for, the third time in a row (see
+//     pacer.Acquire).
 //   - After Work, it reports the outcome: success is clean (it counts toward
 //     the fleet-wide clean streak that relaxes the backoff); an error made by
 //     RateLimited or RateLimitedBy is rate pressure (the fleet slows down at
@@ -71,14 +75,27 @@ var ErrInvalidConfig = errors.New("riverpace: invalid config")
 // make.
 var ErrRateLimited = errors.New("riverpace: rate limited")
 
-// DefaultMaxWait is Config.MaxWait's default: the fetch job's
-// (worker.DefaultMaxWait).
+// DefaultMaxWait is Config.MaxWait's default.
 const DefaultMaxWait = 5 * time.Second
+
+// MinSnooze is the shortest a job denied a slot snoozes. A denial always
+// means "later", but the wait it names can be 0 or less (the slot's time
+// rounded, or passed while the answer travelled): snoozed for that, the job
+// would be back at once, spinning through River as fast as it can be
+// fetched.
+const MinSnooze = time.Second
+
+// Pacer is what the middleware needs of a pacer: *pacer.Pacer, or any pacer
+// that takes slots the same way (pacer.AcquireFrom) and takes reports.
+type Pacer interface {
+	Acquire(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error)
+	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Feedback) (pacer.ReportResult, error)
+}
 
 // Config configures the middleware.
 type Config struct {
-	// Pacer is the shared pacer. Required.
-	Pacer *pacer.Pacer
+	// Pacer is the shared pacer (*pacer.Pacer). Required.
+	Pacer Pacer
 
 	// Platform maps a job to its platform; "" runs the job unpaced.
 	// Required. ByKind and ArgsField build common ones.
@@ -157,17 +174,9 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	if platform == "" {
 		return doInner(ctx)
 	}
-	res, err := m.acquire(ctx, platform)
-	var wait *pacer.WaitError
-	switch {
-	case errors.As(err, &wait):
-		// Snoozing uses up no attempt.
-		return river.JobSnooze(m.spread(wait.Wait))
-	case errors.Is(err, pacer.ErrUnknownPlatform):
-		return fmt.Errorf("riverpace: job %d (%s) is paced on platform %q, which does not exist: %w",
-			job.ID, job.Kind, platform, err)
-	case err != nil:
-		return fmt.Errorf("riverpace: job %d (%s): %w", job.ID, job.Kind, err)
+	res, err := m.Slot(ctx, job, platform)
+	if err != nil {
+		return err
 	}
 
 	rep := &report{}
@@ -199,6 +208,31 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	return err
 }
 
+// Slot takes a slot on platform for job and sleeps until it: what the
+// middleware does before every paced job, for a worker that reports to the
+// pacer itself (fleetpace's fetch job does). It returns the reservation, or
+// the error Work should return: a snooze when the slot is further away than
+// Config.MaxWait (using up no attempt), an error wrapping
+// pacer.ErrUnknownPlatform when the platform does not exist (River retries
+// the job on its schedule; Config.CreatePlatform is tried first), the
+// context's error (wrapped) when the job was interrupted. A denied
+// reservation comes back with the snooze (its Wait and Paused say why).
+func (m *Middleware) Slot(ctx context.Context, job *rivertype.JobRow, platform string) (pacer.Reservation, error) {
+	res, err := m.acquire(ctx, platform)
+	var wait *pacer.WaitError
+	switch {
+	case errors.As(err, &wait):
+		// Snoozing uses up no attempt.
+		return res, river.JobSnooze(m.spread(wait.Wait))
+	case errors.Is(err, pacer.ErrUnknownPlatform):
+		return res, fmt.Errorf("riverpace: job %d (%s) is paced on platform %q, which does not exist: %w",
+			job.ID, job.Kind, platform, err)
+	case err != nil:
+		return res, fmt.Errorf("riverpace: job %d (%s): %w", job.ID, job.Kind, err)
+	}
+	return res, nil
+}
+
 func (m *Middleware) acquire(ctx context.Context, platform string) (pacer.Reservation, error) {
 	res, err := m.cfg.Pacer.Acquire(ctx, platform, m.cfg.MaxWait)
 	if errors.Is(err, pacer.ErrUnknownPlatform) && m.cfg.CreatePlatform != nil {
@@ -210,10 +244,17 @@ func (m *Middleware) acquire(ctx context.Context, platform string) (pacer.Reserv
 	return res, err
 }
 
-// spread lengthens d by up to 10 %.
+// spread is how long a job snoozes for a wait d: at least MinSnooze and at
+// most pacer.MaxHold, lengthened by up to 10 % (Config.Rand; a draw outside
+// [0, 1), NaN included, counts as 0) so that jobs held together do not all
+// come back at one instant.
 func (m *Middleware) spread(d time.Duration) time.Duration {
-	d = min(max(d, 0), pacer.MaxHold)
-	return d + time.Duration(m.cfg.Rand()*0.1*float64(d))
+	d = min(max(d, MinSnooze), pacer.MaxHold)
+	u := m.cfg.Rand()
+	if !(u >= 0 && u < 1) {
+		u = 0
+	}
+	return d + time.Duration(u*0.1*float64(d))
 }
 
 // RateLimitedError is the error a job returns to tell the pacer the

@@ -1,0 +1,110 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
+	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/worker"
+)
+
+// A retried fetch job fetches at most once per queued job, whatever it
+// carries: its source's URL, or the source's id alone (a URL with
+// credentials, kept out of River's job arguments). River completes jobs in
+// batches after Work returns, so a job may run again after its check was
+// recorded: its second attempt finds the source no longer queued by it and
+// fetches nothing. The control: the same job run again as a first attempt
+// (what every attempt was to the job of a URL with credentials before)
+// fetches again.
+func TestRetriedJobFetchesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	const plainURL, secretURL = "https://p.example/feed", "https://user:hunter2@p.example/private"
+	var ids []int64
+	for _, u := range []string{plainURL, secretURL} {
+		id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "p", URL: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	client, err := queue.NewClient(pool, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := scan.Enqueue(ctx, pool, client, ids)
+	if err != nil || len(queued) != 2 {
+		t.Fatalf("enqueue: %v %v", queued, err)
+	}
+
+	var mu sync.Mutex
+	fetched := map[string]int{}
+	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: grantAll{},
+		Fetcher: fetch.FetcherFunc(func(_ context.Context, r fetch.Request) fetch.Result {
+			mu.Lock()
+			fetched[r.URL]++
+			mu.Unlock()
+			return fetch.Result{Outcome: fetch.OK, Status: 200}
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT id, args FROM river_job ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		id   int64
+		args queue.FetchArgs
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (job, error) {
+		var j job
+		return j, r.Scan(&j.id, &j.args)
+	})
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("jobs: %+v %v", jobs, err)
+	}
+	run := func(j job, attempt int) {
+		t.Helper()
+		err := fw.Work(ctx, &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: j.id, Attempt: attempt}, Args: j.args})
+		if err != nil {
+			t.Fatalf("job %d, attempt %d: %v", j.id, attempt, err)
+		}
+	}
+	byID := false
+	for _, j := range jobs {
+		byID = byID || j.args.URL == ""
+		run(j, 1) // fetched, checked
+		run(j, 2) // River runs it again: nothing
+	}
+	if !byID {
+		t.Fatal("no job was queued by id alone: the test does not cover that kind")
+	}
+	for _, url := range []string{plainURL, secretURL} {
+		if fetched[url] != 1 {
+			t.Errorf("%s fetched %d times by its job and the job's retry, want once", url, fetched[url])
+		}
+	}
+	// The control: without the retry's attempt count, each fetches again.
+	for _, j := range jobs {
+		run(j, 1)
+	}
+	for _, url := range []string{plainURL, secretURL} {
+		if fetched[url] != 2 {
+			t.Errorf("the control: %s fetched %d times, want twice (the guard is the attempt's)", url, fetched[url])
+		}
+	}
+}
