@@ -40,6 +40,27 @@ func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservati
 		due: b.at, maxWait: maxWait, seq: b.seq, rate: st.rate, burst: st.burst, spacing: b.interval}, true
 }
 
+// blockLeader makes the caller the one that takes platform's next block,
+// or tells it to wait for the one on its way. Exactly one of wait (closed
+// when the block statement has returned) and release (to call when it has)
+// is not nil.
+func (p *Pacer) blockLeader(platform string) (wait <-chan struct{}, release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(platform)
+	if st.fetching != nil {
+		return st.fetching, nil
+	}
+	done := make(chan struct{})
+	st.fetching = done
+	return nil, func() {
+		p.mu.Lock()
+		st.fetching = nil
+		p.mu.Unlock()
+		close(done)
+	}
+}
+
 // dropBlock discards the slots kept for platform: they were spaced for a
 // spacing a slow-down has just made too small. Call with p.mu held.
 func (p *Pacer) dropBlock(st *localState) {

@@ -58,6 +58,30 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	} else if held == 0 {
 		n = p.blockSize(platform)
 	}
+	if n > 1 {
+		// One block statement at a time per platform: callers that come
+		// while one is on its way take from the block it brings. Blocks
+		// fetched side by side by concurrent callers hold more slots than
+		// the process hands out before they are late, and the rest are
+		// lost to the whole fleet.
+		wait, release := p.blockLeader(platform)
+		if wait != nil {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				p.latch.endProbe(probe)
+				return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, ctx.Err())
+			}
+			if res, ok := p.takeFromBlock(platform, maxWait); ok {
+				p.latch.endProbe(probe)
+				p.granted.Add(1)
+				p.fromBlock.Add(1)
+				return res, nil
+			}
+		} else {
+			defer release()
+		}
+	}
 
 	res, err := p.reserveShared(ctx, platform, maxWait, minWait, n)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -115,7 +116,17 @@ type WorkerResult struct {
 	FetchCooldown string    `json:"fetch_cooldown"`
 	FleetpaceRuns []float64 `json:"fleetpace_runs_jobs_per_sec"`
 	RiverRuns     []float64 `json:"river_runs_jobs_per_sec"`
-	Database      string    `json:"database"`
+	// Detail is every run, in the order they ran (the sides alternate).
+	Detail   []WorkerRun `json:"runs_detail"`
+	Database string      `json:"database"`
+	// Load is the machine's load average (1, 5, 15 min) at the end.
+	Load string `json:"load_average"`
+	// Reservations is how many slots the fetch jobs asked for, and
+	// ReservationStatements how many of those took a statement (the rest
+	// came from blocks).
+	Reservations          uint64 `json:"reservations"`
+	ReservationStatements uint64 `json:"reservation_statements"`
+
 	// History says whether the checks were recorded with their history
 	// rows; HistoryBytesPerMillion is then the history table's size, its
 	// indexes included, per million checks: measured only when the table
@@ -124,6 +135,31 @@ type WorkerResult struct {
 	History                bool    `json:"history"`
 	HistoryRows            int64   `json:"history_rows"`
 	HistoryBytesPerMillion float64 `json:"history_bytes_per_million_checks"`
+}
+
+// WorkerRun is one run of one side.
+type WorkerRun struct {
+	Side       string  `json:"side"` // "fleetpace" or "river"
+	Run        int     `json:"run"`
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	// Snoozes counts jobs that snoozed (a pacer slot too far away) and
+	// came back to complete: the run waits for every job to complete.
+	Snoozes int `json:"snoozes"`
+	// Load is the machine's load average (1, 5, 15 min) when it ended.
+	Load string `json:"load_average"`
+}
+
+// loadAverage reads the machine's load average ("1.02 0.87 0.64"), or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // WorkerTarget is the ratio the worker benchmark should reach, with the
@@ -180,7 +216,7 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	defer pc.Close()
+	defer pc.Close() // (also closed before the cleanup below: its last reports land first)
 
 	var freshRows, freshSize int64
 	if err := pool.QueryRow(ctx, workerHistorySizeSQL, "").Scan(&freshRows, &freshSize); err != nil {
@@ -191,7 +227,10 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer workerCleanup(context.WithoutCancel(ctx), pool, platform)
+	defer func() {
+		pc.Close()
+		workerCleanup(context.WithoutCancel(ctx), pool, platform)
+	}()
 
 	// Group commit of the checks, as `fleetpace worker` records them: a
 	// small pool of its own whose commits do not wait for the disk.
@@ -272,16 +311,19 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 					return nil, fmt.Errorf("bench: %w", err)
 				}
 			}
-			rate, err := workerRun(ctx, pool, cfg, workers, args, flush)
+			run, err := workerRun(ctx, pool, cfg, workers, args, flush)
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s run %d: %w", name, i+1, err)
 			}
+			run.Side, run.Run = name, i+1
+			res.Detail = append(res.Detail, run)
 			if fp {
-				res.FleetpaceRuns = append(res.FleetpaceRuns, rate)
+				res.FleetpaceRuns = append(res.FleetpaceRuns, run.JobsPerSec)
 			} else {
-				res.RiverRuns = append(res.RiverRuns, rate)
+				res.RiverRuns = append(res.RiverRuns, run.JobsPerSec)
 			}
-			fmt.Fprintf(cfg.Progress, "run %d/%d %-9s %8.0f jobs/s\n", i+1, cfg.Runs, name, rate)
+			fmt.Fprintf(cfg.Progress, "run %d/%d %-9s %8.0f jobs/s  (%d snoozed and came back; load %s)\n",
+				i+1, cfg.Runs, name, run.JobsPerSec, run.Snoozes, run.Load)
 		}
 	}
 	if !cfg.NoHistory {
@@ -293,6 +335,9 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 			res.HistoryBytesPerMillion = float64(size) / float64(res.HistoryRows) * 1e6
 		}
 	}
+	res.Load = loadAverage()
+	st := pc.Stats()
+	res.Reservations, res.ReservationStatements = st.Reservations, st.Reservations-st.FromBlock-st.Degraded
 	res.FleetpaceJobsPerSec = workerMedian(res.FleetpaceRuns)
 	res.RiverJobsPerSec = workerMedian(res.RiverRuns)
 	if res.RiverJobsPerSec > 0 {
@@ -301,12 +346,15 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	return res, nil
 }
 
-// workerRun inserts the jobs, starts a client, and returns jobs/s from the
-// client's start until the last job completed and flush (if not nil) returned.
+// workerRun inserts the jobs, starts a client, and measures jobs/s from the
+// client's start until the last job completed and flush (if not nil)
+// returned. A job that snoozes comes back and is waited for; one that fails
+// or is cancelled ends the run with an error.
 func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, workers *river.Workers, args []river.InsertManyParams,
-	flush func(context.Context) error) (float64, error) {
+	flush func(context.Context) error) (WorkerRun, error) {
+	var run WorkerRun
 	if _, err := pool.Exec(ctx, workerClearJobsSQL, benchQueue); err != nil {
-		return 0, err
+		return run, err
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:              cfg.Logger,
@@ -317,16 +365,16 @@ func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, worker
 		SkipUnknownJobCheck: true,
 	})
 	if err != nil {
-		return 0, err
+		return run, err
 	}
 	// Insert in batches: one statement per job would time the insert.
 	for lo := 0; lo < len(args); lo += 1000 {
 		if _, err := client.InsertMany(ctx, args[lo:min(lo+1000, len(args))]); err != nil {
-			return 0, err
+			return run, err
 		}
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{
-		ChanSize: len(args) + 16,
+		ChanSize: 2*len(args) + 16,
 		Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobSnoozed, river.EventKindJobCancelled},
 	})
 	defer cancel()
@@ -335,7 +383,7 @@ func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, worker
 	defer stop()
 	start := time.Now()
 	if err := client.Start(runCtx); err != nil {
-		return 0, err
+		return run, err
 	}
 	defer func() {
 		sctx, c := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -346,24 +394,30 @@ func workerRun(ctx context.Context, pool *pgxpool.Pool, cfg WorkerConfig, worker
 	for done < len(args) {
 		select {
 		case <-runCtx.Done():
-			return 0, fmt.Errorf("%d of %d jobs completed before: %w", done, len(args), runCtx.Err())
+			return run, fmt.Errorf("%d of %d jobs completed (%d snoozes) before: %w", done, len(args), run.Snoozes, runCtx.Err())
 		case ev := <-events:
-			if ev.Kind != river.EventKindJobCompleted {
+			switch ev.Kind {
+			case river.EventKindJobCompleted:
+				done++
+			case river.EventKindJobSnoozed:
+				run.Snoozes++ // it comes back
+			default:
 				msg := string(ev.Kind)
 				if ev.Job != nil && len(ev.Job.Errors) > 0 {
 					msg += ": " + ev.Job.Errors[len(ev.Job.Errors)-1].Error
 				}
-				return 0, errors.New("a job did not complete: " + msg)
+				return run, errors.New("a job did not complete: " + msg)
 			}
-			done++
 		}
 	}
 	if flush != nil {
 		if err := flush(runCtx); err != nil {
-			return 0, err
+			return run, err
 		}
 	}
-	return float64(done) / time.Since(start).Seconds(), nil
+	run.JobsPerSec = float64(done) / time.Since(start).Seconds()
+	run.Load = loadAverage()
+	return run, nil
 }
 
 // workerSetup creates a platform no fleet waits on (1e9/s, burst 1e6) and
@@ -454,6 +508,8 @@ func (r *WorkerResult) WriteText(w io.Writer) error {
 		verdict = "below"
 	}
 	fmt.Fprintf(tw, "ratio\t%.2f\t(%s the %.1f target)\n", r.Ratio, verdict, WorkerTarget)
+	fmt.Fprintf(tw, "load average\t%s\t(1, 5, 15 min, at the end; each run's in the progress lines and the JSON)\n", r.Load)
+	fmt.Fprintf(tw, "pacer\t%d reservations, %d statements\t(the rest from blocks)\n", r.Reservations, r.ReservationStatements)
 	switch {
 	case r.History && r.HistoryBytesPerMillion > 0:
 		fmt.Fprintf(tw, "fetch history\t%d rows, %.0f MB per million checks (table and indexes)\n", r.HistoryRows, r.HistoryBytesPerMillion/1e6)
