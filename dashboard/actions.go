@@ -13,6 +13,7 @@ import (
 	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -71,12 +72,12 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 		case dbconn.IsUnavailable(err):
 			b.Title = "Database unreachable"
 			w.Header().Set("Retry-After", "1")
-			h.fail(w, r, b, http.StatusServiceUnavailable, "nothing was done: the database is unreachable: "+dbconn.Redact(err.Error()))
+			h.fail(w, r, b, http.StatusServiceUnavailable, "nothing was done: the database is unreachable: "+redact.Text(err.Error()))
 			return
 		default:
-			h.cfg.Logger.Error("dashboard: action failed", "path", r.URL.Path, "err", dbconn.Redact(err.Error()))
+			h.cfg.Logger.Error("dashboard: action failed", "path", r.URL.Path, "err", redact.Text(err.Error()))
 			b.Title = "Action failed"
-			h.fail(w, r, b, http.StatusInternalServerError, dbconn.Redact(err.Error()))
+			h.fail(w, r, b, http.StatusInternalServerError, redact.Text(err.Error()))
 			return
 		}
 		h.cfg.Logger.Info("dashboard: action", "path", r.URL.Path, "done", done, "remote", r.RemoteAddr)

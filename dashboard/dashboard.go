@@ -35,6 +35,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // Defaults of Config.
@@ -252,15 +253,15 @@ func (h *Handler) page(name string, load loader) http.HandlerFunc {
 			h.fail(w, r, b, http.StatusNotFound, err.Error())
 			return
 		case dbconn.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
-			h.cfg.Logger.Warn("dashboard: database unreachable", "page", name, "err", dbconn.Redact(err.Error()))
-			b.Banners = append(b.Banners, "The database is unreachable: "+dbconn.Redact(err.Error())+". The figures below are missing; workers pace locally until it is back.")
+			h.cfg.Logger.Warn("dashboard: database unreachable", "page", name, "err", redact.Text(err.Error()))
+			b.Banners = append(b.Banners, "The database is unreachable: "+redact.Text(err.Error())+". The figures below are missing; workers pace locally until it is back.")
 			w.Header().Set("Retry-After", "1")
 			status = http.StatusServiceUnavailable
 			v = &errorPage{Base: b}
 			name = "error"
 		default:
-			h.cfg.Logger.Error("dashboard: page failed", "page", name, "err", dbconn.Redact(err.Error()))
-			h.fail(w, r, b, http.StatusInternalServerError, dbconn.Redact(err.Error()))
+			h.cfg.Logger.Error("dashboard: page failed", "page", name, "err", redact.Text(err.Error()))
+			h.fail(w, r, b, http.StatusInternalServerError, redact.Text(err.Error()))
 			return
 		}
 		h.render(w, name, status, v, start)

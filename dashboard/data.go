@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetpace/fleetpace/fleet"
-	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
@@ -324,7 +324,7 @@ func (h *Handler) findSource(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, pgx.ErrNoRows):
 		h.fail(w, r, h.base(w, r), http.StatusNotFound, fmt.Sprintf("platform %q has no source with the URL %q", platform, u))
 	case err != nil:
-		h.fail(w, r, h.base(w, r), http.StatusServiceUnavailable, "the database is unreachable: "+dbconn.Redact(err.Error()))
+		h.fail(w, r, h.base(w, r), http.StatusServiceUnavailable, "the database is unreachable: "+redact.Text(err.Error()))
 	default:
 		http.Redirect(w, r, "/sources/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
 	}

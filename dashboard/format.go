@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -64,7 +65,7 @@ var funcs = template.FuncMap{
 		return PlatformRow{Platform: sources.Platform{Name: pace.Platform}, Pace: pace, Cooldown: c}
 	},
 	"actionsFor": func(b *Base, row PlatformRow, full bool) actionsView { return actionsView{b, row, full} },
-	"redact":     sources.RedactURL,
+	"redact":     redact.URL,
 	"sub":        func(a, b float64) float64 { return a - b },
 	"add":        func(a, b float64) float64 { return a + b },
 	"sources":    sourceText,

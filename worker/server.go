@@ -18,6 +18,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/status"
 )
 
@@ -63,7 +64,7 @@ func startServer(ctx context.Context, cfg Config, pool *pgxpool.Pool, client *qu
 			unavailable(w, err)
 			return
 		case err != nil:
-			http.Error(w, dbconn.Redact(err.Error()), http.StatusInternalServerError)
+			http.Error(w, redact.Text(err.Error()), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -115,7 +116,7 @@ func startServer(ctx context.Context, cfg Config, pool *pgxpool.Pool, client *qu
 // reached in one attempt; the client retries, not us).
 func unavailable(w http.ResponseWriter, err error) {
 	w.Header().Set("Retry-After", "1")
-	http.Error(w, "database unavailable: "+dbconn.Redact(err.Error()), http.StatusServiceUnavailable)
+	http.Error(w, "database unavailable: "+redact.Text(err.Error()), http.StatusServiceUnavailable)
 }
 
 // close shuts the server down, waiting up to 5 s for requests in flight.

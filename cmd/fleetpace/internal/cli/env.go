@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // Settings from the environment. A flag that a unit file or a container spec
@@ -99,7 +99,7 @@ func bindEnv(root *cobra.Command) {
 					if errors.As(serr, &ive) {
 						serr = ive.Unwrap()
 					}
-					err = usagef("%s=%q: not a valid value for --%s: %s", name, dbconn.Redact(v), f.Name, dbconn.Redact(serr.Error()))
+					err = usagef("%s=%q: not a valid value for --%s: %s", name, redact.Text(v), f.Name, redact.Text(serr.Error()))
 					return
 				}
 				used[f.Name] = fromEnv{name, v}
@@ -119,11 +119,11 @@ func bindEnv(root *cobra.Command) {
 		var notes []string
 		for flag, src := range used {
 			switch {
-			case flag == "database-url" && errors.Is(err, dbconn.ErrInvalidURL):
+			case flag == "database-url" && errors.Is(err, redact.ErrInvalidDatabaseURL):
 				// The message shows the URL as far as it may be shown.
 				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, src.variable))
 			case mentionsFlag(msg, flag):
-				notes = append(notes, fmt.Sprintf("--%s set by %s=%q", flag, src.variable, dbconn.Redact(src.value)))
+				notes = append(notes, fmt.Sprintf("--%s set by %s=%q", flag, src.variable, redact.Text(src.value)))
 			}
 		}
 		if len(notes) == 0 {
@@ -131,7 +131,7 @@ func bindEnv(root *cobra.Command) {
 		}
 		slices.Sort(notes)
 		// The notes first: whatever follows a database URL in a message is
-		// not printed (dbconn.Redact).
+		// not printed (redact.Text).
 		return fmt.Errorf("%s: %w", strings.Join(notes, ", "), err)
 	}
 
