@@ -99,7 +99,7 @@ func bindEnv(root *cobra.Command) {
 					if errors.As(serr, &ive) {
 						serr = ive.Unwrap()
 					}
-					err = usagef("%s=%q: not a valid value for --%s: %s", name, redact.Text(v), f.Name, redact.Text(serr.Error()))
+					err = usagef("%s: not a valid value for --%s: %s", shown(name, f.Name, v), f.Name, redact.Text(serr.Error()))
 					return
 				}
 				used[f.Name] = fromEnv{name, v}
@@ -123,7 +123,7 @@ func bindEnv(root *cobra.Command) {
 				// The message shows the URL as far as it may be shown.
 				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, src.variable))
 			case mentionsFlag(msg, flag):
-				notes = append(notes, fmt.Sprintf("--%s set by %s=%q", flag, src.variable, redact.Text(src.value)))
+				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, shown(src.variable, flag, src.value)))
 			}
 		}
 		if len(notes) == 0 {
@@ -186,4 +186,18 @@ func skipEnv(cmd *cobra.Command) bool {
 // starts with the same name).
 func mentionsFlag(msg, flag string) bool {
 	return regexp.MustCompile(`--` + regexp.QuoteMeta(flag) + `\b(?:[^-]|$)`).MatchString(msg)
+}
+
+// secretFlags are the flags whose values are never printed, not even in
+// the message about a bad one.
+var secretFlags = map[string]bool{"admin-token": true}
+
+// shown is how an environment variable setting a flag is named in a
+// message: NAME="value", its secrets removed (redact.Text), or NAME alone
+// for a secret flag.
+func shown(variable, flag, value string) string {
+	if secretFlags[flag] {
+		return variable
+	}
+	return fmt.Sprintf("%s=%q", variable, redact.Text(value))
 }
