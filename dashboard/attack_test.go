@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	osexec "os/exec"
 	"regexp"
@@ -27,10 +28,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/dashboard"
+	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/internal/testdb"
@@ -916,5 +919,68 @@ func TestSecretQueryParameters(t *testing.T) {
 	}
 	if _, page := s.do(http.MethodGet, fmt.Sprintf("/riverui/api/jobs/%d", plainJob), nil, "Accept", "application/json"); !strings.Contains(page, "public?page=3") {
 		t.Errorf("a URL without secrets is not in its job's args: %s", page)
+	}
+}
+
+// River UI in a real browser behind the guard, without a token (the case
+// where any website could act): it renders under its Content-Security-
+// Policy and its own Cancel button cancels a job (its script posts JSON as
+// text/plain from the same origin); a page of another origin — another
+// port of this host — that posts the same request does not cancel the
+// other job, nor pause a platform.
+func TestRiverUIInBrowser(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	fleetData(t, pool)
+	s := serve(t, pool, dashboard.ServerConfig{})
+	ids := idsOf(t, pool, "alpha")
+	mine, theirs := queuedJob(t, pool, ids[0]), queuedJob(t, pool, ids[1])
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `<!doctype html><title>evil</title><form id="f" method="post" action="%[1]s/platforms/beta/resume"></form><script>
+fetch(%[1]q + "/riverui/api/jobs/cancel", {method: "POST", mode: "no-cors", body: JSON.stringify({ids: ["%[2]d"]})})
+  .finally(() => { document.title = "sent"; });
+</script>`, s.base, theirs)
+	}))
+	t.Cleanup(evil.Close)
+
+	b := browser.New(t, 1200, 800)
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(b, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	run("River UI shows the job and cancels it with its own button",
+		chromedp.Navigate(fmt.Sprintf("%s/riverui/jobs/%d", s.base, mine)),
+		chromedp.WaitVisible(chromedp.Search(`//*[contains(text(), "fleetpace_fetch")]`)),
+		chromedp.Click(chromedp.Search(`//button[normalize-space()="Cancel"]`)))
+	waitFor(t, "River UI's cancel", func() bool { return jobState(t, pool, mine) == "cancelled" })
+
+	run("a page of another origin posts to River UI", chromedp.Navigate(evil.URL),
+		chromedp.Poll[chromedp.Void](`document.title === "sent"`))
+	if state := jobState(t, pool, theirs); state != "available" {
+		t.Errorf("job %d is %s after another origin's post, want available", theirs, state)
+	}
+	run("a page of another origin submits a form to the dashboard", chromedp.Navigate(evil.URL),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("f").submit()`))
+	waitFor(t, "the form's answer", func() bool {
+		page, err := chromedp.Run(b, chromedp.Evaluate[string](`location.href + " " + document.body.innerText`))
+		return err == nil && strings.HasPrefix(page, s.base+"/platforms/beta/resume ") && strings.Contains(page, "cross-origin request refused")
+	})
+	assertUnchanged(t, pool)
+	if !strings.Contains(s.logs.String(), "cross-origin request refused") {
+		t.Errorf("the refusal is not logged")
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }
