@@ -99,7 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	}
-	if h.session != nil {
+	if h.session != nil && !strings.HasPrefix(r.URL.Path, "/assets/") {
 		if s, ok := h.session.read(r); ok {
 			r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
 		} else if riverUI || (h.readNeedsSignIn && !publicPath(r.URL.Path)) {
