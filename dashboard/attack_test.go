@@ -565,6 +565,23 @@ func rawStatus(t *testing.T, addr, head string) string {
 	return line
 }
 
+// An address over its limit of wrong tokens is refused before its form is
+// read: a sign-in announcing a megabyte it never sends gets 429 at once.
+func TestSignInLimitedBeforeParsing(t *testing.T) {
+	t.Parallel()
+	pool := testdb.Pool(t)
+	s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AdminToken: token}})
+	for i := range dashboard.SignInBurst {
+		if res, _ := s.form("/login", url.Values{"token": {fmt.Sprint("guess", i)}}); res.StatusCode != http.StatusForbidden {
+			t.Fatalf("wrong token %d: %d, want 403", i+1, res.StatusCode)
+		}
+	}
+	head := "POST /login HTTP/1.1\r\nHost: " + s.addr + "\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1048576\r\n\r\n"
+	if status := rawStatus(t, s.addr, head); status != "429" {
+		t.Errorf("a limited address's sign-in: %s, want 429 before its body", status)
+	}
+}
+
 // multipartBody is a multipart form with a token field and a file of n
 // bytes, streamed.
 func multipartBody(t *testing.T, n int64) (io.Reader, string) {

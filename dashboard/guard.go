@@ -97,7 +97,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.refuse(w, r, http.StatusUnsupportedMediaType, msg)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		// On a copy of the request: net/http looks at the original's body
+		// after the handler to decide whether to drain it or close the
+		// connection, and would wait to drain a bounded one.
+		bounded := r.WithContext(r.Context())
+		bounded.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		r = bounded
 	}
 	if h.session != nil && !strings.HasPrefix(r.URL.Path, "/assets/") {
 		if s, ok := h.session.read(r); ok {

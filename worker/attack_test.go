@@ -6,6 +6,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -150,34 +151,42 @@ func busyWorker(t *testing.T, cfg worker.Config) (string, *countingProxy, *pgxpo
 }
 
 // storm sends n requests for path at once and returns how many answered
-// each status.
-func storm(t *testing.T, base, path string, n int) map[int]int {
+// each status, and the distinct "at" of the JSON answers (a status report's
+// time of reading).
+func storm(t *testing.T, base, path string, n int) (map[int]int, map[string]bool) {
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	defer client.CloseIdleConnections()
 	var (
 		mu     sync.Mutex
 		counts = map[int]int{}
+		ats    = map[string]bool{}
 		wg     sync.WaitGroup
 		start  = make(chan struct{})
 	)
 	for range n {
 		wg.Go(func() {
 			<-start
-			status := 0
+			status, at := 0, ""
 			if res, err := client.Get(base + path); err == nil {
-				_, _ = io.Copy(io.Discard, res.Body)
+				var rep struct {
+					At string `json:"at"`
+				}
+				_ = json.NewDecoder(res.Body).Decode(&rep)
 				res.Body.Close()
-				status = res.StatusCode
+				status, at = res.StatusCode, rep.At
 			}
 			mu.Lock()
 			counts[status]++
+			if at != "" {
+				ats[at] = true
+			}
 			mu.Unlock()
 		})
 	}
 	close(start)
 	wg.Wait()
-	return counts
+	return counts, ats
 }
 
 var degradedRE = regexp.MustCompile(`(?m)^(fleetpace_pacer_degraded|fleetpace_pacer_degraded_reservations_total) (\S+)$`)
@@ -209,18 +218,23 @@ func degraded(t *testing.T, base string) (gauge, reservations float64) {
 }
 
 // A storm of 220 parallel /readyz, then of 100 /status, against a busy
-// worker: every probe is answered 200 from the snapshot, the worker opens
-// no connection per request (a handful at most, whatever its own work
-// needs meanwhile), and its pacer stays out of degraded mode.
+// worker: every probe is answered 200 from the snapshot (the status read
+// once), the worker opens no connection per request (a handful at most,
+// whatever its own work needs meanwhile), and its pacer stays out of
+// degraded mode.
 func TestReadyzStorm(t *testing.T) {
 	t.Parallel()
 	base, proxy, _ := busyWorker(t, worker.Config{})
 	before := proxy.opened.Load()
-	if counts := storm(t, base, "/readyz", 220); counts[http.StatusOK] != 220 {
+	if counts, _ := storm(t, base, "/readyz", 220); counts[http.StatusOK] != 220 {
 		t.Errorf("220 parallel /readyz: %v, want 220 × 200", counts)
 	}
-	if counts := storm(t, base, "/status", 100); counts[http.StatusOK] != 100 {
+	counts, ats := storm(t, base, "/status", 100)
+	if counts[http.StatusOK] != 100 {
 		t.Errorf("100 parallel /status: %v, want 100 × 200", counts)
+	}
+	if len(ats) > 2 { // one read, or two if the storm straddles the snapshot's period
+		t.Errorf("100 parallel /status were read %d times, want once", len(ats))
 	}
 	if opened := proxy.opened.Load() - before; opened > 10 {
 		t.Errorf("the worker opened %d database connections during 320 requests, want a handful at most", opened)
