@@ -217,6 +217,7 @@ func newAllowedHosts(listen net.Addr, extra []string) allowedHosts {
 	case err != nil && addrHost(listen) != "":
 		a.add(addrHost(listen))
 	case err == nil && ip.IsUnspecified():
+		a.addrs[ip.Unmap()] = true // a client may dial it, and name it
 		ifaces, _ := net.InterfaceAddrs()
 		for _, ia := range ifaces {
 			if p, err := netip.ParsePrefix(ia.String()); err == nil {
