@@ -320,7 +320,7 @@ func (h *Handler) page(name string, load loader) http.HandlerFunc {
 		start := time.Now()
 		b := h.base(w, r)
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
-		v, err := h.read(ctx, func(ctx context.Context) (view, error) { return load(ctx, r, b) })
+		v, err := h.withReadSlot(ctx, func(ctx context.Context) (view, error) { return load(ctx, r, b) })
 		cancel()
 		b.QueryTime = time.Since(start)
 		tmpl, status := name, http.StatusOK
@@ -350,8 +350,9 @@ func (h *Handler) page(name string, load loader) http.HandlerFunc {
 	}
 }
 
-// read runs fn in one of the Reads slots, waiting for one within ctx.
-func (h *Handler) read(ctx context.Context, fn func(context.Context) (view, error)) (view, error) {
+// withReadSlot runs fn in one of the Reads slots, waiting for one within
+// ctx.
+func (h *Handler) withReadSlot(ctx context.Context, fn func(context.Context) (view, error)) (view, error) {
 	select {
 	case h.reads <- struct{}{}:
 	case <-ctx.Done():

@@ -78,23 +78,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !h.hosts.allow(r.Host) {
-		h.cfg.Logger.Warn("dashboard: request for another host refused", "host", r.Host, "remote", r.RemoteAddr)
-		h.refuse(w, r, http.StatusMisdirectedRequest, fmt.Sprintf("this server does not answer to the host %q (allowed: the loopback names, the address it listens on, and the allowed hosts it was given)", r.Host))
+		h.cfg.Logger.Debug("dashboard: request for another host refused", "host", r.Host, "remote", r.RemoteAddr) // scanners send any: no warning
+		refuse(w, http.StatusMisdirectedRequest, fmt.Sprintf("this server does not answer to the host %q (allowed: the loopback names, the address it listens on, and the allowed hosts it was given)", r.Host))
 		return
 	}
 	if msg := badInput(r); msg != "" {
-		h.refuse(w, r, http.StatusBadRequest, msg)
+		refuse(w, http.StatusBadRequest, msg)
 		return
 	}
 	if unsafeMethod(r.Method) {
 		if h.origin.Check(r) != nil {
 			h.cfg.Logger.Warn("dashboard: cross-origin request refused", "path", r.URL.Path, "origin", r.Header.Get("Origin"),
 				"sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "remote", r.RemoteAddr)
-			h.refuse(w, r, http.StatusForbidden, "cross-origin request refused: the dashboard and River UI take state changes from their own pages only")
+			refuse(w, http.StatusForbidden, "cross-origin request refused: the dashboard and River UI take state changes from their own pages only")
 			return
 		}
 		if msg := badContentType(r, riverUI); msg != "" {
-			h.refuse(w, r, http.StatusUnsupportedMediaType, msg)
+			refuse(w, http.StatusUnsupportedMediaType, msg)
 			return
 		}
 		// On a copy of the request: net/http looks at the original's body
@@ -108,7 +108,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if s, ok := h.session.read(r); ok {
 			r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, s))
 		} else if riverUI || (h.readNeedsSignIn && !publicPath(r.URL.Path)) {
-			h.signInFirst(w, r, riverUI)
+			signInFirst(w, r, riverUI)
 			return
 		}
 	}
@@ -134,17 +134,17 @@ func publicPath(p string) bool {
 
 // signInFirst sends a page request to sign in and back; any other request
 // (River UI's API, an action, a script) gets 401.
-func (h *Handler) signInFirst(w http.ResponseWriter, r *http.Request, riverUI bool) {
+func signInFirst(w http.ResponseWriter, r *http.Request, riverUI bool) {
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !(riverUI && strings.Contains(r.URL.Path, "/api/")) {
 		http.Redirect(w, r, "/login?back="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 		return
 	}
-	h.refuse(w, r, http.StatusUnauthorized, "sign in to the dashboard with the admin token first")
+	refuse(w, http.StatusUnauthorized, "sign in to the dashboard with the admin token first")
 }
 
 // refuse answers a request the guard refused with a short text; nothing
 // of the request is read further.
-func (h *Handler) refuse(w http.ResponseWriter, _ *http.Request, status int, msg string) {
+func refuse(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Connection", "close")
 	http.Error(w, msg, status)

@@ -141,7 +141,7 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	if err != nil {
 		return err
 	}
-	if level, msg := Exposure(dc); msg != "" {
+	if level, msg := exposure(dc); msg != "" {
 		log.Log(ctx, level, msg)
 	}
 	srv := &http.Server{
@@ -182,10 +182,10 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 	return nil
 }
 
-// Exposure returns what to log about who can reach a server with the
+// exposure returns what to log about who can reach a server with the
 // dashboard configured by cfg (its Listen set), and at which level; ""
 // when it listens on loopback only.
-func Exposure(cfg Config) (slog.Level, string) {
+func exposure(cfg Config) (slog.Level, string) {
 	if isLoopback(addrHost(cfg.Listen)) {
 		return slog.LevelInfo, ""
 	}
