@@ -913,8 +913,8 @@ func TestSignInToReadBeyondLoopback(t *testing.T) {
 }
 
 // A source whose URL holds a secret-looking query parameter is shown with
-// the value masked, and queued by id alone: River UI, which shows job
-// args, never has the secret.
+// the value masked (so is a URL in a failure reason), and queued by id
+// alone: River UI, which shows job args, never has the secret.
 func TestSecretQueryParameters(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
@@ -922,6 +922,8 @@ func TestSecretQueryParameters(t *testing.T) {
 	id := addSource(t, pool, "api", "https://api.example/feed?page=2&api_key=s3cretKEY&Access-Token=s3cretTOK")
 	plain := addSource(t, pool, "api", "https://api.example/public?page=3")
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute'`)
+	// A reason recorded before fetch masked it.
+	exec(t, pool, `UPDATE fleetpace_source SET last_error = 'HTTP 302 Found to https://cdn.example/f?token=s3cretRSN (redirect not followed)' WHERE id = $1`, id)
 	s := serve(t, pool, dashboard.ServerConfig{})
 	job := queuedJob(t, pool, id)
 	plainJob := queuedJob(t, pool, plain)

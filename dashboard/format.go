@@ -67,6 +67,7 @@ var funcs = template.FuncMap{
 	},
 	"actionsFor": func(b *Base, row PlatformRow, full bool) actionsView { return actionsView{b, row, full} },
 	"redact":     redact.URL,
+	"redactText": redact.Text,
 	"bdi":        bdi,
 	"visible":    visible,
 	"sub":        func(a, b float64) float64 { return a - b },
