@@ -24,6 +24,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // CookieName is the session cookie's name.
@@ -295,7 +297,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	value, err := h.session.issue(r.Context())
 	if err != nil {
-		h.unreachable(w, r, b, "not signed in", err)
+		h.sessionFailed(w, r, b, "not signed in", err)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: value, Path: "/", HttpOnly: true,
@@ -309,9 +311,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	if _, ok := sessionOf(r); ok {
 		if err := h.session.signOut(r.Context()); err != nil {
-			b := h.base(w, r)
-			b.Title = "Not signed out"
-			h.unreachable(w, r, b, "not signed out", err)
+			h.sessionFailed(w, r, h.base(w, r), "not signed out", err)
 			return
 		}
 		h.cfg.Logger.Info("dashboard: signed out (every session ends)", "remote", h.clientAddr(r))
@@ -319,6 +319,19 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: h.secure(r)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// sessionFailed answers a sign-in or sign-out that could not read or bump
+// the sign-out epoch: 503 while the database is unreachable, else 500 (the
+// schema may lack fleetpace_dashboard_epoch: `fleetpace schema apply`).
+func (h *Handler) sessionFailed(w http.ResponseWriter, r *http.Request, b *Base, what string, err error) {
+	if dbconn.IsUnavailable(err) {
+		h.unreachable(w, r, b, what, err)
+		return
+	}
+	h.cfg.Logger.Error("dashboard: "+what, "err", redact.Text(err.Error()))
+	b.Title = "Sign-in failed"
+	h.fail(w, r, b, http.StatusInternalServerError, what+": "+redact.Text(err.Error())+" (is the schema applied? fleetpace schema apply)")
 }
 
 // localPath is p if it is a path on this server, else "/": redirects never
