@@ -825,3 +825,14 @@ CREATE INDEX IF NOT EXISTS fleetpace_source_platform_due_at_idx
 CREATE INDEX IF NOT EXISTS fleetpace_source_failing_idx
     ON fleetpace_source (platform, last_checked_at DESC, id DESC)
     WHERE consecutive_failures > 0;
+
+-- dashboard_epoch: the dashboard's sign-out epoch, one row, owned by package
+-- dashboard. Every session cookie carries the epoch it was issued in, and a
+-- session of an older epoch is refused: signing out bumps it, which ends
+-- every session issued before, in every process sharing the database (a
+-- cookie copied before the sign-out cannot be replayed after it).
+CREATE TABLE IF NOT EXISTS fleetpace_dashboard_epoch (
+    id    boolean PRIMARY KEY DEFAULT true CHECK (id),
+    epoch bigint  NOT NULL DEFAULT 0
+);
+INSERT INTO fleetpace_dashboard_epoch DEFAULT VALUES ON CONFLICT DO NOTHING;

@@ -13,6 +13,7 @@ import (
 	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -34,10 +35,11 @@ var notices = map[string]string{
 type actionFunc func(ctx context.Context, r *http.Request) (done string, err error)
 
 // action serves a POST action: refused (403) when the dashboard has no
-// admin token, for a cross-site request, without a signed-in session or
-// without the session's CSRF token; then bad input is a 400 naming the
-// field (nothing written), a missing platform or source a 404. A done
-// action redirects (303) back to the page it came from.
+// admin token, without a signed-in session or without the session's CSRF
+// token (the guard has already refused cross-origin requests, other
+// bodies than forms and bodies over MaxBodyBytes); then bad input is a 400
+// naming the field (nothing written), a missing platform or source a 404.
+// A done action redirects (303) back to the page it came from.
 func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b := h.base(w, r)
@@ -45,9 +47,12 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 		if h.refused(w, r, b) {
 			return
 		}
-		s, ok := h.session.read(r)
+		s, ok := sessionOf(r)
 		if !ok {
 			h.fail(w, r, b, http.StatusForbidden, "sign in with the admin token first")
+			return
+		}
+		if !h.readForm(w, r, b) {
 			return
 		}
 		if !h.session.checkCSRF(s, r.PostFormValue("csrf")) {
@@ -60,6 +65,9 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 		var bad *badRequest
 		switch {
 		case err == nil:
+		case r.Context().Err() != nil:
+			h.cfg.Logger.Info("dashboard: client went away during an action", "path", r.URL.Path, "err", redact.Text(err.Error()))
+			return
 		case errors.Is(err, errNotFound), errors.Is(err, sources.ErrNotFound), errors.Is(err, pacer.ErrUnknownPlatform):
 			b.Title = "Not found"
 			h.fail(w, r, b, http.StatusNotFound, err.Error())
@@ -69,32 +77,60 @@ func (h *Handler) action(fn actionFunc) http.HandlerFunc {
 			h.fail(w, r, b, http.StatusBadRequest, err.Error())
 			return
 		case dbconn.IsUnavailable(err):
-			b.Title = "Database unreachable"
-			w.Header().Set("Retry-After", "1")
-			h.fail(w, r, b, http.StatusServiceUnavailable, "nothing was done: the database is unreachable: "+dbconn.Redact(err.Error()))
+			h.unreachable(w, r, b, "nothing was done", err)
 			return
 		default:
-			h.cfg.Logger.Error("dashboard: action failed", "path", r.URL.Path, "err", dbconn.Redact(err.Error()))
+			h.cfg.Logger.Error("dashboard: action failed", "path", r.URL.Path, "err", redact.Text(err.Error()))
 			b.Title = "Action failed"
-			h.fail(w, r, b, http.StatusInternalServerError, dbconn.Redact(err.Error()))
+			h.fail(w, r, b, http.StatusInternalServerError, redact.Text(err.Error()))
 			return
 		}
-		h.cfg.Logger.Info("dashboard: action", "path", r.URL.Path, "done", done, "remote", r.RemoteAddr)
+		h.cfg.Logger.Info("dashboard: action", "path", r.URL.Path, "done", done, "remote", h.clientAddr(r))
 		http.Redirect(w, r, withNotice(localPath(r.PostFormValue("back")), done), http.StatusSeeOther)
 	}
 }
 
-// refused answers 403 to a POST when actions are off or the request is
-// cross-site, and reports whether it did.
-func (h *Handler) refused(w http.ResponseWriter, r *http.Request, b *Base) bool {
+// readForm parses a POST's form (its body bounded by the guard) and
+// answers 413 for a body too large, 400 for a malformed one or a value
+// PostgreSQL cannot store (not UTF-8, or a NUL); it reports whether the
+// form may be used.
+func (h *Handler) readForm(w http.ResponseWriter, r *http.Request, b *Base) bool {
+	err := r.ParseForm()
+	var tooLarge *http.MaxBytesError
 	switch {
-	case h.session == nil:
-		h.fail(w, r, b, http.StatusForbidden, "actions are off: start the server with --admin-token (or FLEETPACE_ADMIN_TOKEN) to turn them on")
-	case crossSite(r):
-		h.fail(w, r, b, http.StatusForbidden, "cross-site request refused")
-	default:
+	case errors.As(err, &tooLarge):
+		h.fail(w, r, b, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is larger than %d bytes", tooLarge.Limit))
+		return false
+	case err != nil:
+		h.fail(w, r, b, http.StatusBadRequest, "the form cannot be read")
 		return false
 	}
+	for k, vs := range r.PostForm {
+		for _, v := range append(vs, k) {
+			if !cleanText(v) {
+				h.fail(w, r, b, http.StatusBadRequest, "every field of the form must be UTF-8 without NUL characters")
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// unreachable answers 503 (Retry-After: 1) for what could not be done
+// because the database is unreachable.
+func (h *Handler) unreachable(w http.ResponseWriter, r *http.Request, b *Base, what string, err error) {
+	b.Title = "Database unreachable"
+	w.Header().Set("Retry-After", "1")
+	h.fail(w, r, b, http.StatusServiceUnavailable, what+": the database is unreachable: "+redact.Text(err.Error()))
+}
+
+// refused answers 403 to a POST when actions are off, and reports whether
+// it did.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, b *Base) bool {
+	if h.session != nil {
+		return false
+	}
+	h.fail(w, r, b, http.StatusForbidden, "actions are off: start the server with --admin-token (or FLEETPACE_ADMIN_TOKEN) to turn them on")
 	return true
 }
 

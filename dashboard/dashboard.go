@@ -12,8 +12,14 @@
 // Actions (pause, resume, clear a cooldown, change rate and burst, disable
 // and enable a source) are POST forms, off unless the dashboard has an
 // admin token: a browser signs in with it once per session (a signed,
-// HttpOnly, SameSite=Strict cookie) and every form carries a CSRF token
-// derived from that session.
+// HttpOnly, SameSite=Strict cookie that signing out revokes everywhere)
+// and every form carries a CSRF token derived from that session.
+//
+// The Handler is the whole site: the dashboard, River UI and the other
+// endpoints of the server (Config.Endpoints), all behind one guard
+// (guard.go) that checks the Host, refuses cross-origin state changes and
+// bad input, bounds request bodies and asks for sign-in; Serve runs it
+// with the server's timeouts.
 package dashboard
 
 import (
@@ -26,6 +32,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -35,6 +42,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // Defaults of Config.
@@ -44,11 +52,12 @@ const (
 	DefaultQueryTimeout = 5 * time.Second
 	DefaultSessionTTL   = 12 * time.Hour
 	DefaultRefresh      = 5 * time.Second
+	DefaultReads        = 2
 )
 
-// DefaultRiverUIPath is where the worker and `fleetpace dashboard` serve
-// River UI, which the dashboard links its job views to.
-const DefaultRiverUIPath = "/riverui/"
+// RiverUIPath is where River UI is served (Config.RiverUI), which the
+// dashboard links its job views to.
+const RiverUIPath = "/riverui/"
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
 var ErrInvalidConfig = errors.New("invalid config")
@@ -68,7 +77,9 @@ type Config struct {
 	// DB is the database shown and acted on (a pool). Required.
 	DB DB
 	// AdminToken turns the actions on: a browser signs in with it once per
-	// session. Empty: the dashboard is read-only.
+	// session. Empty: the dashboard is read-only. It must not begin or end
+	// with a space nor hold control characters, and beyond loopback
+	// (Listen) it must be at least MinTokenBytes long.
 	AdminToken string
 	// PageSize is how many platforms, or sources, a page lists. Default
 	// DefaultPageSize, at most MaxPageSize.
@@ -76,6 +87,11 @@ type Config struct {
 	// QueryTimeout bounds the reads of one page, or one action. Default
 	// DefaultQueryTimeout.
 	QueryTimeout time.Duration
+	// Reads is how many pages read the database at once (each holds one
+	// connection of DB while it reads); more wait their turn within
+	// QueryTimeout, so a storm of page requests cannot take the pool.
+	// Default DefaultReads.
+	Reads int
 	// SessionTTL is how long a sign-in lasts (the cookie also ends with the
 	// browser session). Default DefaultSessionTTL.
 	SessionTTL time.Duration
@@ -86,18 +102,58 @@ type Config struct {
 	// locally because it cannot reach the database (the worker's); the
 	// pages then say so in a banner.
 	Degraded func() bool
-	// RiverUI is the path River UI is served at, which job-related views
-	// link to. Empty: no links.
-	RiverUI string
+	// RiverUI, if set, is River UI's handler (RiverUI returns one), served
+	// at RiverUIPath behind the guard, and behind the sign-in when there is
+	// an AdminToken; job-related views link to it. Nil: not served.
+	RiverUI http.Handler
+	// Endpoints are the server's other handlers (the worker's /healthz,
+	// /readyz, /metrics, /status), served behind the same guard.
+	Endpoints []Endpoint
+
+	// Listen is the address the server listens on. Its IP address is one
+	// of the allowed hosts (every interface's for an unspecified one), and
+	// beyond loopback with an AdminToken every page needs sign-in unless
+	// PublicRead. Nil: loopback.
+	Listen net.Addr
+	// AllowedHosts are the host names (or IP addresses) requests may name
+	// in their Host header besides the loopback names (localhost, any
+	// loopback address) and Listen's: a Host naming another server is
+	// refused (421), which defeats DNS rebinding. Case does not matter; a
+	// port, if given, is ignored.
+	AllowedHosts []string
+	// PublicRead keeps the pages (and Endpoints not marked Open) readable
+	// without sign-in beyond loopback with an AdminToken; actions and
+	// River UI still need it.
+	PublicRead bool
+	// TrustProxyHeaders trusts the X-Forwarded-Proto and X-Forwarded-For
+	// headers of a TLS-terminating proxy in front of the server: a request
+	// that the proxy says came over HTTPS gets a Secure session cookie, and
+	// sign-in failures are counted by the address the proxy names. Set it
+	// only when every request comes through such a proxy (a client could
+	// otherwise spoof them).
+	TrustProxyHeaders bool
 	// Clock times sessions. Default: the real clock.
 	Clock clock.Clock
 	// Logger receives failed reads and every action taken. Default: discard.
 	Logger *slog.Logger
 }
 
+// Endpoint is a handler of the server besides the dashboard's pages.
+type Endpoint struct {
+	// Pattern is its http.ServeMux pattern ("GET /readyz").
+	Pattern string
+	// Handler serves it.
+	Handler http.Handler
+	// Open endpoints answer whatever the Host and without sign-in: health
+	// checks and metrics scrapes name the server by whatever reaches it (a
+	// pod's address, a service name). They must not change state.
+	Open bool
+}
+
 func (c Config) withDefaults() Config {
 	c.PageSize = cmp.Or(c.PageSize, DefaultPageSize)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
+	c.Reads = cmp.Or(c.Reads, DefaultReads)
 	c.SessionTTL = cmp.Or(c.SessionTTL, DefaultSessionTTL)
 	c.Refresh = cmp.Or(c.Refresh, DefaultRefresh)
 	c.Clock = clock.Or(c.Clock)
@@ -119,12 +175,25 @@ func (c Config) Validate() error {
 		return bad("PageSize must be in 1..%d (0: default), got %d", MaxPageSize, c.PageSize)
 	case c.QueryTimeout < 0:
 		return bad("QueryTimeout must be > 0 (0: default), got %s", c.QueryTimeout)
+	case c.Reads < 0:
+		return bad("Reads must be ≥ 1 (0: default), got %d", c.Reads)
 	case c.SessionTTL < 0:
 		return bad("SessionTTL must be > 0 (0: default), got %s", c.SessionTTL)
 	case c.Refresh < 0:
 		return bad("Refresh must be > 0 (0: default), got %s", c.Refresh)
-	case c.RiverUI != "" && (c.RiverUI[0] != '/' || c.RiverUI[len(c.RiverUI)-1] != '/'):
-		return bad("RiverUI must be a path starting and ending with /, got %q", c.RiverUI)
+	}
+	if err := CheckAdminToken(c.AdminToken, addrHost(c.Listen)); err != nil {
+		return bad("AdminToken %v", err)
+	}
+	for _, host := range c.AllowedHosts {
+		if err := CheckAllowedHost(host); err != nil {
+			return bad("AllowedHosts %v", err)
+		}
+	}
+	for _, e := range c.Endpoints {
+		if e.Pattern == "" || e.Handler == nil {
+			return bad("Endpoints must each have a Pattern and a Handler, got %q", e.Pattern)
+		}
 	}
 	return nil
 }
@@ -135,12 +204,20 @@ var templateFS embed.FS
 //go:embed assets
 var assetFS embed.FS
 
-// Handler serves the dashboard's pages, actions and assets.
+// Handler serves the dashboard's pages, actions and assets, River UI and
+// the server's other endpoints, all behind the guard (ServeHTTP).
 type Handler struct {
 	cfg     Config
-	mux     *http.ServeMux
+	mux     *http.ServeMux // everything but the open endpoints
+	open    *http.ServeMux // the open endpoints
 	tmpl    map[string]*template.Template
-	session *sessions // nil: actions off
+	session *sessions    // nil: actions off
+	hosts   allowedHosts // what the Host header may name
+	origin  *http.CrossOriginProtection
+	reads   chan struct{} // a slot per page read at once
+	// readNeedsSignIn: every page needs sign-in (a token beyond loopback,
+	// not PublicRead).
+	readNeedsSignIn bool
 }
 
 // New returns the dashboard's handler.
@@ -149,13 +226,16 @@ func New(cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), open: http.NewServeMux(),
+		hosts: newAllowedHosts(cfg.Listen, cfg.AllowedHosts), origin: http.NewCrossOriginProtection(),
+		reads: make(chan struct{}, cfg.Reads)}
 	var err error
 	if h.tmpl, err = parseTemplates(); err != nil {
 		return nil, err
 	}
 	if cfg.AdminToken != "" {
-		h.session = newSessions(cfg.AdminToken, cfg.SessionTTL, cfg.Clock)
+		h.session = newSessions(cfg.AdminToken, cfg.DB, cfg.SessionTTL, cfg.QueryTimeout, cfg.Clock)
+		h.readNeedsSignIn = !cfg.PublicRead && !isLoopback(addrHost(cfg.Listen))
 	}
 	assets, err := fs.Sub(assetFS, "assets")
 	if err != nil {
@@ -176,18 +256,18 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /platforms/{name}/limits", h.action(h.setLimits))
 	h.mux.HandleFunc("POST /sources/{id}/enable", h.action(h.enableSource))
 	h.mux.HandleFunc("POST /sources/{id}/disable", h.action(h.disableSource))
+	if cfg.RiverUI != nil {
+		h.mux.Handle(RiverUIPath, cfg.RiverUI)
+		h.mux.Handle(RiverUIPath[:len(RiverUIPath)-1], http.RedirectHandler(RiverUIPath, http.StatusMovedPermanently))
+	}
+	for _, e := range cfg.Endpoints {
+		if e.Open {
+			h.open.Handle(e.Pattern, e.Handler)
+		} else {
+			h.mux.Handle(e.Pattern, e.Handler)
+		}
+	}
 	return h, nil
-}
-
-// ServeHTTP serves the dashboard. Every answer forbids framing and
-// sniffing and allows only the dashboard's own scripts and styles.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hd := w.Header()
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "same-origin")
-	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
-	h.mux.ServeHTTP(w, r)
 }
 
 func cacheable(next http.Handler) http.Handler {
@@ -230,21 +310,26 @@ func (e *badRequest) Error() string { return e.msg }
 
 func badf(format string, args ...any) error { return &badRequest{fmt.Sprintf(format, args...)} }
 
-// page serves a page: it reads through load within QueryTimeout, renders
-// the template into a buffer, and answers with Server-Timing (the reads'
-// time and the whole answer's).
+// page serves a page: it reads through load within QueryTimeout (waiting
+// for one of the Reads slots first), renders the template into a buffer,
+// and answers with Server-Timing (the reads' time and the whole answer's).
+// A client that went away gets nothing, and is no failure of the
+// database's.
 func (h *Handler) page(name string, load loader) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		b := h.base(w, r)
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
-		v, err := load(ctx, r, b)
+		v, err := h.withReadSlot(ctx, func(ctx context.Context) (view, error) { return load(ctx, r, b) })
 		cancel()
 		b.QueryTime = time.Since(start)
-		status := http.StatusOK
+		tmpl, status := name, http.StatusOK
 		var bad *badRequest
 		switch {
 		case err == nil:
+		case r.Context().Err() != nil:
+			h.cfg.Logger.Debug("dashboard: client went away", "page", name, "remote", r.RemoteAddr)
+			return
 		case errors.As(err, &bad):
 			h.fail(w, r, b, http.StatusBadRequest, bad.msg)
 			return
@@ -252,35 +337,45 @@ func (h *Handler) page(name string, load loader) http.HandlerFunc {
 			h.fail(w, r, b, http.StatusNotFound, err.Error())
 			return
 		case dbconn.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
-			h.cfg.Logger.Warn("dashboard: database unreachable", "page", name, "err", dbconn.Redact(err.Error()))
-			b.Banners = append(b.Banners, "The database is unreachable: "+dbconn.Redact(err.Error())+". The figures below are missing; workers pace locally until it is back.")
+			h.cfg.Logger.Warn("dashboard: database unreachable", "page", name, "err", redact.Text(err.Error()))
+			b.Banners = append(b.Banners, "The database is unreachable: "+redact.Text(err.Error())+". The figures below are missing; workers pace locally until it is back.")
 			w.Header().Set("Retry-After", "1")
-			status = http.StatusServiceUnavailable
-			v = &errorPage{Base: b}
-			name = "error"
+			status, v, tmpl = http.StatusServiceUnavailable, &errorPage{Base: b}, "error"
 		default:
-			h.cfg.Logger.Error("dashboard: page failed", "page", name, "err", dbconn.Redact(err.Error()))
-			h.fail(w, r, b, http.StatusInternalServerError, dbconn.Redact(err.Error()))
+			h.cfg.Logger.Error("dashboard: page failed", "page", name, "err", redact.Text(err.Error()))
+			h.fail(w, r, b, http.StatusInternalServerError, redact.Text(err.Error()))
 			return
 		}
-		h.render(w, name, status, v, start)
+		h.render(w, tmpl, status, v, start)
 	}
 }
 
+// withReadSlot runs fn in one of the Reads slots, waiting for one within
+// ctx.
+func (h *Handler) withReadSlot(ctx context.Context, fn func(context.Context) (view, error)) (view, error) {
+	select {
+	case h.reads <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dashboard: waiting for a read slot: %w", context.Cause(ctx))
+	}
+	defer func() { <-h.reads }()
+	return fn(ctx)
+}
+
 // base fills what every page shows.
-func (h *Handler) base(w http.ResponseWriter, r *http.Request) *Base {
+func (h *Handler) base(_ http.ResponseWriter, r *http.Request) *Base {
 	b := &Base{
 		Path:      r.URL.RequestURI(),
 		Now:       time.Now(),
 		Admin:     h.session != nil,
-		RiverUI:   h.cfg.RiverUI,
 		RefreshMS: h.cfg.Refresh.Milliseconds(),
 		Notice:    notices[r.URL.Query().Get("done")],
 	}
-	if h.session != nil {
-		if s, ok := h.session.read(r); ok {
-			b.SignedIn, b.CSRF = true, h.session.csrf(s)
-		}
+	if h.cfg.RiverUI != nil {
+		b.RiverUI = RiverUIPath
+	}
+	if s, ok := sessionOf(r); ok {
+		b.SignedIn, b.CSRF = true, h.session.csrf(s)
 	}
 	if h.cfg.Degraded != nil && h.cfg.Degraded() {
 		b.Banners = append(b.Banners, "This process's pacer cannot reach the database and paces locally at rate / (fleet size + 1): shared state below may be stale.")

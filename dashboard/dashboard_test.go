@@ -312,7 +312,7 @@ func TestPlatformPage(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
 	fleetData(t, pool)
-	s := newSite(t, pool, dashboard.Config{PageSize: 3, RiverUI: "/riverui/"})
+	s := newSite(t, pool, dashboard.Config{PageSize: 3, RiverUI: http.NotFoundHandler()})
 	status, page := s.get("/platforms/alpha")
 	if status != http.StatusOK {
 		t.Fatalf("platform page: %d\n%s", status, page)
@@ -668,7 +668,9 @@ func TestDatabaseUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Host = "localhost"
+	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `class="banner"`) || !strings.Contains(rec.Body.String(), "The database is unreachable") {
 		t.Fatalf("unreachable database: %d\n%s", rec.Code, rec.Body)
 	}

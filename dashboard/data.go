@@ -16,6 +16,7 @@ import (
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
@@ -322,9 +323,14 @@ func (h *Handler) findSource(w http.ResponseWriter, r *http.Request) {
 	err := h.cfg.DB.QueryRow(ctx, sourceByURLSQL, platform, u).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		h.fail(w, r, h.base(w, r), http.StatusNotFound, fmt.Sprintf("platform %q has no source with the URL %q", platform, u))
+		h.fail(w, r, h.base(w, r), http.StatusNotFound, fmt.Sprintf("platform %q has no source with the URL %q", platform, redact.URL(u)))
+	case err != nil && r.Context().Err() != nil:
+		h.cfg.Logger.Debug("dashboard: client went away", "path", r.URL.Path, "remote", r.RemoteAddr)
+	case dbconn.IsUnavailable(err):
+		h.unreachable(w, r, h.base(w, r), "the source was not looked up", err)
 	case err != nil:
-		h.fail(w, r, h.base(w, r), http.StatusServiceUnavailable, "the database is unreachable: "+dbconn.Redact(err.Error()))
+		h.cfg.Logger.Error("dashboard: finding a source failed", "err", redact.Text(err.Error()))
+		h.fail(w, r, h.base(w, r), http.StatusInternalServerError, redact.Text(err.Error()))
 	default:
 		http.Redirect(w, r, "/sources/"+strconv.FormatInt(id, 10), http.StatusSeeOther)
 	}

@@ -6,9 +6,11 @@ import (
 	"math"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -64,7 +66,10 @@ var funcs = template.FuncMap{
 		return PlatformRow{Platform: sources.Platform{Name: pace.Platform}, Pace: pace, Cooldown: c}
 	},
 	"actionsFor": func(b *Base, row PlatformRow, full bool) actionsView { return actionsView{b, row, full} },
-	"redact":     sources.RedactURL,
+	"redact":     redact.URL,
+	"redactText": redact.Text,
+	"bdi":        bdi,
+	"visible":    visible,
 	"sub":        func(a, b float64) float64 { return a - b },
 	"add":        func(a, b float64) float64 { return a + b },
 	"pacedBy":    pacedByText,
@@ -86,6 +91,42 @@ type (
 		Full bool
 	}
 )
+
+// bidiControls are the characters that reorder the text around them:
+// the embeddings, overrides and isolates, and the marks. A value from
+// outside (a URL, a reason, a host name) holding one could make what an
+// operator reads differ from what it is (…/\u202Egnp.exe shows as
+// …/exe.png).
+var bidiControls = map[rune]bool{
+	'\u061C': true, '\u200E': true, '\u200F': true,
+	'\u202A': true, '\u202B': true, '\u202C': true, '\u202D': true, '\u202E': true,
+	'\u2066': true, '\u2067': true, '\u2068': true, '\u2069': true,
+}
+
+// visible is s with its bidirectional control characters shown as what
+// they are ("[U+202E]") instead of acting on the text.
+func visible(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return bidiControls[r] }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if bidiControls[r] {
+			fmt.Fprintf(&b, "[U+%04X]", r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// bdi shows a value from outside the dashboard (a name, URL, reason, host
+// name, validator) as it is: its bidirectional controls made visible, and
+// isolated in a <bdi> element, so neither it nor the text around it is
+// reordered by the other.
+func bdi(v any) template.HTML {
+	return template.HTML("<bdi>" + template.HTMLEscapeString(visible(fmt.Sprint(v))) + "</bdi>")
+}
 
 // rateText is a rate in requests/s, three significant digits.
 func rateText(r float64) string {

@@ -96,6 +96,15 @@ WHERE platform = $1 AND enabled AND due_at <= now()
 ORDER BY due_at
 LIMIT $2`
 
+// epochSQL is the sign-out epoch (session.go): 0 before the first sign-out.
+const epochSQL = `SELECT COALESCE((SELECT epoch FROM fleetpace_dashboard_epoch), 0)`
+
+// bumpEpochSQL starts a new sign-out epoch and returns it.
+const bumpEpochSQL = `
+INSERT INTO fleetpace_dashboard_epoch AS e (id, epoch) VALUES (true, 1)
+ON CONFLICT (id) DO UPDATE SET epoch = e.epoch + 1
+RETURNING epoch`
+
 // sourceByURLSQL finds platform $1's source with the URL $2 (the
 // (platform, url) key).
 const sourceByURLSQL = `SELECT id FROM fleetpace_source WHERE platform = $1 AND url = $2`

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/buildinfo"
 	"github.com/fleetpace/fleetpace/ratelimit"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // Defaults of HTTPConfig.
@@ -315,7 +316,7 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 		reason := statusText(code)
 		if code >= 300 && code < 400 {
 			if loc := resp.Header.Get("Location"); loc != "" {
-				reason += " to " + loc + " (redirect not followed)"
+				reason += " to " + redact.URL(loc) + " (redirect not followed)" // reasons are shown and logged
 			}
 		}
 		return fail(reason)

@@ -351,6 +351,10 @@ func TestRedirects(t *testing.T) {
 			fmt.Fprint(w, "arrived")
 			return
 		}
+		if r.URL.Path == "/signed" {
+			http.Redirect(w, r, "https://cdn.example/f?X-Amz-Signature=s3cret&v=1", http.StatusFound)
+			return
+		}
 		if r.URL.Path == "/ftp" {
 			http.Redirect(w, r, "ftp://example.com/file", http.StatusFound)
 			return
@@ -374,6 +378,7 @@ func TestRedirects(t *testing.T) {
 		{name: "custom cap", max: 2, path: "/r/3", want: Failed, reason: "stopped after 2 redirects"},
 		{name: "custom cap ok", max: 2, path: "/r/2", want: OK, status: 200, wantBody: "arrived"},
 		{name: "none followed", max: -1, path: "/r/1", want: Failed, status: 302, reason: "HTTP 302 Found to /r/0 (redirect not followed)"},
+		{name: "not followed, secret masked", max: -1, path: "/signed", want: Failed, status: 302, reason: "HTTP 302 Found to https://cdn.example/f?X-Amz-Signature=xxxxx&v=1 (redirect not followed)"},
 		{name: "ftp scheme", path: "/ftp", want: Failed, reason: `redirect to unsupported scheme "ftp"`},
 		{name: "file scheme", path: "/file", want: Failed, reason: `redirect to unsupported scheme "file"`},
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -105,14 +106,15 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 }
 
 // jobArgs returns the args the jobs are inserted with: claimed, except that
-// a source whose URL carries credentials is queued by id alone. Job args
+// a source whose URL carries a secret (credentials, or a secret-looking
+// query parameter: redact.URL changes it) is queued by id alone. Job args
 // are not a secret store — River UI shows them to anyone who can reach it,
 // and River keeps finished jobs for a day — so such a URL stays in the
 // sources table and the job loads it when it runs (one read).
 func jobArgs(claimed []queue.FetchArgs) []queue.FetchArgs {
 	args := make([]queue.FetchArgs, len(claimed))
 	for i, a := range claimed {
-		if sources.RedactURL(a.URL) != a.URL {
+		if redact.URL(a.URL) != a.URL {
 			a = queue.FetchArgs{SourceID: a.SourceID, Platform: a.Platform}
 		}
 		args[i] = a

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -58,7 +59,7 @@ func FuzzParse(f *testing.F) {
 }
 
 // FuzzValidateURL: ValidateURL accepts only what the fetcher can use, and
-// neither its error nor RedactURL ever shows the password of a URL with
+// neither its error nor redact.URL ever shows the password of a URL with
 // user information. Seeds: testdata/fuzz/FuzzValidateURL.
 func FuzzValidateURL(f *testing.F) {
 	f.Add("https://a.example/feed.xml", "hunter2")
@@ -95,8 +96,8 @@ func FuzzValidateURL(f *testing.F) {
 			if strings.Contains(rest+" xxxxx", secret) {
 				continue
 			}
-			if red := sources.RedactURL(withCreds); strings.Contains(red, secret) {
-				t.Fatalf("RedactURL(%q) = %q shows the secret", withCreds, red)
+			if red := redact.URL(withCreds); strings.Contains(red, secret) {
+				t.Fatalf("redact.URL(%q) = %q shows the secret", withCreds, red)
 			}
 			var fe *sources.FieldError
 			if err := sources.ValidateURL(withCreds); errors.As(err, &fe) && strings.Contains(fe.Value, secret) {

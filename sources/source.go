@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // DefaultInterval is how often a source is checked when no interval is given.
@@ -68,10 +70,10 @@ func (s NewSource) Validate() error {
 // ValidateURL accepts absolute http and https URLs with a host and, if
 // any, a port in [1, 65535]: at most MaxURLBytes bytes of valid UTF-8,
 // without whitespace or control characters. The error's Value is the URL
-// with its credentials redacted (RedactURL).
+// with its secrets redacted (redact.URL).
 func ValidateURL(raw string) error {
 	bad := func(reason string) error {
-		return &FieldError{Field: "url", Value: RedactURL(raw), Reason: reason}
+		return &FieldError{Field: "url", Value: redact.URL(raw), Reason: reason}
 	}
 	switch {
 	case raw == "":
@@ -99,50 +101,6 @@ func ValidateURL(raw string) error {
 		}
 	}
 	return nil
-}
-
-// redactedSecret replaces the credentials of a URL in RedactURL.
-const redactedSecret = "xxxxx"
-
-// RedactURL returns a source URL fit to print: a password in its user
-// information is replaced by "xxxxx" (https://user:xxxxx@host/…), and so
-// is a user name given alone (https://xxxxx@host/…), which is often a
-// token. When the URL's '@' could be read more than one way (several before
-// the path, or one after the path begins in a URL that does not parse as an
-// ordinary one), everything between "://" and the last '@' is replaced; an
-// '@' in the path or query of a URL with plain user information is not
-// one of those. Every human
-// and JSON output of a source URL goes through it; a URL without user
-// information comes back unchanged.
-func RedactURL(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok || !strings.Contains(rest, "@") {
-		return raw
-	}
-	maskAll := scheme + "://" + redactedSecret + "@" + rest[strings.LastIndex(rest, "@")+1:]
-	userinfo, after, _ := strings.Cut(rest, "@")
-	host := after
-	if i := strings.IndexAny(after, "/?#"); i >= 0 {
-		host = after[:i]
-	}
-	switch {
-	case strings.Contains(host, "@"), strings.Contains(after, "@") && strings.ContainsAny(userinfo, "/?#"):
-		// Another '@' before the path, or one after a user information
-		// that is not plainly one.
-		return maskAll
-	case strings.ContainsAny(userinfo, "/?#"):
-		// The '@' is in the path, query or fragment: no user information
-		// if the URL parses as one with a host and none (a profile URL such
-		// as https://example.social/@name); otherwise a password with a '/'.
-		if u, err := url.Parse(raw); err == nil && u.User == nil && u.Host != "" {
-			return raw
-		}
-		return maskAll
-	}
-	if user, _, hasPassword := strings.Cut(userinfo, ":"); hasPassword {
-		return scheme + "://" + user + ":" + redactedSecret + "@" + after
-	}
-	return scheme + "://" + redactedSecret + "@" + after
 }
 
 // AddSource adds one source. created is false when the platform already has a
@@ -326,7 +284,7 @@ func Lookup(ctx context.Context, db DBTX, ref string) (Source, error) {
 	}
 	switch len(found) {
 	case 0:
-		return Source{}, fmt.Errorf("source %s: %w", RedactURL(ref), ErrNotFound)
+		return Source{}, fmt.Errorf("source %s: %w", redact.URL(ref), ErrNotFound)
 	case 1:
 		return found[0], nil
 	}
@@ -334,7 +292,7 @@ func Lookup(ctx context.Context, db DBTX, ref string) (Source, error) {
 	for i, s := range found {
 		ids[i] = fmt.Sprintf("%d (%s)", s.ID, s.Platform)
 	}
-	return Source{}, fmt.Errorf("source: %w", &FieldError{Field: "id", Value: RedactURL(ref),
+	return Source{}, fmt.Errorf("source: %w", &FieldError{Field: "id", Value: redact.URL(ref),
 		Reason: "is the URL of several sources: " + strings.Join(ids, ", ") + "; give the id", Err: ErrAmbiguous})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/pacer/riverpace"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -324,7 +325,7 @@ func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r 
 	switch outcome {
 	case fetch.Failed:
 		w.logger.Warn("fetch failed", "source", args.SourceID, "platform", args.Platform,
-			"url", sources.RedactURL(args.URL), "status", r.Status, "reason", r.Reason)
+			"url", redact.URL(args.URL), "status", r.Status, "reason", r.Reason)
 	case fetch.RatePressure, fetch.RateLimited:
 		if w.pushback.begin(args.Platform) {
 			w.logger.Warn("platform is rate limiting", "platform", args.Platform, "status", r.Status,

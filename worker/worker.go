@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
@@ -155,10 +156,24 @@ type Config struct {
 	HTTPAddr string
 	// AdminToken turns the dashboard's actions on (pause, resume, clear a
 	// cooldown, change rate and burst, disable and enable a source), behind
-	// a sign-in with it. Default "": the dashboard is read-only.
+	// a sign-in with it, which River UI then needs too, and beyond loopback
+	// every page and /status (dashboard.Config.AdminToken). Beyond loopback
+	// it must be at least dashboard.MinTokenBytes long. Default "": the
+	// dashboard is read-only.
 	AdminToken string
-	// MetricsMaxAge is how old the fleet-wide figures of /metrics may be
-	// (see status.Cache). Default status.DefaultMaxAge.
+	// AllowedHosts are the host names the server answers to besides the
+	// loopback names and the address it listens on
+	// (dashboard.Config.AllowedHosts); /healthz, /readyz and /metrics
+	// answer any. Default: none.
+	AllowedHosts []string
+	// PublicRead keeps the pages and /status readable without sign-in
+	// beyond loopback with an AdminToken (dashboard.Config.PublicRead).
+	PublicRead bool
+	// TrustProxyHeaders trusts a TLS-terminating proxy's X-Forwarded-Proto
+	// and X-Forwarded-For (dashboard.Config.TrustProxyHeaders).
+	TrustProxyHeaders bool
+	// MetricsMaxAge is how old the fleet-wide figures of /metrics and
+	// /status may be (see status.Cache). Default status.DefaultMaxAge.
 	MetricsMaxAge time.Duration
 
 	// Clock is what the worker sleeps and times on: the startup jitter and
@@ -233,6 +248,14 @@ func (c Config) Validate() error {
 	}
 	if err := validateHTTPAddr(c.HTTPAddr); err != nil {
 		return bad("HTTPAddr %s, got %q", err, c.HTTPAddr)
+	}
+	if err := dashboard.CheckAdminToken(c.AdminToken, dashboard.ListenHost(c.HTTPAddr)); c.HTTPAddr != "" && err != nil {
+		return bad("AdminToken %v", err)
+	}
+	for _, h := range c.AllowedHosts {
+		if err := dashboard.CheckAllowedHost(h); err != nil {
+			return bad("AllowedHosts %v", err)
+		}
 	}
 	c = c.withDefaults()
 	for _, err := range []error{c.queueConfig(nil).Validate(), c.Poll.Validate(), c.Tick.Validate(), c.httpValidate()} {

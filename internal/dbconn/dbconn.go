@@ -25,6 +25,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // DefaultConnectTimeout bounds one connection attempt.
@@ -71,7 +73,7 @@ type Config struct {
 var ErrInvalidConfig = errors.New("invalid config")
 
 // Validate reports an invalid field, wrapping ErrInvalidConfig. The URL is
-// checked by PoolConfig, when it is parsed (ErrInvalidURL).
+// checked by PoolConfig, when it is parsed (redact.ErrInvalidDatabaseURL).
 func (c Config) Validate() error {
 	if c.ConnectTimeout < 0 || c.ConnectTimeout > MaxConnectTimeout {
 		return fmt.Errorf("%w: dbconn.Config.ConnectTimeout must be in (0, %s] (0: default), got %s", ErrInvalidConfig, MaxConnectTimeout, c.ConnectTimeout)
@@ -85,26 +87,23 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ErrInvalidURL wraps a database URL that cannot be parsed.
-var ErrInvalidURL = errors.New("invalid database URL")
-
-// PoolConfig builds a pgxpool configuration that follows the fail-fast rule.
+// PoolConfig builds a pgxpool configuration that follows the fail-fast
+// rule. A URL that cannot be read one way only is refused
+// (redact.CheckDatabaseURL: the error wraps redact.ErrInvalidDatabaseURL
+// and shows no password).
 func PoolConfig(cfg Config) (*pgxpool.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.URL == "" {
-		return nil, fmt.Errorf("dbconn: %w: the URL is empty", ErrInvalidURL)
+		return nil, fmt.Errorf("dbconn: %w: the URL is empty", redact.ErrInvalidDatabaseURL)
 	}
-	if err := CheckURL(cfg.URL); err != nil {
-		return nil, err
+	if err := redact.CheckDatabaseURL(cfg.URL); err != nil {
+		return nil, fmt.Errorf("dbconn: %w", err)
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
-	if err != nil {
-		return nil, invalidURL(cfg.URL, parseReason(err), err)
-	}
-	if err := checkParsed(cfg.URL, pc.ConnConfig.Config); err != nil {
-		return nil, err
+	if err != nil { // CheckDatabaseURL parsed it: not expected
+		return nil, fmt.Errorf("dbconn: %w", redacted{err})
 	}
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {
@@ -181,7 +180,7 @@ func NewPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 // errors.As still see what it wraps.
 type redacted struct{ err error }
 
-func (e redacted) Error() string { return Redact(e.err.Error()) }
+func (e redacted) Error() string { return redact.Text(e.err.Error()) }
 func (e redacted) Unwrap() error { return e.err }
 
 // IsUnavailable reports whether err means the database could not be reached

@@ -135,7 +135,7 @@ func Dashboard(ctx context.Context, cfg DashboardConfig) (*DashboardResult, erro
 	}
 	fmt.Fprintf(cfg.Progress, "bench dashboard: data ready in %s\n", time.Since(start).Round(time.Millisecond))
 
-	h, err := dashboard.New(dashboard.Config{DB: pool, RiverUI: dashboard.DefaultRiverUIPath})
+	h, err := dashboard.New(dashboard.Config{DB: pool, RiverUI: http.NotFoundHandler()}) // pages link to it as in a worker
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,9 @@ var serverTiming = regexp.MustCompile(`^db;dur=([\d.]+), total;dur=([\d.]+)$`)
 // reports (ms) and the page's size.
 func serve(ctx context.Context, h http.Handler, path string) (db, total float64, size int, err error) {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
+	req.Host = "localhost" // a name the dashboard answers to
+	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		return 0, 0, 0, fmt.Errorf("bench: GET %s: %d: %.300s", path, rec.Code, rec.Body.String())
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
@@ -201,7 +202,7 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 		defer c.Close(context.WithoutCancel(ctx)) //nolint:errcheck // best effort
 		url = c.URL("postgres")
 	} else {
-		desc = dbconn.Describe(url)
+		desc = redact.DescribeDatabase(url)
 	}
 
 	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: url, MaxConns: int32(cfg.Workers + 5)})

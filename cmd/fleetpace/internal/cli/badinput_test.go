@@ -248,6 +248,14 @@ func TestBadInput(t *testing.T) {
 		{name: "worker --max-pacer-wait 2h", args: []string{"worker", "--max-pacer-wait", "2h"}, want: []string{"--max-pacer-wait", "2h0m0s"}},
 		{name: "FLEETPACE_HEARTBEAT=1ns", args: []string{"worker"}, env: []string{"FLEETPACE_HEARTBEAT=1ns"}, want: []string{"--heartbeat", "FLEETPACE_HEARTBEAT", "1ns"}},
 		{name: "FLEETPACE_HTTP_ADDR=foo", args: []string{"worker"}, env: []string{"FLEETPACE_HTTP_ADDR=foo"}, want: []string{"--http-addr", "FLEETPACE_HTTP_ADDR"}},
+		{name: "worker short token on 0.0.0.0", args: []string{"worker", "--http-addr", "0.0.0.0:0", "--admin-token", "shortTOKENxyz"}, want: []string{"--admin-token", "32 bytes", "0.0.0.0"}, secret: "shortTOKENxyz"},
+		{name: "worker short token on every interface", args: []string{"worker", "--http-addr", ":0"}, env: []string{"FLEETPACE_ADMIN_TOKEN=envTOKENxyz"}, want: []string{"--admin-token", "32 bytes"}, secret: "envTOKENxyz"},
+		{name: "worker token of a space", args: []string{"worker", "--admin-token", " "}, want: []string{"--admin-token", "space"}},
+		{name: "worker --allowed-host with a path", args: []string{"worker", "--allowed-host", "a.example/x"}, want: []string{"--allowed-host", "a.example/x"}},
+		{name: "dashboard short token on 0.0.0.0", args: []string{"dashboard", "--http-addr", "0.0.0.0:0", "--admin-token", "shortTOKENxyz"}, want: []string{"--admin-token", "32 bytes"}, secret: "shortTOKENxyz"},
+		{name: "dashboard token with a newline", args: []string{"dashboard", "--admin-token", "tok\nENxyz"}, want: []string{"--admin-token", "control"}, secret: "ENxyz"},
+		{name: "dashboard --allowed-host empty", args: []string{"dashboard", "--allowed-host", "@"}, want: []string{"--allowed-host"}},
+		{name: "--secret-params with a space", args: []string{"status", "--secret-params", "a b"}, want: []string{"--secret-params", `"a b"`}},
 
 		// demo, simulate, bench.
 		{name: "demo --chart out.gif", args: []string{"demo", "--chart", filepath.Join(dir, "out.gif")}, want: []string{"--chart", "out.gif", ".svg or .png"}},

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/bench"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // benchCmd is `fleetpace bench` with the given benchmarks.
@@ -47,7 +48,7 @@ func (a *app) benchDB(ctx context.Context, maxConns int32) (*pgxpool.Pool, strin
 		cleanup = func() { _ = c.Close(context.WithoutCancel(ctx)) }
 		url = c.URL("postgres")
 	} else {
-		a.announce("benchmarking database %s", dbconn.Describe(url))
+		a.announce("benchmarking database %s", redact.DescribeDatabase(url))
 	}
 	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: url, ConnectTimeout: a.connectTimeout, MaxConns: maxConns})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -315,7 +316,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 					return operateError(err, sourceFlags)
 				}
 				for i := range list {
-					list[i].URL = sources.RedactURL(list[i].URL) // no credentials in any output
+					list[i].URL = redact.URL(list[i].URL) // no credentials in any output
 				}
 				if asJSON {
 					return writeJSON(a.stdout, list)

@@ -137,7 +137,7 @@ func TestDashboardCommand(t *testing.T) {
 }
 
 // Listening beyond loopback without a token warns, naming the risk; with a
-// token it does not. A bad address exits 2.
+// token it does not, and every page needs sign-in. A bad address exits 2.
 func TestDashboardExposureWarning(t *testing.T) {
 	t.Parallel()
 	dbURL := testdb.URL(t)
@@ -151,9 +151,18 @@ func TestDashboardExposureWarning(t *testing.T) {
 	} else {
 		res.Body.Close()
 	}
-	_, stderr2 := startDashboard(t, nil, "--database-url", dbURL, "dashboard", "--http-addr", "0.0.0.0:0", "--admin-token", "x")
-	if strings.Contains(stderr2(), "beyond loopback") {
-		t.Errorf("a warning although a token is set:\n%s", stderr2())
+	// With a token, no warning: the start says what needs sign-in (every
+	// page) and what stays public.
+	addr2, stderr2 := startDashboard(t, nil, "--database-url", dbURL, "dashboard", "--http-addr", "0.0.0.0:0",
+		"--admin-token", "a token of at least thirty-two bytes")
+	if regexp.MustCompile(`level=WARN.*beyond loopback`).MatchString(stderr2()) || !strings.Contains(stderr2(), "every page and River UI need sign-in") {
+		t.Errorf("listening on 0.0.0.0 with a token: a warning, or no word of the sign-in:\n%s", stderr2())
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if res, err := client.Get("http://" + addr2 + "/"); err != nil || res.StatusCode != http.StatusSeeOther {
+		t.Errorf("GET / beyond loopback with a token, not signed in: %v %v, want 303 to sign in", res, err)
+	} else {
+		res.Body.Close()
 	}
 	if r := run(t, "", "--database-url", dbURL, "dashboard", "--http-addr", "nonsense"); r.code != 2 || !strings.Contains(r.stderr, "--http-addr") {
 		t.Errorf("bad --http-addr: %s", r)

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // Settings from the environment. A flag that a unit file or a container spec
@@ -99,7 +99,7 @@ func bindEnv(root *cobra.Command) {
 					if errors.As(serr, &ive) {
 						serr = ive.Unwrap()
 					}
-					err = usagef("%s=%q: not a valid value for --%s: %s", name, dbconn.Redact(v), f.Name, dbconn.Redact(serr.Error()))
+					err = usagef("%s: not a valid value for --%s: %s", shown(name, f.Name, v), f.Name, redact.Text(serr.Error()))
 					return
 				}
 				used[f.Name] = fromEnv{name, v}
@@ -119,11 +119,11 @@ func bindEnv(root *cobra.Command) {
 		var notes []string
 		for flag, src := range used {
 			switch {
-			case flag == "database-url" && errors.Is(err, dbconn.ErrInvalidURL):
+			case flag == "database-url" && errors.Is(err, redact.ErrInvalidDatabaseURL):
 				// The message shows the URL as far as it may be shown.
 				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, src.variable))
 			case mentionsFlag(msg, flag):
-				notes = append(notes, fmt.Sprintf("--%s set by %s=%q", flag, src.variable, dbconn.Redact(src.value)))
+				notes = append(notes, fmt.Sprintf("--%s set by %s", flag, shown(src.variable, flag, src.value)))
 			}
 		}
 		if len(notes) == 0 {
@@ -131,7 +131,7 @@ func bindEnv(root *cobra.Command) {
 		}
 		slices.Sort(notes)
 		// The notes first: whatever follows a database URL in a message is
-		// not printed (dbconn.Redact).
+		// not printed (redact.Text).
 		return fmt.Errorf("%s: %w", strings.Join(notes, ", "), err)
 	}
 
@@ -186,4 +186,18 @@ func skipEnv(cmd *cobra.Command) bool {
 // starts with the same name).
 func mentionsFlag(msg, flag string) bool {
 	return regexp.MustCompile(`--` + regexp.QuoteMeta(flag) + `\b(?:[^-]|$)`).MatchString(msg)
+}
+
+// secretFlags are the flags whose values are never printed, not even in
+// the message about a bad one.
+var secretFlags = map[string]bool{"admin-token": true}
+
+// shown is how an environment variable setting a flag is named in a
+// message: NAME="value", its secrets removed (redact.Text), or NAME alone
+// for a secret flag.
+func shown(variable, flag, value string) string {
+	if secretFlags[flag] {
+		return variable
+	}
+	return fmt.Sprintf("%s=%q", variable, redact.Text(value))
 }

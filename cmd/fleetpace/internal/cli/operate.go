@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/control"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
@@ -185,7 +186,7 @@ func (a *app) sourcesShowCmd() *cobra.Command {
 				if err != nil {
 					return operateError(err, map[string]string{"id": "ID|URL"})
 				}
-				rep.Source.URL = sources.RedactURL(rep.Source.URL)
+				rep.Source.URL = redact.URL(rep.Source.URL)
 				if asJSON {
 					return writeJSON(a.stdout, rep)
 				}

@@ -32,6 +32,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
@@ -64,6 +65,7 @@ type app struct {
 	logLevel       string
 	connectTimeout time.Duration
 	quiet          bool
+	secretParams   []string
 
 	logger *slog.Logger
 }
@@ -80,7 +82,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	}
 	code := exitCode(err)
-	fmt.Fprintf(stderr, "fleetpace: %s\n", dbconn.Redact(flagMessage(err)))
+	fmt.Fprintf(stderr, "fleetpace: %s\n", redact.Text(flagMessage(err)))
 	if code == ExitUsage && isFlagError(err) {
 		fmt.Fprintln(stderr, "Run 'fleetpace --help' for usage.")
 	}
@@ -91,7 +93,7 @@ func exitCode(err error) int {
 	var ue *usageError
 	switch {
 	case errors.As(err, &ue), isFlagError(err), errors.Is(err, pgembed.ErrBinariesNotFound),
-		errors.Is(err, dbconn.ErrInvalidURL), errors.Is(err, dbconn.ErrInvalidConfig), errors.Is(err, pgembed.ErrInvalidDataDir),
+		errors.Is(err, redact.ErrInvalidDatabaseURL), errors.Is(err, dbconn.ErrInvalidConfig), errors.Is(err, pgembed.ErrInvalidDataDir),
 		errors.Is(err, sources.ErrInvalid), errors.Is(err, scan.ErrInvalidConfig),
 		errors.Is(err, queue.ErrInvalidConfig), errors.Is(err, poller.ErrInvalidConfig),
 		errors.Is(err, fetch.ErrInvalidConfig), errors.Is(err, worker.ErrInvalidConfig),
@@ -118,6 +120,10 @@ var flagNames = map[string]string{
 	"worker.Config.Heartbeat":              "--heartbeat",
 	"worker.Config.MaxConns":               "--max-conns",
 	"worker.Config.HTTPAddr":               "--http-addr",
+	"worker.Config.AdminToken":             "--admin-token",
+	"worker.Config.AllowedHosts":           "--allowed-host",
+	"dashboard.Config.AdminToken":          "--admin-token",
+	"dashboard.Config.AllowedHosts":        "--allowed-host",
 	"poller.Config.Base":                   "--poll-base",
 	"poller.Config.Max":                    "--poll-max",
 	"poller.Config.JitterRatio":            "--poll-jitter",
@@ -265,6 +271,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.DurationVar(&a.connectTimeout, "connect-timeout", dbconn.DefaultConnectTimeout, "bound on one database connection attempt (fleetpace never retries a connection)")
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "do not print which database is used")
+	pf.StringSliceVar(&a.secretParams, "secret-params", redact.DefaultSecretParams, "query parameters whose values are hidden wherever a URL is shown (pages, logs, output; such sources are queued by id alone), matched in any case, also after a _ or - (token hides github_token): the whole list, comma-separated (empty: none)")
 	zeroIsDefault(pf, "connect-timeout")
 
 	// The whole command tree, in one place.
@@ -376,6 +383,9 @@ func (a *app) setup(cmd *cobra.Command) error {
 	if err := checkZeroFlags(cmd); err != nil {
 		return err
 	}
+	if err := redact.SetSecretParams(a.secretParams); err != nil {
+		return usagef("--secret-params: %v", err)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(a.logLevel)); err != nil {
 		return usagef("--log-level: %q is not one of debug, info, warn, error", a.logLevel)
@@ -399,7 +409,7 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 		if _, err := dbconn.PoolConfig(dbconn.Config{URL: a.databaseURL}); err != nil {
 			return "", err
 		}
-		a.announce("using database %s", dbconn.Describe(a.databaseURL))
+		a.announce("using database %s", redact.DescribeDatabase(a.databaseURL))
 		return a.databaseURL, nil
 	}
 	if a.dataDir == "" {

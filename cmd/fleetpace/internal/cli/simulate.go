@@ -12,6 +12,7 @@ import (
 	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/herd"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/poller"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 func (a *app) simulateCmd() *cobra.Command {
@@ -209,7 +210,7 @@ of that server will be refused during the drill.`,
 				if _, err := dbconn.PoolConfig(dbconn.Config{URL: a.databaseURL}); err != nil {
 					return err
 				}
-				a.announce("drilling database %s", dbconn.Describe(a.databaseURL))
+				a.announce("drilling database %s", redact.DescribeDatabase(a.databaseURL))
 			}
 			res, err := herd.Drill(cmd.Context(), cfg)
 			if err != nil {

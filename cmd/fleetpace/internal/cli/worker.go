@@ -115,9 +115,12 @@ platform under its fleet-wide ceiling.
 
 The worker serves, on --http-addr: the dashboard at / (see ` + "`fleetpace dashboard --help`" + `;
 its actions need --admin-token), /healthz, /readyz (503 with Retry-After
-while the database is unreachable), /metrics (Prometheus), /status (JSON)
-and /riverui/ (River's job dashboard; behind the dashboard's sign-in with
---admin-token).
+while the database is unreachable; the database is pinged at most once a
+second), /metrics (Prometheus), /status (JSON, at most 10 s old) and
+/riverui/ (River's job dashboard; behind the dashboard's sign-in with
+--admin-token). /healthz, /readyz and /metrics answer any Host and need no
+sign-in; the rest answer only to the loopback names, the address listened
+on and --allowed-host.
 
 SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 --soft-stop, then cancel them (they run again later), and exit 0.`,
@@ -150,7 +153,7 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	addJobFlags(f, &cfg)
 	addTickFlags(cmd, &cfg.Tick)
 	f.StringVar(&cfg.HTTPAddr, "http-addr", worker.DefaultHTTPAddr, "address of the dashboard (/), /healthz, /readyz, /metrics, /status, /riverui/ (empty: no server)")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "turns the dashboard's actions on, behind a sign-in with this token that River UI then needs too (default: read-only)")
+	addHTTPFlags(f, &cfg.AdminToken, &cfg.AllowedHosts, &cfg.PublicRead, &cfg.TrustProxyHeaders)
 	f.DurationVar(&cfg.SoftStop, "soft-stop", worker.DefaultSoftStop, "on SIGTERM, time running fetches get to finish before they are cancelled")
 	f.DurationVar(&cfg.Poll.Base, "poll-base", poller.DefaultBase, "scan loop: sleep after a tick that found work")
 	f.DurationVar(&cfg.Poll.Max, "poll-max", poller.DefaultMax, "scan loop: longest sleep (doubling from --poll-base after empty or failed ticks)")

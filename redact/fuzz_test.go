@@ -1,11 +1,11 @@
-package dbconn_test
+package redact_test
 
 import (
 	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/redact"
 )
 
 // secretLetters spell the fuzzed passwords: letters no message of this
@@ -42,8 +42,8 @@ func pieces(secret string) []string {
 // FuzzRedact: whatever a database URL or keyword/value string looks like —
 // a password with '@', '/', spaces, quotes or escapes in it, upper-case
 // keys, %-escaped keys, a wrong scheme — no part of its password appears in
-// what this package prints of it: RedactURL, Describe, Redact of a message
-// that quotes it, and PoolConfig's error. Seeds:
+// what this package prints of it: URL, DescribeDatabase, Text of a message
+// that quotes it, and CheckDatabaseURL's error. Seeds:
 // testdata/fuzz/FuzzRedact.
 func FuzzRedact(f *testing.F) {
 	f.Add(uint8(0), "alice", "s3cret@pw", "127.0.0.1:5432/fp")
@@ -73,12 +73,17 @@ func FuzzRedact(f *testing.F) {
 		}
 		others := strings.Replace(raw, secret, "", 1)
 		outputs := map[string]string{
-			"RedactURL": dbconn.RedactURL(raw),
-			"Describe":  dbconn.Describe(raw),
-			"Redact":    dbconn.Redact("connect to " + raw + " failed: no"),
+			"DescribeDatabase": redact.DescribeDatabase(raw),
+			"Text":             redact.Text("connect to " + raw + " failed: no"),
 		}
-		if _, err := dbconn.PoolConfig(dbconn.Config{URL: raw}); err != nil {
-			outputs["PoolConfig"] = err.Error()
+		if int(form)%len(forms) != len(forms)-1 || !strings.ContainsAny(user+secret, "/?#") {
+			// Not as a database URL, a URL of another scheme is read by
+			// the rules of the web (FuzzURL): a '/', '?' or '#' in its
+			// user information ends it.
+			outputs["URL"] = redact.URL(raw)
+		}
+		if err := redact.CheckDatabaseURL(raw); err != nil {
+			outputs["CheckDatabaseURL"] = err.Error()
 		}
 		for name, out := range outputs {
 			for _, p := range ps {

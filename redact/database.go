@@ -1,6 +1,7 @@
-package dbconn
+package redact
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -9,40 +10,41 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Passwords are never printed. The rule for a database URL that cannot be
-// read one way only — it does not parse, or its '@' could end more than one
-// user information — is stricter: nothing after its user name is printed,
-// since any part of it may be a part of the password. A URL is read as pgx
-// reads it (libpq's rules: the user information ends at the first '@'
-// before the first '/'), and CheckURL refuses the URLs that could put a
-// part of a password into a host name, a port or a database name, which
-// messages do print.
+// Database passwords are never printed. The rule for a database URL that
+// cannot be read one way only — it does not parse, or its '@' could end
+// more than one user information — is stricter: nothing after its user
+// name is printed, since any part of it may be a part of the password. A
+// URL is read as pgx reads it (libpq's rules: the user information ends at
+// the first '@' before the first '/'), and CheckDatabaseURL refuses the
+// URLs that could put a part of a password into a host name, a port or a
+// database name, which messages do print.
 
-// mask replaces a secret in what this package prints.
-const mask = "xxxxx"
+// ErrInvalidDatabaseURL is wrapped by every error of CheckDatabaseURL.
+var ErrInvalidDatabaseURL = errors.New("invalid database URL")
 
 // urlError is an invalid database URL: what of it may be shown, and why it
 // is refused. Its message never contains pgx's, which may quote parts of
 // the URL; the chain keeps pgx's error for errors.As.
 type urlError struct {
-	raw    string // the URL, shown through RedactURL only
+	raw    string // the URL, shown through database only
 	reason string
 	err    error // pgx's, or nil
 }
 
-// Error names the URL last: Redact, which a command line applies to every
+// Error names the URL last: Text, which a command line applies to every
 // message, drops whatever follows a database URL in free text.
 func (e *urlError) Error() string {
-	return fmt.Sprintf("dbconn: %v: %s: %s", ErrInvalidURL, e.reason, RedactURL(e.raw))
+	return fmt.Sprintf("%v: %s: %s", ErrInvalidDatabaseURL, e.reason, database(e.raw))
 }
 
 func (e *urlError) Unwrap() []error {
 	if e.err == nil {
-		return []error{ErrInvalidURL}
+		return []error{ErrInvalidDatabaseURL}
 	}
-	return []error{ErrInvalidURL, e.err}
+	return []error{ErrInvalidDatabaseURL, e.err}
 }
 
 func invalidURL(raw, reason string, err error) error {
@@ -61,16 +63,48 @@ func splitScheme(raw string) (scheme, rest string, isURL bool) {
 
 var schemeRE = regexp.MustCompile(`^\s*[A-Za-z][A-Za-z0-9+.-]*$`)
 
-// CheckURL refuses, wrapping ErrInvalidURL, a database URL whose meaning is
-// ambiguous: a scheme other than postgres:// or postgresql:// (pgx would
-// read it as a keyword/value string), a second '@' (an '@' in a password
-// must be written %40: pgx ends the user information at the first '@', so
-// the rest of the password became the host name), or an '@' after a '/' (a
-// '/' in a password must be written %2F: the user information then ends at
-// the '/', and the rest of the password became the port or the database
-// name). A keyword/value string is left to pgx's parser. PoolConfig calls
-// it first.
-func CheckURL(raw string) error {
+// isDatabaseScheme reports a scheme read by the database rules: postgres
+// and postgresql in any case (pgx reads only the lower-case ones as URLs,
+// so the others are refused, and shown up to the user name).
+func isDatabaseScheme(scheme string) bool {
+	s := strings.ToLower(strings.TrimSpace(scheme))
+	return s == "postgres" || s == "postgresql"
+}
+
+// CheckDatabaseURL refuses, wrapping ErrInvalidDatabaseURL, a database URL
+// or keyword/value string that cannot be read one way only:
+//
+//   - a scheme other than postgres:// or postgresql:// (pgx would read it
+//     as a keyword/value string);
+//   - a second '@' (an '@' in a password must be written %40: pgx ends the
+//     user information at the first '@', so the rest of the password
+//     became the host name), or an '@' after a '/' (a '/' in a password
+//     must be written %2F: the user information then ends at the '/', and
+//     the rest of the password became the port or the database name);
+//   - one pgx cannot parse (the reason in pgx's fixed words, pgx's error in
+//     the chain);
+//   - a setting pgx would pass to the server as a run-time parameter whose
+//     name says it is a password (PASSWORD=…: keys are lower case), which
+//     the user meant as one; a user name, database or host holding an '='
+//     (an empty value reads the next keyword as its own: user= password=x
+//     is the user "password=x"), which messages print.
+//
+// dbconn.PoolConfig calls it first; what its errors and DescribeDatabase
+// print of a URL it refuses is its user name at most.
+func CheckDatabaseURL(raw string) error {
+	if err := checkAmbiguity(raw); err != nil {
+		return err
+	}
+	c, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return invalidURL(raw, parseReason(err), err)
+	}
+	return checkParsed(raw, c.ConnConfig.Config)
+}
+
+// checkAmbiguity is CheckDatabaseURL's check before parsing: the scheme and
+// the '@'s of a URL (a keyword/value string is left to pgx's parser).
+func checkAmbiguity(raw string) error {
 	scheme, rest, isURL := splitScheme(raw)
 	if !isURL {
 		return nil
@@ -94,7 +128,8 @@ var pgxReasons = []string{
 	"unexpected spaces found", "missing key/value separator", "extra key/value separator", `missing "="`,
 	"invalid keyword/value", "IPv6 host address", "forbidden NUL byte", "port numbers to", "unknown target_session_attrs value",
 	"unknown channel_binding value", "sslmode is invalid", "invalid min_protocol_version", "invalid max_protocol_version",
-	"invalid require_auth", "failed to configure TLS", "connect_timeout",
+	"invalid require_auth", "failed to configure TLS", "connect_timeout", "pool_", "statement_cache_capacity",
+	"description_cache_capacity", "default_query_exec_mode",
 }
 
 // parseReason says why pgx could not parse a URL in its own fixed words.
@@ -108,12 +143,7 @@ func parseReason(err error) string {
 	return "cannot be parsed as a PostgreSQL URL or keyword/value string"
 }
 
-// checkParsed refuses a parsed configuration with a setting pgx passes to
-// the server as a run-time parameter whose name says it is a password
-// (PASSWORD=…: keys are lower case), which the user meant as one; and one
-// whose user name, database or host holds an '=', which is how an empty
-// value reads the next keyword as its own (user= password=secret is the
-// user "password=secret"): those are printed.
+// checkParsed is CheckDatabaseURL's check of what pgx read.
 func checkParsed(raw string, c pgconn.Config) error {
 	printed := []string{c.User, c.Database, c.Host}
 	for _, fb := range c.Fallbacks {
@@ -139,10 +169,9 @@ func clipKey(k string) string {
 	return k
 }
 
-// readable reports whether raw is a database URL or keyword/value string
-// that can be read one way only: CheckURL accepts it and pgx parses it.
+// readable returns how pgx reads raw if CheckDatabaseURL accepts it.
 func readable(raw string) (*pgconn.Config, bool) {
-	if CheckURL(raw) != nil {
+	if checkAmbiguity(raw) != nil {
 		return nil, false
 	}
 	c, err := pgconn.ParseConfig(raw)
@@ -152,21 +181,37 @@ func readable(raw string) (*pgconn.Config, bool) {
 	return c, true
 }
 
-// RedactURL returns a database URL or keyword/value string fit to print.
-// One that can be read one way only has its passwords replaced by "xxxxx"
-// (the user information's, and the values of every query parameter or
-// keyword whose name contains "pass", in any case and spelling, with the
-// rest of the query); of any other, nothing after the user name is shown
-// (postgres://alice…), or for a keyword/value string only its keys.
-func RedactURL(raw string) string {
+// database is what may be printed of a database URL or keyword/value
+// string: URL's database rules, and of a URL of another scheme (which
+// CheckDatabaseURL refuses) its user name at most.
+func database(raw string) string {
 	scheme, rest, isURL := splitScheme(raw)
-	_, ok := readable(raw)
 	switch {
-	case !isURL && ok:
-		return redactKeywords(raw)
 	case !isURL:
-		return "keyword/value string (keys " + strings.Join(keywords(raw), ", ") + ")"
-	case !ok:
+		return connString(raw)
+	case !isDatabaseScheme(scheme):
+		return scheme + "://" + userRun(rest) + "…"
+	}
+	return databaseURL(scheme, rest, raw)
+}
+
+// connString is URL for a keyword/value string: the values of the keys
+// whose name contains "pass" masked; of one that cannot be read one way
+// only, its known keys.
+func connString(raw string) string {
+	if _, ok := readable(raw); ok {
+		return redactKeywords(raw)
+	}
+	return "keyword/value string (keys " + strings.Join(keywords(raw), ", ") + ")"
+}
+
+// databaseURL is URL for a postgres:// URL: one that can be read one way
+// only has its passwords masked (the user information's, and the values of
+// every query parameter whose name contains "pass", in any case and
+// spelling, with the rest of the query); of any other, nothing after the
+// user name is shown (postgres://alice…).
+func databaseURL(scheme, rest, raw string) string {
+	if _, ok := readable(raw); !ok {
 		return scheme + "://" + userRun(rest) + "…"
 	}
 	var b strings.Builder
@@ -175,7 +220,7 @@ func RedactURL(raw string) string {
 		user, _, hasPassword := strings.Cut(userinfo, ":")
 		b.WriteString(user)
 		if hasPassword {
-			b.WriteString(":" + mask)
+			b.WriteString(":" + Mask)
 		}
 		b.WriteByte('@')
 		rest = after
@@ -196,7 +241,7 @@ func redactQuery(q string) string {
 	for i, p := range pairs {
 		key, _, _ := strings.Cut(p, "=")
 		if strings.Contains(strings.ToLower(decodeLenient(key)), "pass") {
-			return strings.Join(append(pairs[:i:i], key+"="+mask), "&")
+			return strings.Join(append(pairs[:i:i], key+"="+Mask), "&")
 		}
 	}
 	return q
@@ -249,7 +294,7 @@ func redactKeywords(s string) string {
 			b.WriteString(s)
 			return b.String()
 		}
-		b.WriteString(s[:loc[1]] + mask)
+		b.WriteString(s[:loc[1]] + Mask)
 		s = s[loc[1]:]
 		s = s[valueEnd(s):]
 	}
@@ -281,9 +326,8 @@ func valueEnd(v string) int {
 	return len(v)
 }
 
-// knownKeys are the keywords RedactURL names in a keyword/value string it
-// cannot read: libpq's and pgx's. Any other word may be a part of a
-// password.
+// knownKeys are the keywords URL names in a keyword/value string it cannot
+// read: libpq's and pgx's. Any other word may be a part of a password.
 var knownKeys = []string{"host", "hostaddr", "port", "dbname", "database", "user", "password", "passfile",
 	"connect_timeout", "sslmode", "sslkey", "sslcert", "sslrootcert", "sslpassword", "sslnegotiation", "sslsni",
 	"application_name", "options", "target_session_attrs", "service", "servicefile", "channel_binding",
@@ -310,69 +354,14 @@ func keywords(s string) []string {
 	return out
 }
 
-// hostAndPath matches a host name, a port and a path without ':' or spaces.
-var hostAndPath = regexp.MustCompile(`^[A-Za-z0-9.-]+(?::[0-9]+)?/[^\s:@]*$`)
-
-// urlStart finds where a URL begins in free text.
-var urlStart = regexp.MustCompile(`(?i)[a-z][a-z0-9+.-]*://`)
-
-// Redact removes passwords from text that may contain database URLs or
-// keyword/value strings (error messages). Of a postgres:// or
-// postgresql:// URL (in any case) only the user name is kept, and nothing
-// after it in the text: where such a URL ends in free text cannot be told
-// (a password may hold a space). Of a URL of another scheme the user
-// information is masked. Every keyword whose name contains "pass" has its
-// value masked. This package's own messages show URLs through RedactURL.
-func Redact(text string) string {
-	var b strings.Builder
-	for {
-		loc := urlStart.FindStringIndex(text)
-		if loc == nil {
-			break
-		}
-		b.WriteString(redactKeywords(text[:loc[0]]))
-		scheme := strings.ToLower(text[loc[0]:loc[1]])
-		rest := text[loc[1]:]
-		if strings.Contains(scheme, "postgres") {
-			b.WriteString(text[loc[0]:loc[1]] + userRun(rest))
-			if userRun(rest) != rest {
-				b.WriteString("…")
-			}
-			return b.String()
-		}
-		// The user information of another URL, even cut by a space: up
-		// to the last '@' before the next URL, unless what comes before
-		// that '@' is plainly a host and a path (https://host/@name).
-		region := rest
-		if next := urlStart.FindStringIndex(rest); next != nil {
-			region = rest[:next[0]]
-		}
-		if at := strings.LastIndex(region, "@"); at >= 0 {
-			if !hostAndPath.MatchString(region[:at]) {
-				b.WriteString(text[loc[0]:loc[1]] + mask + redactKeywords(region[at:]))
-				text = rest[len(region):]
-				continue
-			}
-		}
-		end := strings.IndexAny(rest, " \t\r\n`\"'<>")
-		if end < 0 {
-			end = len(rest)
-		}
-		b.WriteString(text[loc[0]:loc[1]] + rest[:end])
-		text = rest[end:]
-	}
-	b.WriteString(redactKeywords(text))
-	return b.String()
-}
-
-// Describe names a database for humans, as it will be dialled:
+// DescribeDatabase names a database for humans, as it will be dialled:
 // "alice@db.example:5432/fleetpace" (every host of a multi-host URL), read
 // by pgx as a connection reads it. A URL that cannot be read one way only
-// is described by RedactURL.
-func Describe(raw string) string {
+// is described by its user name at most.
+func DescribeDatabase(raw string) string {
 	c, ok := readable(raw)
 	if !ok {
-		return RedactURL(raw)
+		return database(raw)
 	}
 	hosts := []string{net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))}
 	for _, fb := range c.Fallbacks {
