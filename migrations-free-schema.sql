@@ -181,6 +181,43 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS held_at        double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS event_interval double precision NOT NULL DEFAULT 0;
 
+-- Keys and in-flight caps (nested limits). A platform may limit each key —
+-- an account, a token's name, a tenant; never a secret — separately as well
+-- as the whole (key_rate, key_burst; 0: no per-key rate), and cap the
+-- requests open at once, fleet-wide, for the whole (max_in_flight) and per
+-- key (key_max_in_flight; 0: no cap). fleetpace_key_limit overrides the
+-- per-key settings of single keys (NULL: the platform's).
+ALTER TABLE fleetpace_platform
+    ADD COLUMN IF NOT EXISTS key_rate          double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS key_burst         integer          NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS max_in_flight     integer          NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS key_max_in_flight integer          NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS fleetpace_key_limit (
+    platform      text             NOT NULL REFERENCES fleetpace_platform (name) ON DELETE CASCADE,
+    key           text             NOT NULL,
+    rate          double precision,
+    burst         integer,
+    max_in_flight integer,
+    PRIMARY KEY (platform, key)
+);
+-- A pace row per key in use, beside its platform's (key ''): the same state
+-- (cursor, adaptation, hold), created on first use and removed when idle
+-- (package pacer). max_in_flight caps the row's open requests; leases are
+-- their expiries (epoch seconds): a request's report gives its lease back,
+-- a crashed worker's expires.
+ALTER TABLE fleetpace_pace
+    ADD COLUMN IF NOT EXISTS key           text             NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS max_in_flight integer          NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS leases        double precision[] NOT NULL DEFAULT '{}';
+DO $$
+BEGIN
+    IF (SELECT array_length(conkey, 1) FROM pg_constraint
+        WHERE conrelid = 'fleetpace_pace'::regclass AND contype = 'p') = 1 THEN
+        ALTER TABLE fleetpace_pace DROP CONSTRAINT fleetpace_pace_pkey, ADD PRIMARY KEY (platform, key);
+    END IF;
+END
+$$;
+
 -- Every platform has a pace row whose configuration columns follow the
 -- platform's: `platforms set` takes effect fleet-wide at the next reservation.
 -- CREATE OR REPLACE, so `schema apply` brings an older definition up to date.
@@ -188,10 +225,11 @@ CREATE OR REPLACE FUNCTION fleetpace_platform_sync_pace() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
-                                backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
+                                backoff_factor, recovery_factor, probe, use_headers, respace, adapt, max_in_flight)
     VALUES (NEW.name, NEW.rate_per_sec, NEW.burst, NEW.max_multiplier, NEW.decay_after,
-            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers, NEW.respace, NEW.adapt)
-    ON CONFLICT (platform) DO UPDATE SET
+            NEW.backoff_factor, NEW.recovery_factor, NEW.probe, NEW.use_headers, NEW.respace, NEW.adapt, NEW.max_in_flight)
+    ON CONFLICT (platform, key) DO UPDATE SET
+        max_in_flight   = EXCLUDED.max_in_flight,
         adapt           = EXCLUDED.adapt,
         rate            = EXCLUDED.rate,
         burst           = EXCLUDED.burst,
@@ -206,9 +244,50 @@ BEGIN
         announced_until = CASE WHEN EXCLUDED.use_headers THEN fleetpace_pace.announced_until ELSE 0 END,
         -- a lower maximum caps the multiplier now (reservations trust it)
         multiplier     = LEAST(fleetpace_pace.multiplier, EXCLUDED.max_multiplier);
+    -- The platform's keys in use follow too (fleetpace_pace_key_settings).
+    UPDATE fleetpace_pace AS k SET
+        (rate, burst, max_in_flight, max_multiplier, decay_after, backoff_factor, recovery_factor,
+         probe, use_headers, respace, adapt) =
+        (SELECT c.rate, c.burst, c.max_in_flight, NEW.max_multiplier, NEW.decay_after, NEW.backoff_factor,
+                NEW.recovery_factor, NEW.probe, NEW.use_headers, NEW.respace, NEW.adapt
+         FROM fleetpace_pace_key_settings(NEW.name, k.key) AS c)
+    WHERE k.platform = NEW.name AND k.key <> '';
     RETURN NULL;
 END
 $$;
+
+-- fleetpace_pace_key_settings is a key's rate, burst and in-flight cap: its
+-- fleetpace_key_limit row's, else its platform's per-key settings. Without
+-- a per-key rate the key runs at its platform's rate (only the platform
+-- limits it).
+CREATE OR REPLACE FUNCTION fleetpace_pace_key_settings(p_platform text, p_key text)
+RETURNS TABLE (rate double precision, burst integer, max_in_flight integer)
+LANGUAGE sql STABLE AS $$
+    SELECT COALESCE(l.rate, NULLIF(p.key_rate, 0), p.rate_per_sec),
+           COALESCE(l.burst, CASE WHEN COALESCE(l.rate, p.key_rate) > 0 THEN p.key_burst ELSE p.burst END),
+           COALESCE(l.max_in_flight, p.key_max_in_flight)
+    FROM fleetpace_platform AS p
+    LEFT JOIN fleetpace_key_limit AS l ON l.platform = p.name AND l.key = p_key
+    WHERE p.name = p_platform
+$$;
+
+-- A key's override changes its pace row, if the key is in use.
+CREATE OR REPLACE FUNCTION fleetpace_key_limit_sync_pace() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    r fleetpace_key_limit%ROWTYPE;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+    UPDATE fleetpace_pace AS k SET (rate, burst, max_in_flight) =
+        (SELECT c.rate, c.burst, c.max_in_flight FROM fleetpace_pace_key_settings(r.platform, r.key) AS c)
+    WHERE k.platform = r.platform AND k.key = r.key;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER fleetpace_key_limit_sync_pace
+    AFTER INSERT OR UPDATE OR DELETE ON fleetpace_key_limit
+    FOR EACH ROW EXECUTE FUNCTION fleetpace_key_limit_sync_pace();
 
 CREATE OR REPLACE TRIGGER fleetpace_platform_sync_pace
     AFTER INSERT OR UPDATE ON fleetpace_platform
@@ -221,6 +300,7 @@ UPDATE fleetpace_pace AS s SET
     probe = p.probe, use_headers = p.use_headers, respace = p.respace, adapt = p.adapt
 FROM fleetpace_platform AS p
 WHERE p.name = s.platform
+  AND s.key = ''
   AND (s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace, s.adapt)
       IS DISTINCT FROM (p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace, p.adapt);
 
@@ -293,6 +373,14 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                     CASE WHEN now < announced_until THEN announced_interval ELSE 0 END)
 $$;
 
+-- fleetpace_pace_channel_name is how a pace row is named in notifications:
+-- "platform", or "platform/hex of the key" (a platform name has no '/'; a
+-- key may hold any character, the payload's separator included).
+CREATE OR REPLACE FUNCTION fleetpace_pace_channel_name(p_platform text, p_key text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_key = '' THEN p_platform ELSE p_platform || '/' || encode(convert_to(p_key, 'UTF8'), 'hex') END
+$$;
+
 -- fleetpace_pace_report applies what p_answered answers without pressure
 -- (p_clean of them clean, p_fresh of them to requests reserved since the
 -- latest slow-down the caller knew of), or one answer with pressure, told
@@ -306,7 +394,7 @@ CREATE OR REPLACE FUNCTION fleetpace_pace_report(
     p_platform text, p_now float8, p_pressure boolean, p_reserved_at float8, p_sent_interval float8,
     p_retry float8, p_answered integer, p_clean integer, p_fresh integer,
     p_announced float8, p_announced_ttl float8, p_quota_hold float8, p_reason text,
-    p_window float8, p_limit float8, t float8[])
+    p_window float8, p_limit float8, t float8[], p_key text DEFAULT '')
 RETURNS TABLE (r_multiplier float8, r_max_multiplier float8, r_streak integer, r_effect smallint, r_hold_left float8,
                r_event_seq bigint, r_event_at float8, r_interval float8, r_shift float8, r_horizon float8,
                r_hold_at float8, r_respaced boolean, r_window float8, r_estimate float8)
@@ -349,7 +437,7 @@ DECLARE
     v_event     boolean;
     v_shift     float8;
 BEGIN
-    SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND rate > 0 FOR UPDATE;
+    SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND key = p_key AND rate > 0 FOR UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -551,11 +639,11 @@ BEGIN
         event_horizon = CASE WHEN v_event THEN GREATEST(v_now + s.last_max_wait, v_pivot) ELSE s.event_horizon END,
         last_respaced = v_event,
         last_effect = v_effect
-    WHERE u.platform = p_platform
+    WHERE u.platform = p_platform AND u.key = p_key
     RETURNING u.* INTO s;
 
     IF v_event THEN
-        PERFORM pg_notify('fleetpace_pace', s.platform || '|' || s.event_seq || '|' || s.event_at || '|' || s.last_interval
+        PERFORM pg_notify('fleetpace_pace', fleetpace_pace_channel_name(s.platform, s.key) || '|' || s.event_seq || '|' || s.event_at || '|' || s.last_interval
                                             || '|' || s.event_shift || '|' || s.event_horizon
                                             || '|' || GREATEST(s.hold_until, s.paused_until));
     END IF;
@@ -606,6 +694,19 @@ CREATE TABLE IF NOT EXISTS fleetpace_source (
     created_at           timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT fleetpace_source_platform_url_key UNIQUE (platform, url)
 );
+
+-- Added with nested limits: the source's key (an account, a token's name,
+-- a tenant — never a secret; '' for none), which the platform may limit
+-- separately (fleetpace_platform.key_rate and friends).
+ALTER TABLE fleetpace_source ADD COLUMN IF NOT EXISTS key text NOT NULL DEFAULT '';
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'fleetpace_source'::regclass AND conname = 'fleetpace_source_key_bounds') THEN
+        ALTER TABLE fleetpace_source ADD CONSTRAINT fleetpace_source_key_bounds CHECK (octet_length(key) <= 200);
+    END IF;
+END
+$$;
 
 -- Fair order: never checked first (their key is -infinity), then longest
 -- since checked, ties by id. The due query (package scan) walks this index

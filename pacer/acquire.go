@@ -94,9 +94,10 @@ func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string,
 			return res, err
 		}
 		if !res.Granted {
-			if res.Degraded && !res.Paused && res.Wait <= left {
-				// No rate known while the database is unreachable: ask
-				// again after the latch, as Wait does.
+			if (res.Retry || res.Degraded && !res.Paused) && res.Wait <= left {
+				// Denied for a moment (the key's next slot, an open-request
+				// cap), or no rate known while the database is unreachable:
+				// ask again after the wait, as Wait does.
 				if err := clock.Sleep(ctx, c, res.Wait); err != nil {
 					return res, fmt.Errorf("pacer: acquire %s: %w", platform, err)
 				}

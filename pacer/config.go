@@ -67,6 +67,12 @@ type Config struct {
 	// database, mapped to the local clock. Default DefaultLateBudget.
 	LateBudget time.Duration
 
+	// LeaseTTL is how long a slot of a platform (or key) that caps its open
+	// requests (max_in_flight) counts as open when its request is never
+	// reported (a crashed process): set it above the longest request plus
+	// a margin. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+
 	// TimeFromClock makes the shared statements take their time from Clock
 	// instead of the database's clock_timestamp(): for tests on a fake
 	// clock, where every process sharing the platforms must do the same.
@@ -117,6 +123,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("pacer: Config.MinFleetSize must not be negative (got %d)", c.MinFleetSize)
 	case c.MaxBlock < 0:
 		return fmt.Errorf("pacer: Config.MaxBlock must not be negative (got %d)", c.MaxBlock)
+	case c.LeaseTTL < 0:
+		return fmt.Errorf("pacer: Config.LeaseTTL must not be negative (got %s)", c.LeaseTTL)
 	case c.LateBudget < 0 || c.LateBudget > MaxLateBudget:
 		return fmt.Errorf("pacer: Config.LateBudget must be in [0, %s] (got %s)", MaxLateBudget, c.LateBudget)
 	}
@@ -146,6 +154,9 @@ func (c *Config) withDefaults() Config {
 	if out.LateBudget == 0 {
 		out.LateBudget = DefaultLateBudget
 	}
+	if out.LeaseTTL == 0 {
+		out.LeaseTTL = DefaultLeaseTTL
+	}
 	if out.ListenIdle == 0 {
 		out.ListenIdle = DefaultListenIdle
 	}
@@ -168,6 +179,10 @@ const DefaultMaxBlock = 32
 // DefaultLateBudget is Config.LateBudget's default: a loaded machine's
 // timers wake a few milliseconds late often, tens of milliseconds rarely.
 const DefaultLateBudget = 20 * time.Millisecond
+
+// DefaultLeaseTTL is Config.LeaseTTL's default: a fetch's timeout (30 s)
+// and a margin.
+const DefaultLeaseTTL = time.Minute
 
 // MaxLateBudget bounds Config.LateBudget: a larger budget would cost a fast
 // platform more of its ceiling than a lost slot.

@@ -51,6 +51,37 @@ type Feedback struct {
 	// ratelimit.Parse reads them). A platform with use_headers paces the
 	// whole fleet by it: see spacing for the rule.
 	Quota ratelimit.Info
+	// Scope says whose limit the answer speaks of, for a request reserved
+	// for a key: the key's (its row holds and slows down) or the
+	// platform's. Default ScopeAuto.
+	Scope Scope
+}
+
+// Scope is whose limit an answer speaks of (Feedback.Scope).
+type Scope int
+
+const (
+	// ScopeAuto: for a keyed request, pressure with a Retry-After and any
+	// announced quota are the key's; pressure without a Retry-After (a 503,
+	// a bare 429) is the platform's.
+	ScopeAuto Scope = iota
+	// ScopeKey: the key's, whatever the answer.
+	ScopeKey
+	// ScopePlatform: the platform's, whatever the answer.
+	ScopePlatform
+)
+
+// scope decides whose limit f speaks of for res.
+func (f Feedback) scope(res Reservation) Scope {
+	switch {
+	case res.Key == "" || f.Scope == ScopePlatform:
+		return ScopePlatform
+	case f.Scope == ScopeKey:
+		return ScopeKey
+	case f.Kind == Pressure && f.RetryAfter > 0, f.Quota.Announced():
+		return ScopeKey
+	}
+	return ScopePlatform
 }
 
 // answered reports whether f counts as an answer without pressure.
@@ -111,6 +142,8 @@ func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.D
 // Reservation is the answer to Reserve.
 type Reservation struct {
 	Platform string
+	// Key is the key the slot was reserved for (ReserveKey; "": none).
+	Key string
 	// Granted: the caller owns a slot and must sleep Wait before using it
 	// (Sleep does, and re-spaces the slot if the fleet slows down meanwhile).
 	// Not granted: nothing was reserved; come back after Wait.
@@ -121,6 +154,10 @@ type Reservation struct {
 	// Paused: denied because an operator paused the platform (Wait is until
 	// the pause ends; MaxHold when it has no end).
 	Paused bool
+	// Retry: denied for a moment — the key's next slot is later than the
+	// platform's, or the open requests are at their cap — and nothing was
+	// booked: reserve again after Wait (Acquire does, within its bound).
+	Retry bool
 	// Late is how late after its slot Sleep woke (set by Sleep).
 	Late time.Duration
 	// ReservedAt is the database time of the reservation, or of the last
@@ -152,6 +189,9 @@ type Reservation struct {
 	burst int
 	// spacing is Interval in seconds, unrounded (0: built by hand).
 	spacing float64
+	// lease is the lease the slot took on rows that cap open requests (its
+	// expiry, epoch seconds; 0: none): Report gives it back.
+	lease float64
 }
 
 // interval is the slot's spacing in seconds.

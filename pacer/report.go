@@ -21,6 +21,7 @@ type report struct {
 	sent       *float64 // the spacing the refused request's slot was granted at, seconds (pressure)
 	retry      *float64 // Retry-After, seconds (pressure)
 	announce   *announcement
+	key        string // the key's row, not the platform's ("": the platform's)
 }
 
 // announcement is what a destination's quota headers imply, in the pacer's
@@ -52,6 +53,10 @@ type announcement struct {
 // blocking; pressure and holds still slow this process's degraded pacing.
 func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Feedback) (ReportResult, error) {
 	p.reports.Add(1)
+	p.release(ctx, res)
+	if res.Key != "" && out.scope(res) == ScopeKey {
+		return p.reportKey(ctx, platform, res, out)
+	}
 	rep := report{pressure: out.Kind == Pressure, announce: p.announce(platform, out.Quota)}
 	if out.answered() {
 		rep.answered = 1
@@ -100,6 +105,52 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 	r, err := p.send(ctx, platform, rep)
 	if err != nil {
 		return ReportResult{}, fmt.Errorf("pacer: report %s: %w", platform, err)
+	}
+	return r, nil
+}
+
+// reportKey applies pressure or an announcement that speaks of res's key to
+// the key's pace row, at once: its hold (here at once, then fleet-wide) and
+// its adaptation are the key's alone. What the answer says of the whole
+// platform — that the destination answered — goes to the platform's row as
+// any answer does.
+func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation, out Feedback) (ReportResult, error) {
+	name := rowName(platform, res.Key)
+	rep := report{pressure: out.Kind == Pressure, announce: p.announce(name, out.Quota), key: res.Key}
+	if rep.pressure {
+		if d := clampDuration(out.RetryAfter); d > 0 {
+			s := d.Seconds()
+			rep.retry = &s
+		}
+		if !res.ReservedAt.IsZero() {
+			s := timeToEpoch(res.ReservedAt)
+			rep.reservedAt = &s
+		}
+		if !res.Degraded {
+			p.mu.Lock()
+			if st := p.local[name]; st != nil && st.interval > 0 {
+				s := st.interval
+				rep.sent = &s
+			}
+			p.mu.Unlock()
+		}
+	} else if out.answered() {
+		// The platform hears of the answer as of any other.
+		if _, err := p.Report(ctx, platform, Reservation{Platform: platform, ReservedAt: res.ReservedAt}, Feedback{Kind: out.Kind}); err != nil {
+			return ReportResult{}, err
+		}
+	}
+	if hold := holdFor(out); hold > 0 {
+		p.holdLocally(name, hold)
+	}
+	if !rep.pressure && (rep.announce == nil || !p.slowsDown(name, rep.announce)) {
+		// Nothing that slows the key down: its announcement waits for one
+		// that does (they come with every answer).
+		return p.cachedResult(platform), nil
+	}
+	r, err := p.send(ctx, platform, rep)
+	if err != nil {
+		return ReportResult{}, fmt.Errorf("pacer: report %s key: %w", platform, err)
 	}
 	return r, nil
 }
@@ -302,7 +353,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		reason = "quota exhausted"
 	}
 	args := []any{platform, p.stmtNow(), rep.pressure, rep.reservedAt, rep.sent, rep.retry, rep.answered, rep.clean, rep.fresh,
-		announced, ttl, quotaHold, reason, window, limit, p.tune}
+		announced, ttl, quotaHold, reason, window, limit, p.tune, rep.key}
 	for attempt := 0; ; attempt++ {
 		err := p.pool.QueryRow(qctx, reportSQL, args...).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
@@ -310,6 +361,12 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
+			if rep.key != "" {
+				if _, err := p.pool.Exec(qctx, ensureKeyRowSQL, platform, rep.key); err != nil {
+					return r, err
+				}
+				continue
+			}
 			if _, err := p.pool.Exec(qctx, ensureRowSQL, platform); err != nil {
 				return r, err
 			}
@@ -334,12 +391,12 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	r.Relaxed = effect == effectRelaxed
 	r.Jitter = effect == effectJitter
 	if r.Respaced {
-		p.applyEvent(platform, event{seq: seq, at: eventAt, interval: interval, shift: shift, horizon: horizon, hold: holdAt})
+		p.applyEvent(rowName(platform, rep.key), event{seq: seq, at: eventAt, interval: interval, shift: shift, horizon: horizon, hold: holdAt})
 	}
 
 	localNow := p.clock.Now()
 	p.mu.Lock()
-	st := p.state(platform)
+	st := p.state(rowName(platform, rep.key))
 	st.mult, st.maxMult = r.Multiplier, r.MaxMultiplier
 	if interval > 0 {
 		st.interval = interval

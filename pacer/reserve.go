@@ -116,6 +116,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	var (
 		at, first, interval, cursor, rate, maxMult, mult, hold, paused float64
 		eventAt, eventShift, eventHorizon, tau, eventInterval          float64
+		lease, freeAt                                                  float64
 		count, burst                                                   int32
 		seq                                                            int64
 		rtt                                                            time.Duration
@@ -123,9 +124,10 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune},
+		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune,
+			p.cfg.LeaseTTL.Seconds()},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
-			&eventAt, &eventShift, &eventHorizon, &tau, &eventInterval)
+			&eventAt, &eventShift, &eventHorizon, &tau, &eventInterval, &lease, &freeAt)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -168,6 +170,14 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		rate:       rate,
 		burst:      int(burst),
 		spacing:    interval,
+		lease:      lease,
+	}
+	if !res.Granted && freeAt > 0 {
+		// Its open requests are at their cap: back when a lease ends, at
+		// the latest in a second (one is given back as soon as its request
+		// is answered).
+		res.Retry = true
+		res.Wait = min(max(secondsToDuration(freeAt-at), 0), time.Second)
 	}
 	if !res.Granted {
 		res.Wait = clampDuration(res.Wait)

@@ -28,6 +28,7 @@ var ErrLate = errors.New("pacer: woke too late for the slot")
 // waiter is a granted slot a caller is sleeping until.
 type waiter struct {
 	platform   string
+	key        string    // the key's row also holds the slot ("": none)
 	shared     bool      // from the shared row (degraded slots are not re-spaced)
 	slot       float64   // database time of the slot
 	interval   float64   // spacing it was granted at (seconds)
@@ -51,7 +52,7 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 		return fmt.Errorf("pacer: sleep %s: the reservation was not granted", res.Platform)
 	}
 	w := &waiter{
-		platform: res.Platform, shared: !res.Degraded,
+		platform: res.Platform, key: res.Key, shared: !res.Degraded,
 		slot: timeToEpoch(res.Slot), interval: res.interval(), reservedAt: timeToEpoch(res.ReservedAt),
 		seq: res.seq, due: res.due, maxWait: res.maxWait,
 		wake: make(chan struct{}, 1),
@@ -113,6 +114,13 @@ func (p *Pacer) register(w *waiter) {
 		// A slow-down came between the reservation and now.
 		p.respace(w, st.last, p.clock.Now())
 	}
+	if w.key != "" {
+		kst := p.state(rowName(w.platform, w.key))
+		if kst.waiters == nil {
+			kst.waiters = map[*waiter]struct{}{}
+		}
+		kst.waiters[w] = struct{}{}
+	}
 }
 
 func (p *Pacer) unregister(w *waiter) {
@@ -120,6 +128,11 @@ func (p *Pacer) unregister(w *waiter) {
 	defer p.mu.Unlock()
 	if st := p.local[w.platform]; st != nil {
 		delete(st.waiters, w)
+	}
+	if w.key != "" {
+		if st := p.local[rowName(w.platform, w.key)]; st != nil {
+			delete(st.waiters, w)
+		}
 	}
 }
 
@@ -152,6 +165,15 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	if ev.hold <= ev.at {
 		// No hold in force fleet-wide (an operator cleared it): neither here.
 		st.held = time.Time{}
+	}
+	if isKeyRow(platform) {
+		// A key's slots are booked on its platform's schedule too: they are
+		// given back, not re-spaced.
+		p.giveBackKey(st)
+		if ev.hold > ev.at {
+			st.held = maxTime(st.held, now.Add(secondsToDuration(ev.hold-ev.at)))
+		}
+		return
 	}
 	if ev.interval > 0 {
 		st.interval = ev.interval

@@ -97,20 +97,27 @@ const respaceRatio = 1.2
 // them.
 const reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
-ON CONFLICT (platform) DO UPDATE SET
-    (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start) = (
+ON CONFLICT (platform, key) DO UPDATE SET
+    (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start, leases) = (
         SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0), $2::float8,
-               CASE WHEN g.k > 0 AND g.first > s.cursor_at + g.i THEN g.first ELSE s.run_start END
-        FROM (SELECT f.b, f.i, f.first,
-                     CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now THEN 0
+               CASE WHEN g.k > 0 AND g.first > s.cursor_at + g.i THEN g.first ELSE s.run_start END,
+               CASE WHEN s.max_in_flight <= 0 THEN s.leases
+                    WHEN g.k > 0 THEN array_append(g.live, GREATEST(g.now + $7::float8,
+                                                                    (SELECT max(x) FROM unnest(g.live) AS x) + 1e-6))
+                    ELSE g.live END
+        FROM (SELECT f.b, f.i, f.first, f.now, f.live,
+                     CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now
+                               OR s.max_in_flight > 0 AND cardinality(f.live) >= s.max_in_flight THEN 0
+                          WHEN s.max_in_flight > 0 THEN 1
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
-              FROM (SELECT e.now, e.i, e.b, e.base, GREATEST(e.now + $3::float8, e.hold, e.base) AS first
-                    FROM (SELECT c.now, c.i, c.hold,
+              FROM (SELECT e.now, e.i, e.b, e.base, e.live, GREATEST(e.now + $3::float8, e.hold, e.base) AS first
+                    FROM (SELECT c.now, c.i, c.hold, c.live,
                                  GREATEST(s.cursor_at, c.now + $3::float8, c.hold) AS b,
                                  GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS base
                           FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
                                        fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_at,
-                                                               s.announced_interval, s.announced_until, n.now, $6) AS i
+                                                               s.announced_interval, s.announced_until, n.now, $6) AS i,
+                                       CASE WHEN s.max_in_flight > 0 THEN ARRAY(SELECT x FROM unnest(s.leases) AS x WHERE x > n.now) END AS live
                                 FROM (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS now) AS n
                           ) AS c
                     ) AS e OFFSET 0
@@ -122,7 +129,103 @@ RETURNING COALESCE($5::float8, date_part('epoch', clock_timestamp())), s.last_co
           COALESCE(s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, s.multiplier, s.est, s.est_max,
                                                     COALESCE($5::float8, date_part('epoch', clock_timestamp())) - s.est_at, $6), 1),
           s.event_seq, GREATEST(s.hold_until, s.paused_until), s.paused_until, s.event_at, s.event_shift, s.event_horizon,
-          COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0), s.event_interval`
+          COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0), s.event_interval,
+          CASE WHEN s.max_in_flight > 0 AND s.last_count > 0 THEN s.leases[cardinality(s.leases)] ELSE 0 END,
+          CASE WHEN s.max_in_flight > 0 AND s.last_count = 0 AND cardinality(s.leases) >= s.max_in_flight
+               THEN (SELECT min(x) FROM unnest(s.leases) AS x) ELSE 0 END`
+
+// reserveKeySQL takes one slot of platform $1 for its key $2, from both
+// pace rows at once: the key's and the platform's, locked in that order
+// ('' sorts first) by the same statement, so no other reservation of either
+// comes between. $3 the longest wait, $4 the shortest, $5 the time (NULL:
+// the database's clock), $6 the tuning, $7 a lease's time to live.
+//
+// The slot is the platform's next one, when the key's next one is no
+// later: both cursors move past it, and a lease is taken on each row that
+// caps its open requests. When the key's next slot is later, nothing is
+// booked (the platform's schedule must not wait for one key while other
+// keys could use it): the wait says until when, and the caller reserves
+// again then. A row whose open requests are at their cap grants nothing
+// either; the wait is until its earliest lease expires, at most a second.
+// It returns one row: the decision and both rows' state (the key's events
+// are applied by the caller), or none when the key's row does not exist
+// yet (ensureKeyRowSQL makes it).
+const reserveKeySQL = `
+WITH n AS (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS now),
+r AS (
+    SELECT s.platform, s.key, s.cursor_at, s.rate, s.burst, s.max_in_flight, s.paused_until,
+           GREATEST(s.hold_until, s.paused_until) AS hold,
+           fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_at,
+                                   s.announced_interval, s.announced_until, n.now, $6) AS i,
+           COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS tau,
+           CASE WHEN s.max_in_flight > 0 THEN ARRAY(SELECT x FROM unnest(s.leases) AS x WHERE x > n.now) END AS live,
+           n.now
+    FROM fleetpace_pace AS s CROSS JOIN n
+    WHERE s.platform = $1 AND s.key IN ('', $2)
+    ORDER BY s.key
+    FOR UPDATE OF s
+),
+d AS (
+    SELECT p.now, p.i AS p_i, k.i AS k_i, p.live AS p_live, k.live AS k_live,
+           GREATEST(p.now + $4::float8, p.hold, p.cursor_at - p.tau) AS p_first,
+           GREATEST(k.now + $4::float8, k.hold, k.cursor_at - k.tau) AS k_first,
+           p.rate > 0 AND k.rate > 0 AND p.paused_until <= p.now AND k.paused_until <= p.now AS open_,
+           p.max_in_flight > 0 AND cardinality(p.live) >= p.max_in_flight
+               OR k.max_in_flight > 0 AND cardinality(k.live) >= k.max_in_flight AS full,
+           LEAST(CASE WHEN p.max_in_flight > 0 AND cardinality(p.live) >= p.max_in_flight
+                      THEN (SELECT min(x) FROM unnest(p.live) AS x) END,
+                 CASE WHEN k.max_in_flight > 0 AND cardinality(k.live) >= k.max_in_flight
+                      THEN (SELECT min(x) FROM unnest(k.live) AS x) END) AS free_at
+    FROM r AS p JOIN r AS k ON p.key = '' AND k.key = $2
+),
+g AS (
+    SELECT d.*, d.open_ AND NOT d.full AND d.k_first <= d.p_first AND d.p_first - d.now <= $3::float8 AS granted,
+           -- a lease's expiry is its name: unique on both rows
+           GREATEST(d.now + $7::float8, (SELECT max(x) FROM unnest(d.p_live || d.k_live) AS x) + 1e-6) AS lease
+    FROM d
+),
+u AS (
+    UPDATE fleetpace_pace AS s SET
+        cursor_at = CASE WHEN g.granted THEN GREATEST(s.cursor_at, g.p_first) + CASE WHEN s.key = '' THEN g.p_i ELSE g.k_i END
+                         ELSE s.cursor_at END,
+        last_slot = g.p_first, last_count = g.granted::int, last_max_wait = $3::float8,
+        last_interval = CASE WHEN s.key = '' THEN g.p_i ELSE g.k_i END,
+        leases = CASE WHEN s.max_in_flight <= 0 THEN s.leases
+                      WHEN g.granted THEN array_append(CASE WHEN s.key = '' THEN g.p_live ELSE g.k_live END, g.lease)
+                      ELSE CASE WHEN s.key = '' THEN g.p_live ELSE g.k_live END END
+    FROM g
+    WHERE s.platform = $1 AND s.key IN ('', $2)
+    RETURNING s.key, s.rate, s.burst, s.max_multiplier, s.multiplier, s.est, s.est_max, s.est_at, s.adapt,
+              s.event_seq, s.event_at, s.event_shift, s.event_horizon, s.event_interval,
+              GREATEST(s.hold_until, s.paused_until) AS hold, s.paused_until, s.cursor_at, s.max_in_flight
+)
+SELECT g.now, g.granted, g.p_first, g.k_first, g.full, COALESCE(g.free_at, 0), g.p_i, g.k_i,
+       p.cursor_at, p.rate, p.burst, p.max_multiplier,
+       COALESCE(p.rate * fleetpace_pace_adaptive(p.adapt, p.rate, p.multiplier, p.est, p.est_max, g.now - p.est_at, $6), 1),
+       p.event_seq, p.hold, p.paused_until, p.event_at, p.event_shift, p.event_horizon, p.event_interval,
+       k.rate, k.burst, k.event_seq, k.hold, k.paused_until,
+       CASE WHEN g.granted AND (p.max_in_flight > 0 OR k.max_in_flight > 0) THEN g.lease ELSE 0 END
+FROM g CROSS JOIN u AS p CROSS JOIN u AS k
+WHERE p.key = '' AND k.key = $2`
+
+// ensureKeyRowSQL makes the pace row of platform $1's key $2 on its first
+// use, with the key's settings (fleetpace_pace_key_settings) and the
+// platform's adaptation. Nothing when the platform does not exist.
+const ensureKeyRowSQL = `
+INSERT INTO fleetpace_pace (platform, key, rate, burst, max_in_flight, max_multiplier, decay_after,
+                            backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
+SELECT p.name, $2, c.rate, c.burst, c.max_in_flight, p.max_multiplier, p.decay_after,
+       p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace, p.adapt
+FROM fleetpace_platform AS p CROSS JOIN fleetpace_pace_key_settings($1, $2) AS c
+WHERE p.name = $1
+ON CONFLICT (platform, key) DO NOTHING`
+
+// releaseSQL gives back the lease $3 (its expiry) that a request of
+// platform $1's key $2 took ('': a request without a key) on every row
+// that caps open requests.
+const releaseSQL = `
+UPDATE fleetpace_pace SET leases = array_remove(leases, $3::float8)
+WHERE platform = $1 AND key IN ('', $2) AND max_in_flight > 0`
 
 // reportSQL applies reports to a platform's pace row: the schema's
 // fleetpace_pace_report (plpgsql; the row is locked, read, decided on and
@@ -137,7 +240,8 @@ RETURNING COALESCE($5::float8, date_part('epoch', clock_timestamp())), s.last_co
 // $11 how long the announcement holds, $12 a hold the destination asked
 // for through its quota headers, in seconds (NULL: none), $13 the reason
 // of a new hold, $14 the announced quota's window in seconds (NULL:
-// unknown), $15 its limit (NULL: unknown), $16 the tuning.
+// unknown), $15 its limit (NULL: unknown), $16 the tuning, $17 the key
+// whose row takes the report ('': the platform's).
 //
 // It returns the multiplier (the ceiling over the pace in force), the
 // maximum multiplier, the clean streak ('multiplier' mode), the effect
@@ -145,7 +249,7 @@ RETURNING COALESCE($5::float8, date_part('epoch', clock_timestamp())), s.last_co
 // shift, horizon, hold), whether this report made one, the quota window
 // the fleet keeps, and the estimate. See docs/design.md, "Adaptive pacing",
 // for the rules.
-const reportSQL = `SELECT * FROM fleetpace_pace_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+const reportSQL = `SELECT * FROM fleetpace_pace_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
 
 // pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
 // database clock; 'Infinity': until resumed), or for $4 seconds from now
@@ -160,7 +264,7 @@ UPDATE fleetpace_pace AS s SET paused_until = CASE WHEN $4::float8 > 0 THEN n.no
     cursor_at = LEAST(s.cursor_at, n.now + ` + leadSQL + `), event_seq = s.event_seq + 1, event_at = n.now,
     event_shift = 'Infinity', event_horizon = n.now, event_interval = s.last_interval, last_respaced = true
 FROM (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS now) AS n
-WHERE s.platform = $1
+WHERE s.platform = $1 AND s.key = ''
 RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, GREATEST(s.hold_until, s.paused_until) AS hold_at, s.paused_until
 )
 SELECT u.paused_until, pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
@@ -193,7 +297,7 @@ UPDATE fleetpace_pace AS s SET
                                              ELSE n.now + ` + leadSQL + ` END, 0) AS shift) AS f
     )
 FROM n
-WHERE s.platform = $1 AND n.until > GREATEST(s.hold_until, n.now)
+WHERE s.platform = $1 AND s.key = '' AND n.until > GREATEST(s.hold_until, n.now)
 RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.event_shift, s.event_horizon,
           GREATEST(s.hold_until, s.paused_until) AS hold_at, s.last_respaced
 )
@@ -205,7 +309,7 @@ FROM u`
 
 // resumeSQL ends a platform's pause. Nothing to re-space: resuming only
 // speeds the platform up.
-const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1`
+const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1 AND key = ''`
 
 // clearHoldSQL ends a platform's fleet-wide hold (Retry-After, quota or
 // cooldown) at once, and the backoff with it: the platform runs at its
@@ -226,7 +330,7 @@ UPDATE fleetpace_pace AS s SET hold_until = 0, hold_reason = '',
     event_interval = CASE WHEN s.rate > 0 THEN GREATEST(1.0 / s.rate, CASE WHEN n.now < s.announced_until THEN s.announced_interval ELSE 0 END)
                           ELSE s.last_interval END
 FROM (SELECT COALESCE($2::float8, date_part('epoch', clock_timestamp())) AS now) AS n
-WHERE s.platform = $1
+WHERE s.platform = $1 AND s.key = ''
 RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.paused_until AS hold_at
 )
 SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
@@ -242,7 +346,7 @@ INSERT INTO fleetpace_pace (platform, rate, burst, max_multiplier, decay_after,
 SELECT name, rate_per_sec, burst, max_multiplier, decay_after,
        backoff_factor, recovery_factor, probe, use_headers, respace, adapt
 FROM fleetpace_platform WHERE name = $1
-ON CONFLICT (platform) DO NOTHING`
+ON CONFLICT (platform, key) DO NOTHING`
 
 // syncRowSQL copies a platform's configuration into its pace row (after the
 // row was created without it).
@@ -252,14 +356,14 @@ UPDATE fleetpace_pace AS s SET rate = p.rate_per_sec, burst = p.burst,
     backoff_factor = p.backoff_factor, recovery_factor = p.recovery_factor,
     probe = p.probe, use_headers = p.use_headers, respace = p.respace, adapt = p.adapt
 FROM fleetpace_platform AS p
-WHERE s.platform = $1 AND p.name = s.platform`
+WHERE s.platform = $1 AND s.key = '' AND p.name = s.platform`
 
 // statesSQL reads every platform's pacer state for humans; statesOfSQL
 // those of the platforms in $3 (primary-key lookups). $1 is the time (NULL:
 // the database's clock), $2 the tuning.
 const (
-	statesSQL   = statesSelect + `ORDER BY s.platform`
-	statesOfSQL = statesSelect + `WHERE s.platform = ANY($3::text[]) ORDER BY s.platform`
+	statesSQL   = statesSelect + `WHERE s.key = '' ORDER BY s.platform`
+	statesOfSQL = statesSelect + `WHERE s.key = '' AND s.platform = ANY($3::text[]) ORDER BY s.platform`
 )
 
 const statesSelect = `

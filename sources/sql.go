@@ -70,7 +70,7 @@ const activeCooldown = `c.until > now()`
 // is in epoch seconds of the database clock ('Infinity' until resumed).
 // platform is an expression of the caller's statement, never input.
 func PausedSQL(platform string) string {
-	return `EXISTS (SELECT 1 FROM fleetpace_pace x WHERE x.platform = ` + platform +
+	return `EXISTS (SELECT 1 FROM fleetpace_pace x WHERE x.platform = ` + platform + ` AND x.key = ''` +
 		` AND x.paused_until > date_part('epoch', now()))`
 }
 

@@ -1,0 +1,274 @@
+package pacer
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Keys: a platform may limit each key (an account, a token's name, a tenant)
+// separately as well as the whole. A keyed request takes its slot from the
+// key's pace row and the platform's in one statement (reserveKeySQL), so the
+// fleet never sends more than the key's rate + burst for any key nor the
+// platform's for all keys together. The key's row lives beside the
+// platform's in fleetpace_pace, created on first use (ensureKeyRowSQL) and
+// removed when idle (PruneKeys); its adaptation — a 429 for that key, a
+// quota it announced — is its own.
+
+// MaxKeyLen is the longest key, in bytes.
+const MaxKeyLen = 200
+
+// ErrInvalidKey is returned for a key longer than MaxKeyLen or not UTF-8.
+var ErrInvalidKey = errors.New("pacer: invalid key")
+
+// rowName is how this process names a pace row in its local state and how
+// the database names it in notifications (fleetpace_pace_channel_name):
+// "platform", or "platform/hex of the key".
+func rowName(platform, key string) string {
+	if key == "" {
+		return platform
+	}
+	return platform + "/" + hex.EncodeToString([]byte(key))
+}
+
+// isKeyRow reports whether a local state's name is a key's.
+func isKeyRow(name string) bool { return strings.Contains(name, "/") }
+
+// ReserveKey is Reserve for a request of platform's key: a slot of the key
+// and of the platform both. With key "" it is Reserve. A key's slot is
+// never taken from a block; when the key's next slot is later than the
+// platform's, nothing is booked and the reservation is denied with Retry
+// set (reserve again after Wait: Acquire does).
+func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait time.Duration) (Reservation, error) {
+	if key == "" {
+		return p.Reserve(ctx, platform, maxWait)
+	}
+	if len(key) > MaxKeyLen || !utf8.ValidString(key) {
+		return Reservation{}, fmt.Errorf("%w: %d bytes (at most %d, UTF-8)", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	p.reservations.Add(1)
+	maxWait = max(maxWait, 0)
+	held := max(p.heldLocally(platform), p.heldLocally(rowName(platform, key)))
+	if held > maxWait {
+		p.denied.Add(1)
+		return Reservation{Platform: platform, Key: key, Wait: held}, nil
+	}
+	shared, probe, recovering := p.latch.admit()
+	if !shared {
+		res := p.reserveLocal(platform, maxWait)
+		res.Key = key
+		return res, nil
+	}
+	minWait := held
+	if probe || recovering {
+		if w, ok := p.localWait(platform); ok {
+			if w > maxWait {
+				p.latch.endProbe(probe)
+				p.denied.Add(1)
+				return Reservation{Platform: platform, Key: key, Wait: w}, nil
+			}
+			minWait = max(minWait, w)
+		}
+	}
+	res, err := p.reserveKeyShared(ctx, platform, key, maxWait, minWait)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			p.latch.endProbe(probe)
+			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, ctx.Err())
+		case unreachable(err):
+			p.fail(probe, err)
+			res := p.reserveLocal(platform, maxWait)
+			res.Key = key
+			return res, nil
+		default:
+			p.succeed(probe)
+			if errors.Is(err, ErrUnknownPlatform) {
+				return Reservation{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
+			}
+			return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, err)
+		}
+	}
+	p.succeed(probe)
+	if res.Granted {
+		p.granted.Add(1)
+	} else {
+		p.denied.Add(1)
+	}
+	return res, nil
+}
+
+// reserveKeyShared runs reserveKeySQL, making the key's row on its first
+// use, and catches up with both rows' events.
+func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxWait, minWait time.Duration) (Reservation, error) {
+	var (
+		at, pFirst, kFirst, freeAt, pI, kI, cursor, rate, maxMult, mult  float64
+		hold, paused, eventAt, eventShift, eventHorizon, eventInterval   float64
+		kRate, kHold, kPaused, lease                                     float64
+		granted, full                                                    bool
+		burst, kBurst                                                    int32
+		seq, kSeq                                                        int64
+		rtt                                                              time.Duration
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		rtt, err = p.queryRow(ctx, reserveKeySQL,
+			[]any{platform, key, maxWait.Seconds(), minWait.Seconds(), p.stmtNow(), p.tune, p.cfg.LeaseTTL.Seconds()},
+			&at, &granted, &pFirst, &kFirst, &full, &freeAt, &pI, &kI,
+			&cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused, &eventAt, &eventShift, &eventHorizon, &eventInterval,
+			&kRate, &kBurst, &kSeq, &kHold, &kPaused, &lease)
+		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
+			// The key's first use (or the platform's row is missing).
+			qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
+			tag, err := p.pool.Exec(qctx, ensureKeyRowSQL, platform, key)
+			if err == nil && tag.RowsAffected() == 0 {
+				_, err = p.pool.Exec(qctx, ensureRowSQL, platform)
+				if err == nil {
+					_, err = p.pool.Exec(qctx, syncRowSQL, platform)
+				}
+			}
+			cancel()
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+				return Reservation{}, ErrUnknownPlatform
+			}
+			if err != nil {
+				return Reservation{}, err
+			}
+			continue
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Reservation{}, ErrUnknownPlatform
+		}
+		if err != nil {
+			return Reservation{}, err
+		}
+		break
+	}
+	received := p.clock.Now()
+	p.observeRTT(rtt)
+	p.lastUse.Store(received.UnixNano())
+	p.maybeListen()
+	res := Reservation{
+		Platform: platform, Key: key, Granted: granted,
+		Wait:       max(secondsToDuration(pFirst-at), 0),
+		Paused:     !granted && math.Max(paused, kPaused) > at,
+		ReservedAt: epochToTime(at),
+		Slot:       epochToTime(pFirst),
+		Multiplier: math.Max(mult, 1),
+		Interval:   secondsToDuration(math.Max(pI, kI)),
+		maxWait:    maxWait,
+		seq:        seq,
+		rate:       rate,
+		burst:      int(burst),
+		spacing:    pI,
+		lease:      lease,
+	}
+	switch {
+	case granted:
+	case full:
+		res.Retry = true
+		res.Wait = min(max(secondsToDuration(freeAt-at), 0), time.Second)
+	case kFirst > pFirst && !res.Paused && kHold <= at:
+		// The key's next slot is later: nothing was booked.
+		res.Retry = true
+		res.Wait = max(secondsToDuration(kFirst-at), 0)
+	case kFirst > pFirst:
+		res.Wait = max(secondsToDuration(kFirst-at), 0) // the key is held or paused
+	}
+	if !granted {
+		res.Wait = clampDuration(res.Wait)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.offset.observe(at, received)
+	res.due = p.offset.local(pFirst)
+	st := p.state(platform)
+	if st.last.seq < seq {
+		ev := event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}
+		if st.rate > 0 {
+			p.events.Add(1)
+			p.dropBlock(st)
+			for w := range st.waiters {
+				if w.shared {
+					p.respace(w, ev, received)
+				}
+			}
+		}
+		st.last = ev
+	}
+	if st.rate == 0 {
+		st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, pI
+	}
+	kst := p.state(rowName(platform, key))
+	if kst.last.seq < kSeq {
+		p.giveBackKey(kst)
+		kst.last = event{seq: kSeq, at: at, hold: kHold}
+	}
+	kst.rate, kst.burst, kst.interval = kRate, int(kBurst), kI
+	return res, nil
+}
+
+// giveBackKey gives back every slot callers of a key sleep on: the key
+// slowed down or is held (its own 429, its quota), and its slots were
+// booked on the platform's schedule too, which a key cannot re-space.
+// Call with p.mu held.
+func (p *Pacer) giveBackKey(st *localState) {
+	for w := range st.waiters {
+		if w.givenBack {
+			continue
+		}
+		w.givenBack = true
+		p.givenBack.Add(1)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// AcquireKey is Acquire for a request of platform's key (ReserveKey); key
+// "" is Acquire.
+func (p *Pacer) AcquireKey(ctx context.Context, platform, key string, maxWait time.Duration) (Reservation, error) {
+	return AcquireFrom(ctx, keySlotter{p, key}, p.clock, platform, maxWait)
+}
+
+// keySlotter reserves for one key.
+type keySlotter struct {
+	p   *Pacer
+	key string
+}
+
+func (k keySlotter) Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
+	return k.p.ReserveKey(ctx, platform, k.key, maxWait)
+}
+
+func (k keySlotter) Sleep(ctx context.Context, res *Reservation) error { return k.p.Sleep(ctx, res) }
+
+// release gives back res's lease, if it took one (rows that cap open
+// requests), at once: a report waits for no batch to do it. When the
+// database is unreachable the lease expires by itself (Config.LeaseTTL).
+func (p *Pacer) release(ctx context.Context, res Reservation) {
+	if res.lease == 0 {
+		return
+	}
+	if shared, probe, _ := p.latch.admit(); !shared || probe {
+		p.latch.endProbe(probe)
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
+	defer cancel()
+	if _, err := p.pool.Exec(qctx, releaseSQL, res.Platform, res.Key, res.lease); err != nil && unreachable(err) {
+		p.fail(false, err)
+	}
+}

@@ -1,0 +1,185 @@
+package pacer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+)
+
+// setKeyLimits gives platform per-key limits and caps.
+func setKeyLimits(t *testing.T, pool *pgxpool.Pool, platform string, keyRate float64, keyBurst, maxInFlight, keyMaxInFlight int) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(),
+		`UPDATE fleetpace_platform SET key_rate = $2, key_burst = $3, max_in_flight = $4, key_max_in_flight = $5 WHERE name = $1`,
+		platform, keyRate, keyBurst, maxInFlight, keyMaxInFlight); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A keyed request takes a slot of its key and of its platform in one
+// statement: the key's spacing holds (2/s: 500 ms apart) while the
+// platform's (100/s) keeps serving other keys in between — a key waiting
+// for its next slot books nothing on the platform's schedule.
+func TestKeyAndPlatformSlots(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "api", rate: 100, adapt: "estimate"})
+	setKeyLimits(t, pool, "api", 2, 1, 0, 0)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+
+	a1, err := p.ReserveKey(ctx, "api", "alice", time.Minute)
+	if err != nil || !a1.Granted || a1.Wait != 0 {
+		t.Fatalf("alice's first: %+v %v", a1, err)
+	}
+	a2, err := p.ReserveKey(ctx, "api", "alice", time.Minute)
+	if err != nil || a2.Granted || !a2.Retry || a2.Wait < 490*time.Millisecond || a2.Wait > 510*time.Millisecond {
+		t.Fatalf("alice's second at once: %+v %v, want denied, retry in 500 ms", a2, err)
+	}
+	// Other keys are not held up by alice's spacing: each takes the
+	// platform's next slot, 10 ms apart.
+	var last time.Time
+	for i, key := range []string{"bob", "carol", "dave"} {
+		r, err := p.ReserveKey(ctx, "api", key, time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%s: %+v %v", key, r, err)
+		}
+		if i > 0 {
+			if gap := r.Slot.Sub(last); gap < 9*time.Millisecond || gap > 11*time.Millisecond {
+				t.Fatalf("%s's slot %v after the previous key's, want the platform's spacing (10 ms)", key, gap)
+			}
+		}
+		last = r.Slot
+	}
+	clk.Advance(500 * time.Millisecond)
+	a3, err := p.ReserveKey(ctx, "api", "alice", time.Minute)
+	if err != nil || !a3.Granted || a3.Slot.Sub(a1.Slot) < 500*time.Millisecond {
+		t.Fatalf("alice after 500 ms: %+v %v, want a slot ≥ 500 ms after her first", a3, err)
+	}
+	// Acquire waits out a key's spacing within its bound.
+	done := make(chan Reservation, 1)
+	go func() {
+		r, err := p.AcquireKey(ctx, "api", "alice", time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	for r := range stepUntil(t, clk, 1, 10*time.Millisecond, done) {
+		if !r.Granted || r.Slot.Sub(a3.Slot) < 500*time.Millisecond {
+			t.Fatalf("AcquireKey: %+v", r)
+		}
+	}
+}
+
+// A platform's in-flight cap: at most N requests open fleet-wide; a report
+// gives its lease back at once; a lease never reported (a crashed worker)
+// expires after Config.LeaseTTL. The same per key.
+func TestInFlightCap(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "cap", rate: 1000, adapt: "estimate"})
+	setKeyLimits(t, pool, "cap", 0, 1, 3, 2)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, func(c *Config) { c.LeaseTTL = 10 * time.Second; c.CleanBatch = -1 })
+	q := fakePacer(t, url, clk, func(c *Config) { c.LeaseTTL = 10 * time.Second })
+	ctx := context.Background()
+
+	var open []Reservation
+	for range 3 {
+		r, err := p.Reserve(ctx, "cap", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		open = append(open, r)
+	}
+	r, err := q.Reserve(ctx, "cap", time.Minute) // another process
+	if err != nil || r.Granted || !r.Retry || r.Wait > time.Second {
+		t.Fatalf("a 4th open request: %+v %v, want denied, retry within a second", r, err)
+	}
+	if _, err := p.Report(ctx, "cap", open[0], Feedback{Kind: Clean}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := q.Reserve(ctx, "cap", time.Minute); err != nil || !r.Granted {
+		t.Fatalf("after a report: %+v %v, want granted", r, err)
+	}
+	// The lost requests' leases expire.
+	if r, err := q.Reserve(ctx, "cap", time.Minute); err != nil || r.Granted {
+		t.Fatalf("full again: %+v %v", r, err)
+	}
+	clk.Advance(11 * time.Second)
+	if r, err := q.Reserve(ctx, "cap", time.Minute); err != nil || !r.Granted {
+		t.Fatalf("after the leases expired: %+v %v, want granted", r, err)
+	}
+
+	// Per key: 2 open.
+	clk.Advance(11 * time.Second)
+	for range 2 {
+		if r, err := p.ReserveKey(ctx, "cap", "k", time.Minute); err != nil || !r.Granted {
+			t.Fatalf("key: %+v %v", r, err)
+		}
+	}
+	if r, err := p.ReserveKey(ctx, "cap", "k", time.Minute); err != nil || r.Granted || !r.Retry {
+		t.Fatalf("the key's 3rd open request: %+v %v, want denied", r, err)
+	}
+	if r, err := p.ReserveKey(ctx, "cap", "other", time.Minute); err != nil || !r.Granted {
+		t.Fatalf("another key meanwhile: %+v %v, want granted", r, err)
+	}
+}
+
+// A 429 with Retry-After for a key holds that key fleet-wide and nobody
+// else: the same process and another are denied that key's slots until the
+// hold ends, while other keys and keyless requests go on.
+func TestKeyRetryAfterHoldsTheKey(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "per", rate: 100, adapt: "estimate"})
+	setKeyLimits(t, pool, "per", 10, 1, 0, 0)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	q := fakePacer(t, url, clk, func(c *Config) { c.PollOnly = true })
+	ctx := context.Background()
+	r, err := p.ReserveKey(ctx, "per", "hot", time.Minute)
+	if err != nil || !r.Granted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	rep, err := p.Report(ctx, "per", r, Feedback{Kind: Pressure, RetryAfter: 10 * time.Second})
+	if err != nil || rep.Hold < 9*time.Second {
+		t.Fatalf("the key's report: %+v %v", rep, err)
+	}
+	for i, pc := range []*Pacer{p, q} {
+		if r, err := pc.ReserveKey(ctx, "per", "hot", time.Second); err != nil || r.Granted || r.Wait < 9*time.Second {
+			t.Fatalf("the held key: %+v %v, want denied ~10 s", r, err)
+		}
+		if r, err := pc.ReserveKey(ctx, "per", fmt.Sprintf("cold%d", i), time.Second); err != nil || !r.Granted {
+			t.Fatalf("another key: %+v %v, want granted", r, err)
+		}
+		if r, err := pc.Reserve(ctx, "per", time.Second); err != nil || !r.Granted {
+			t.Fatalf("keyless: %+v %v, want granted", r, err)
+		}
+	}
+	states, err := States(WithTime(ctx, clk.Now()), pool)
+	if err != nil || len(states) != 1 || states[0].Hold != 0 {
+		t.Fatalf("the platform's state: %+v %v, want no hold", states, err)
+	}
+}
+
+// A key is at most MaxKeyLen bytes of UTF-8.
+func TestBadKey(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "bk", rate: 10})
+	p := newPacer(t, url, nil)
+	for _, key := range []string{string(make([]byte, MaxKeyLen+1)), "\xff"} {
+		if _, err := p.ReserveKey(context.Background(), "bk", key, time.Second); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("key of %d bytes: %v, want ErrInvalidKey", len(key), err)
+		}
+	}
+}
