@@ -111,13 +111,13 @@ func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait ti
 // use, and catches up with both rows' events.
 func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxWait, minWait time.Duration) (Reservation, error) {
 	var (
-		at, pFirst, kFirst, freeAt, pI, kI, cursor, rate, maxMult, mult  float64
-		hold, paused, eventAt, eventShift, eventHorizon, eventInterval   float64
-		kRate, kHold, kPaused, lease                                     float64
-		granted, full                                                    bool
-		burst, kBurst                                                    int32
-		seq, kSeq                                                        int64
-		rtt                                                              time.Duration
+		at, pFirst, kFirst, freeAt, pI, kI, cursor, rate, maxMult, mult float64
+		hold, paused, eventAt, eventShift, eventHorizon, eventInterval  float64
+		kRate, kHold, kPaused, lease                                    float64
+		granted, full                                                   bool
+		burst, kBurst                                                   int32
+		seq, kSeq                                                       int64
+		rtt                                                             time.Duration
 	)
 	for attempt := 0; ; attempt++ {
 		var err error

@@ -136,7 +136,7 @@ RETURNING COALESCE($5::float8, date_part('epoch', clock_timestamp())), s.last_co
 
 // reserveKeySQL takes one slot of platform $1 for its key $2, from both
 // pace rows at once: the key's and the platform's, locked in that order
-// ('' sorts first) by the same statement, so no other reservation of either
+// (” sorts first) by the same statement, so no other reservation of either
 // comes between. $3 the longest wait, $4 the shortest, $5 the time (NULL:
 // the database's clock), $6 the tuning, $7 a lease's time to live.
 //
@@ -221,7 +221,7 @@ WHERE p.name = $1
 ON CONFLICT (platform, key) DO NOTHING`
 
 // releaseSQL gives back the lease $3 (its expiry) that a request of
-// platform $1's key $2 took ('': a request without a key) on every row
+// platform $1's key $2 took (”: a request without a key) on every row
 // that caps open requests.
 const releaseSQL = `
 UPDATE fleetpace_pace SET leases = array_remove(leases, $3::float8)
@@ -241,7 +241,7 @@ WHERE platform = $1 AND key IN ('', $2) AND max_in_flight > 0`
 // for through its quota headers, in seconds (NULL: none), $13 the reason
 // of a new hold, $14 the announced quota's window in seconds (NULL:
 // unknown), $15 its limit (NULL: unknown), $16 the tuning, $17 the key
-// whose row takes the report ('': the platform's).
+// whose row takes the report (”: the platform's).
 //
 // It returns the multiplier (the ceiling over the pace in force), the
 // maximum multiplier, the clean streak ('multiplier' mode), the effect
