@@ -272,3 +272,20 @@ func (p *Pacer) release(ctx context.Context, res Reservation) {
 		p.fail(false, err)
 	}
 }
+
+// DefaultKeyIdle is how long a key's pace row stays after its last slot,
+// hold and lease (PruneKeys): an account polled every few minutes keeps
+// its state; ten thousand keys seen once do not stay for ever.
+const DefaultKeyIdle = 10 * time.Minute
+
+// PruneKeys removes the pace rows of keys idle for longer than idle — no
+// slot granted since, no hold or pause in force, no lease open —, at most
+// limit of them; the next request of such a key makes its row again. It
+// returns how many it removed. The scan tick calls it.
+func PruneKeys(ctx context.Context, db Execer, idle time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, pruneKeysSQL, idle.Seconds(), limit, statementTime(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("pacer: prune keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

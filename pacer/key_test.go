@@ -183,3 +183,54 @@ func TestBadKey(t *testing.T) {
 		}
 	}
 }
+
+// Idle keys' rows go (PruneKeys): a key with no slot for longer than the
+// idle expiry, no hold and no open lease; a recent key, a held one and the
+// platform's row stay. The next request of a pruned key makes its row
+// again.
+func TestPruneIdleKeys(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "pk", rate: 100, adapt: "estimate"})
+	setKeyLimits(t, pool, "pk", 10, 1, 0, 0)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	for _, key := range []string{"old", "held"} {
+		if r, err := p.ReserveKey(ctx, "pk", key, time.Minute); err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+	}
+	r, _ := p.ReserveKey(ctx, "pk", "held", time.Minute)
+	clk.Advance(time.Second)
+	r, _ = p.ReserveKey(ctx, "pk", "held", time.Minute)
+	if _, err := p.Report(ctx, "pk", r, Feedback{Kind: Pressure, RetryAfter: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(11 * time.Minute)
+	if r, err := p.ReserveKey(ctx, "pk", "recent", time.Minute); err != nil || !r.Granted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	n, err := PruneKeys(WithTime(ctx, clk.Now()), pool, DefaultKeyIdle, 100)
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want 1: the idle key", n, err)
+	}
+	var keys []string
+	rows, err := pool.Query(ctx, `SELECT key FROM fleetpace_pace WHERE platform = 'pk' ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if fmt.Sprint(keys) != "[ held recent]" {
+		t.Fatalf("rows left: %q, want the platform's, held and recent", keys)
+	}
+	if r, err := p.ReserveKey(ctx, "pk", "old", time.Minute); err != nil || !r.Granted {
+		t.Fatalf("the pruned key again: %+v %v", r, err)
+	}
+}

@@ -379,3 +379,16 @@ SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
 FROM fleetpace_pace AS s
 CROSS JOIN (SELECT COALESCE($1::float8, date_part('epoch', clock_timestamp())) AS now) AS n
 `
+
+// pruneKeysSQL deletes at most $2 pace rows of keys idle for $1 seconds at
+// time $3 (NULL: the database's clock). The table is small (a row per
+// platform and per key in use) and its rows change on every reservation,
+// so it has no index on the cursor (updates stay HOT): the scan reads it.
+const pruneKeysSQL = `
+WITH n AS (SELECT COALESCE($3::float8, date_part('epoch', clock_timestamp())) AS now)
+DELETE FROM fleetpace_pace AS s USING n
+WHERE s.ctid = ANY(ARRAY(
+    SELECT x.ctid FROM fleetpace_pace AS x, n
+    WHERE x.key <> '' AND x.cursor_at < n.now - $1::float8 AND x.hold_until < n.now AND x.paused_until < n.now
+      AND NOT EXISTS (SELECT 1 FROM unnest(x.leases) AS l WHERE l > n.now)
+    LIMIT $2))`

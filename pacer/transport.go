@@ -44,6 +44,13 @@ type Transport struct {
 	// unpaced. Default: PlatformByHost (the URL's host name, lower case).
 	Platform func(*http.Request) string
 
+	// Key, if set, maps a request to its key within its platform — which
+	// account, token or tenant it speaks for (e.g. by the credential it
+	// carries; never the secret itself) —: the request takes a slot of its
+	// key and of its platform both (ReserveKey), and a 429 with a
+	// Retry-After holds the key alone. Default: no key.
+	Key func(*http.Request) string
+
 	// MaxWait bounds how long a request waits for its slot, in addition to
 	// its context's deadline (http.Client.Timeout sets one). Default
 	// MaxHold: the context alone decides.
@@ -112,13 +119,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if maxWait <= 0 {
 		maxWait = MaxHold
 	}
-	res, err := p.Acquire(ctx, platform, maxWait)
+	key := ""
+	if t.Key != nil {
+		key = t.Key(req)
+	}
+	res, err := p.AcquireKey(ctx, platform, key, maxWait)
 	if errors.Is(err, ErrUnknownPlatform) && t.CreatePlatform != nil {
 		if cerr := t.CreatePlatform(ctx, platform); cerr != nil {
 			closeBody(req)
 			return nil, fmt.Errorf("pacer: create platform %q: %w", platform, cerr)
 		}
-		res, err = p.Acquire(ctx, platform, maxWait)
+		res, err = p.AcquireKey(ctx, platform, key, maxWait)
 	}
 	if errors.Is(err, ErrUnknownPlatform) {
 		err = fmt.Errorf("%w (the platform of requests to %s; nothing was sent)", err, req.URL.Host)

@@ -35,6 +35,7 @@ const Name = "fleetpace_fetch"
 type FetchArgs struct {
 	SourceID     int64  `json:"source_id"`
 	Platform     string `json:"platform"`
+	Key          string `json:"key,omitempty"` // the source's key: its platform may limit each key
 	URL          string `json:"url,omitempty"`
 	ETag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`

@@ -76,7 +76,7 @@ func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (queue.FetchArgs, error) {
 		var a queue.FetchArgs
-		err := row.Scan(&a.SourceID, &a.Platform, &a.URL, &a.ETag, &a.LastModified)
+		err := row.Scan(&a.SourceID, &a.Platform, &a.Key, &a.URL, &a.ETag, &a.LastModified)
 		return a, err
 	})
 	if err != nil {
@@ -115,7 +115,7 @@ func jobArgs(claimed []queue.FetchArgs) []queue.FetchArgs {
 	args := make([]queue.FetchArgs, len(claimed))
 	for i, a := range claimed {
 		if redact.URL(a.URL) != a.URL {
-			a = queue.FetchArgs{SourceID: a.SourceID, Platform: a.Platform}
+			a = queue.FetchArgs{SourceID: a.SourceID, Platform: a.Platform, Key: a.Key}
 		}
 		args[i] = a
 	}

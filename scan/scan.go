@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -132,6 +133,8 @@ type Result struct {
 	// queue more. A scan loop runs the next one at once.
 	Saturated bool  `json:"saturated"`
 	Pruned    int64 `json:"pruned"` // fetch history rows deleted beyond the retention
+	// KeysPruned is how many idle keys' pace rows the tick removed.
+	KeysPruned int64 `json:"keys_pruned"`
 }
 
 // Tick runs one scan: select due sources and enqueue one fetch job each, all
@@ -190,6 +193,9 @@ func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 		return nil, fmt.Errorf("tick: commit: %w", err)
 	}
 	if res.Pruned, err = sources.PruneHistory(ctx, db, cfg.Retention(), cfg.PruneBatch); err != nil {
+		return res, fmt.Errorf("tick: %w", err)
+	}
+	if res.KeysPruned, err = pacer.PruneKeys(ctx, db, pacer.DefaultKeyIdle, cfg.PruneBatch); err != nil {
 		return res, fmt.Errorf("tick: %w", err)
 	}
 	return res, nil

@@ -158,7 +158,7 @@ CROSS JOIN LATERAL (` + strings.ReplaceAll(dueFetch, "{bound}", "$5::timestamptz
 // queued twice. Locking instead of updating here saves a second rewrite of
 // every row: markQueuedSQL writes queued_at and the job id in one update.
 const claimSQL = `
-SELECT id, platform, url, COALESCE(etag, ''), COALESCE(last_modified, '') FROM fleetpace_source
+SELECT id, platform, key, url, COALESCE(etag, ''), COALESCE(last_modified, '') FROM fleetpace_source
 WHERE id = ANY($1) AND queued_at IS NULL AND enabled
 ORDER BY id
 FOR UPDATE`

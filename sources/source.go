@@ -25,6 +25,7 @@ const DefaultInterval = time.Hour
 type Source struct {
 	ID                  int64         `json:"id"`
 	Platform            string        `json:"platform"`
+	Key                 string        `json:"key,omitempty"` // the platform may limit each key (an account, a token's name)
 	URL                 string        `json:"url"`
 	Interval            time.Duration `json:"-"` // JSON: interval_s
 	Enabled             bool          `json:"enabled"`
@@ -216,7 +217,7 @@ func scanSource(row pgx.CollectableRow) (Source, error) {
 	var s Source
 	err := row.Scan(&s.ID, &s.Platform, &s.URL, &s.Interval, &s.Enabled, &s.DueAt, &s.LastCheckedAt,
 		&s.ConsecutiveFailures, &s.LastStatus, &s.LastOutcome, &s.LastError, &s.ETag, &s.LastModified,
-		&s.ContentHash, &s.QueuedAt, &s.QueuedJobID)
+		&s.ContentHash, &s.QueuedAt, &s.QueuedJobID, &s.Key)
 	return s, err
 }
 

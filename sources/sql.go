@@ -44,7 +44,7 @@ SELECT id, false FROM fleetpace_source WHERE platform = $1 AND url = $2 AND NOT 
 
 const sourceColumns = `id, platform, url, check_interval, enabled, due_at, last_checked_at,
     consecutive_failures, last_status, last_outcome, last_error, etag, last_modified,
-    content_hash, queued_at, queued_job_id`
+    content_hash, queued_at, queued_job_id, key`
 
 // DueSQL is the condition "source s is due now": enabled, not queued, and
 // past its due_at. It is written once, here, for every statement that asks

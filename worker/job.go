@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -200,12 +201,12 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 			return sources.Release(ctx, w.pool, src.ID)
 		}
 		if args.URL == "" {
-			args = queue.FetchArgs{SourceID: src.ID, Platform: src.Platform, URL: src.URL,
+			args = queue.FetchArgs{SourceID: src.ID, Platform: src.Platform, Key: src.Key, URL: src.URL,
 				ETag: deref(src.ETag), LastModified: deref(src.LastModified)}
 		}
 	}
 
-	res, err := w.pacing.Slot(ctx, job.JobRow, args.Platform)
+	res, err := w.pacing.SlotKey(ctx, job.JobRow, args.Platform, args.Key)
 	if err != nil {
 		var snooze *river.JobSnoozeError
 		if errors.As(err, &snooze) {
@@ -237,6 +238,9 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		out.Kind = pacer.Clean
 	case fetch.RatePressure, fetch.RateLimited:
 		out.Kind, out.RetryAfter = pacer.Pressure, min(max(r.RetryAfter, 0), pacer.MaxHold)
+		if r.Status == http.StatusServiceUnavailable {
+			out.Scope = pacer.ScopePlatform // the server is struggling, not one key's quota
+		}
 	}
 	outcome := r.Outcome
 	if !out.NoAnswer || out.Quota.Announced() {

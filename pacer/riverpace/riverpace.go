@@ -92,6 +92,13 @@ type Pacer interface {
 	Report(ctx context.Context, platform string, res pacer.Reservation, out pacer.Feedback) (pacer.ReportResult, error)
 }
 
+// KeyPacer is a Pacer that also takes slots of a platform's keys
+// (*pacer.Pacer is one): Config.Key needs it.
+type KeyPacer interface {
+	Pacer
+	AcquireKey(ctx context.Context, platform, key string, maxWait time.Duration) (pacer.Reservation, error)
+}
+
 // Config configures the middleware.
 type Config struct {
 	// Pacer is the shared pacer (*pacer.Pacer). Required.
@@ -100,6 +107,13 @@ type Config struct {
 	// Platform maps a job to its platform; "" runs the job unpaced.
 	// Required. ByKind and ArgsField build common ones.
 	Platform func(job *rivertype.JobRow) string
+
+	// Key, if set, maps a job to its key within its platform (an account,
+	// a token's name, a tenant — never the secret itself; "": none): the
+	// job takes a slot of its key and of its platform both, and a 429 with
+	// a Retry-After holds the key alone (pacer.Feedback.Scope). The Pacer
+	// must be a KeyPacer. ArgsField builds one from a job's arguments.
+	Key func(job *rivertype.JobRow) string
 
 	// MaxWait is the longest wait for a slot a job sleeps through while
 	// holding its worker; a longer one snoozes the job. Default
@@ -138,6 +152,9 @@ func (c Config) Validate() error {
 	case c.MaxWait < 0:
 		return fmt.Errorf("%w: riverpace.Config.MaxWait must not be negative (got %s)", ErrInvalidConfig, c.MaxWait)
 	}
+	if _, ok := c.Pacer.(KeyPacer); c.Key != nil && !ok {
+		return fmt.Errorf("%w: riverpace.Config.Key needs a Pacer that takes keys (%T does not)", ErrInvalidConfig, c.Pacer)
+	}
 	return nil
 }
 
@@ -174,7 +191,11 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	if platform == "" {
 		return doInner(ctx)
 	}
-	res, err := m.Slot(ctx, job, platform)
+	key := ""
+	if m.cfg.Key != nil {
+		key = m.cfg.Key(job)
+	}
+	res, err := m.SlotKey(ctx, job, platform, key)
 	if err != nil {
 		return err
 	}
@@ -218,7 +239,13 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 // context's error (wrapped) when the job was interrupted. A denied
 // reservation comes back with the snooze (its Wait and Paused say why).
 func (m *Middleware) Slot(ctx context.Context, job *rivertype.JobRow, platform string) (pacer.Reservation, error) {
-	res, err := m.acquire(ctx, platform)
+	return m.SlotKey(ctx, job, platform, "")
+}
+
+// SlotKey is Slot for a job of platform's key (the Pacer must be a
+// KeyPacer for a key other than "").
+func (m *Middleware) SlotKey(ctx context.Context, job *rivertype.JobRow, platform, key string) (pacer.Reservation, error) {
+	res, err := m.acquire(ctx, platform, key)
 	var wait *pacer.WaitError
 	switch {
 	case errors.As(err, &wait):
@@ -233,13 +260,23 @@ func (m *Middleware) Slot(ctx context.Context, job *rivertype.JobRow, platform s
 	return res, nil
 }
 
-func (m *Middleware) acquire(ctx context.Context, platform string) (pacer.Reservation, error) {
-	res, err := m.cfg.Pacer.Acquire(ctx, platform, m.cfg.MaxWait)
+func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.Reservation, error) {
+	acquire := m.cfg.Pacer.Acquire
+	if key != "" {
+		kp, ok := m.cfg.Pacer.(KeyPacer)
+		if !ok {
+			return pacer.Reservation{}, fmt.Errorf("riverpace: a job of key %q, and the pacer (%T) takes no keys", key, m.cfg.Pacer)
+		}
+		acquire = func(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error) {
+			return kp.AcquireKey(ctx, platform, key, maxWait)
+		}
+	}
+	res, err := acquire(ctx, platform, m.cfg.MaxWait)
 	if errors.Is(err, pacer.ErrUnknownPlatform) && m.cfg.CreatePlatform != nil {
 		if cerr := m.cfg.CreatePlatform(ctx, platform); cerr != nil {
 			return res, fmt.Errorf("create platform %q: %w", platform, cerr)
 		}
-		res, err = m.cfg.Pacer.Acquire(ctx, platform, m.cfg.MaxWait)
+		res, err = acquire(ctx, platform, m.cfg.MaxWait)
 	}
 	return res, err
 }
