@@ -427,3 +427,14 @@ CREATE INDEX IF NOT EXISTS fleetpace_source_platform_due_at_idx
 CREATE INDEX IF NOT EXISTS fleetpace_source_failing_idx
     ON fleetpace_source (platform, last_checked_at DESC, id DESC)
     WHERE consecutive_failures > 0;
+
+-- schema: which version of this file was applied last (its SHA-256), so a
+-- process starting against a current schema runs none of the statements
+-- above (each of which locks a table, even when it changes nothing) and
+-- cannot deadlock with the workers already running. Written by Apply
+-- (schema.go) in the transaction that applied the file.
+CREATE TABLE IF NOT EXISTS fleetpace_schema (
+    id         boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    sql_sha256 text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);

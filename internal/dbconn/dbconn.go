@@ -229,3 +229,11 @@ func unavailableState(code string) bool {
 	}
 	return strings.HasPrefix(code, "08") // connection_exception and its subclasses
 }
+
+// IsDeadlock reports whether err is PostgreSQL's deadlock_detected
+// (SQLSTATE 40P01): the server aborted the transaction to break a lock
+// cycle, and running it again (at once) is the cure.
+func IsDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
