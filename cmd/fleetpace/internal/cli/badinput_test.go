@@ -170,7 +170,7 @@ func TestBadInput(t *testing.T) {
 		{name: "--max-multiplier 1e308", args: []string{"platforms", "set", "ok", "--rate", "5", "--max-multiplier", "1e308"}, want: []string{"--max-multiplier", "1e+308"}},
 		{name: "--backoff-factor 1", args: []string{"platforms", "set", "ok", "--rate", "5", "--backoff-factor", "1"}, want: []string{"--backoff-factor"}},
 		{name: "--recovery-factor 17", args: []string{"platforms", "set", "ok", "--rate", "5", "--recovery-factor", "17"}, want: []string{"--recovery-factor", "17"}},
-		{name: "platform NAME", args: []string{"platforms", "set", "Bad Name", "--rate", "5"}, want: []string{"NAME must match", "Bad Name"}},
+		{name: "platform NAME", args: []string{"platforms", "set", "Bad Name", "--rate", "5"}, want: []string{"NAME must be lower-case", "Bad Name"}},
 		// platforms set on an existing platform changes only the flags given:
 		// each is bounded all the same.
 		{name: "partial --burst 2000000", args: []string{"platforms", "set", "ok", "--burst", "2000000"}, want: []string{"--burst", "2000000", "1000000"}},

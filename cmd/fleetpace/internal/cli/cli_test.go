@@ -103,8 +103,8 @@ func TestSchemaApplyConcurrentProcesses(t *testing.T) {
 			t.Fatalf("process %d: %s", i, r)
 		}
 	}
-	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 8 {
-		t.Fatalf("fleetpace tables = %d, want 8", n)
+	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 9 {
+		t.Fatalf("fleetpace tables = %d, want 9", n)
 	}
 	migrations := count(t, url, `SELECT count(*) FROM river_migration`)
 	distinct := count(t, url, `SELECT count(DISTINCT version) FROM river_migration`)
@@ -233,7 +233,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{[]string{"platforms", "set", "p", "--rate", "1", "--cooldown", "0s"}, 2, "--cooldown must be"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--max-multiplier", "0.5"}, 2, "--max-multiplier must be"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--decay-after", "0"}, 2, "--decay-after must be"},
-		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "NAME must match"},
+		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "NAME must be lower-case"},
 		{[]string{"platforms", "set", "p"}, 2, "--rate"},
 		{[]string{"platforms", "set", "ok", "--rate", "3"}, 0, ""},
 		{[]string{"sources", "add", "--platform", "ok", "--url", "ftp://x"}, 2, "--url must be an absolute"},
