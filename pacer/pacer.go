@@ -56,6 +56,7 @@ type Pacer struct {
 
 	clock clock.Clock
 	latch latch
+	cause atomic.Pointer[error] // the last error that latched an outage
 
 	mu      sync.Mutex
 	local   map[string]*localState
@@ -248,11 +249,26 @@ func (p *Pacer) SetFleetSize(n int) { p.fleet.Store(int64(n)) }
 // fail latches an outage and drops the pool's (probably dead) connections.
 func (p *Pacer) fail(probe bool, err error) {
 	p.failures.Add(1)
+	if !errors.Is(err, errLatched) {
+		p.cause.Store(&err)
+	}
 	if !p.latch.fail(probe) {
 		p.log.Warn("pacer: database unreachable, pacing locally", "error", err,
 			"latch", p.cfg.Latch, "divisor", p.divisor())
 	}
 	p.pool.Reset()
+}
+
+// outageCause is the error that latched the current outage (nil when the
+// database is reachable).
+func (p *Pacer) outageCause() error {
+	if !p.latch.isDown() {
+		return nil
+	}
+	if err := p.cause.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // succeed ends a probe that reached the database.

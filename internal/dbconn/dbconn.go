@@ -176,6 +176,16 @@ func NewPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// RedactError returns err with passwords removed from its message (Redact)
+// and its chain kept, so errors.Is and errors.As still see what it wraps;
+// nil stays nil.
+func RedactError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return redacted{err}
+}
+
 // redacted is an error whose message has its passwords removed (pgx's own
 // errors may echo the URL) and whose chain is kept, so errors.Is and
 // errors.As still see what it wraps.

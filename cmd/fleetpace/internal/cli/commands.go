@@ -602,6 +602,27 @@ func (a *app) embeddedCmd() *cobra.Command {
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
+		Use:   "url",
+		Short: "Print the embedded cluster's database URL (starting it and applying the schema if needed)",
+		Long: `Print the URL of the embedded cluster's database under --data-dir — for
+DATABASE_URL, or a program using fleetpace as a library (pacer.Config's
+DatabaseURL) — starting the cluster if it is not running and applying the
+schema, so the URL works at once. It ignores --database-url and
+DATABASE_URL. Only the URL goes to stdout:
+
+  export DATABASE_URL=$(fleetpace embedded url)`,
+		Args:              noArgs,
+		PersistentPreRunE: noDB,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			url, err := a.embeddedURL(cmd.Context())
+			if err != nil {
+				return dbError(err)
+			}
+			fmt.Fprintln(a.stdout, url)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
 		Use:               "stop",
 		Short:             "Stop the embedded cluster under --data-dir (its data is kept)",
 		Args:              noArgs,

@@ -402,6 +402,12 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 		a.announce("using database %s", dbconn.Describe(a.databaseURL))
 		return a.databaseURL, nil
 	}
+	return a.embeddedURL(ctx)
+}
+
+// embeddedURL returns the URL of the embedded cluster's database under
+// --data-dir, starting the cluster if needed and applying the schema.
+func (a *app) embeddedURL(ctx context.Context) (string, error) {
 	if a.dataDir == "" {
 		return "", usagef("--data-dir must not be empty")
 	}
