@@ -65,6 +65,15 @@ type Config struct {
 	// Attempts, if set, is incremented on every connection attempt (for tests
 	// and metrics). Default: nil.
 	Attempts *atomic.Int64
+
+	// Pooler says whether the URL leads to a transaction pooler (see
+	// Pooler). Default ("") PoolerNone: nothing checked, nothing changed.
+	Pooler Pooler
+
+	// OnPooler, if set, is called with the error of a PoolerAuto pool's
+	// new connection that goes through a pooler (the connection is refused
+	// with it too): a long-running process stops on it rather than retry.
+	OnPooler func(error)
 }
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
@@ -81,6 +90,9 @@ func (c Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("%w: dbconn.Config.IdleTimeout must be ≥ 0, got %s", ErrInvalidConfig, c.IdleTimeout)
+	}
+	if _, err := ParsePooler(string(c.Pooler)); err != nil {
+		return err
 	}
 	return nil
 }
@@ -143,6 +155,7 @@ func PoolConfig(cfg Config) (*pgxpool.Config, error) {
 	if cfg.AfterConnect != nil {
 		pc.ConnConfig.AfterConnect = cfg.AfterConnect
 	}
+	applyPooler(pc, cfg)
 	return pc, nil
 }
 

@@ -157,6 +157,7 @@ func TestBadInput(t *testing.T) {
 		{name: "status with an argument", args: []string{"status", "extra"}, want: []string{"takes no arguments", "extra"}},
 		{name: "schema apply with an argument", args: []string{"schema", "apply", "extra"}, want: []string{"takes no arguments"}},
 		{name: "version with an argument", args: []string{"version", "extra"}, want: []string{"takes no arguments"}},
+		{name: "--pooler bogus", args: []string{"--pooler", "bogus", "status"}, want: []string{"--pooler", "bogus", "auto, none, transaction"}},
 
 		// platforms set (on the existing platform too: it stays as it was).
 		{name: "--rate 1e-300", args: []string{"platforms", "set", "ok", "--rate", "1e-300"}, want: []string{"--rate", "1e-300", "0.0001"}},

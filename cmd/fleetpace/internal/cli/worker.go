@@ -64,6 +64,7 @@ func (a *app) workerConfig(cmd *cobra.Command, c *worker.Config) error {
 	}
 	c.DatabaseURL = url
 	c.ConnectTimeout = a.connectTimeout
+	c.Pooler = string(a.poolerFor(url))
 	return nil
 }
 
