@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 )
 
@@ -196,28 +198,7 @@ func TestPgBouncer(t *testing.T) {
 	for i := range 3 {
 		ws = append(ws, startWorker(t, bouncer, fmt.Sprintf("pb%d", i+1), "--no-scan", "--poll-only", "--concurrency", "10"))
 	}
-	db := pool(t, direct)
-	var scans []string
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		// cron's `fleetpace scan`, every second here.
-		out, errOut, code := cliCode(t, bouncer, "scan", "--look-ahead", "5s")
-		scans = append(scans, out+errOut)
-		if code != 0 {
-			t.Fatalf("scan through PgBouncer: exit %d\n%s%s", code, out, errOut)
-		}
-		var left int
-		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_checked_at IS NULL`).Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d sources still unchecked after 3 min through PgBouncer", left, n)
-		}
-		time.Sleep(time.Second)
-	}
+	scans := scanUntilChecked(t, bouncer, pool(t, direct), 3*time.Minute)
 	for _, w := range ws {
 		w.stop()
 	}
@@ -235,18 +216,7 @@ func TestPgBouncer(t *testing.T) {
 	if maxWin > int(rate)+burst {
 		t.Errorf("a 1-s window held %d requests; the ceiling is %.0f/s + burst %d", maxWin, rate, burst)
 	}
-	logs := map[string]string{"pgbouncer": bouncerLog()}
-	for i, s := range scans {
-		logs[fmt.Sprintf("scan %d", i+1)] = s
-	}
-	for _, w := range ws {
-		logs[w.name] = w.log.String()
-	}
-	for name, l := range logs {
-		if m := pooledErrors.FindString(l); m != "" {
-			t.Errorf("%s's log shows %q:\n%s", name, m, tail(l, 2048))
-		}
-	}
+	checkPooledLogs(t, bouncerLog(), scans, ws)
 
 	// The negative control: the same worker with pgx's default execution
 	// mode (named prepared statements) through the same PgBouncer.
@@ -293,45 +263,14 @@ func TestPgBouncerPlainURL(t *testing.T) {
 	for i := range 2 {
 		ws = append(ws, startWorker(t, bouncer, fmt.Sprintf("plain%d", i+1), "--no-scan", "--concurrency", "10"))
 	}
-	db := pool(t, direct)
-	var scans []string
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		out, errOut, code := cliCode(t, bouncer, "scan", "--look-ahead", "5s")
-		scans = append(scans, out+errOut)
-		if code != 0 {
-			t.Fatalf("scan through PgBouncer with a plain URL: exit %d\n%s%s", code, out, errOut)
-		}
-		var left int
-		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_checked_at IS NULL`).Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d sources still unchecked after 2 min through PgBouncer with a plain URL", left, n)
-		}
-		time.Sleep(time.Second)
-	}
+	scans := scanUntilChecked(t, bouncer, pool(t, direct), 2*time.Minute)
 	for _, w := range ws {
 		w.stop()
-	}
-	logs := map[string]string{"pgbouncer": bouncerLog()}
-	for i, s := range scans {
-		logs[fmt.Sprintf("scan %d", i+1)] = s
-	}
-	for _, w := range ws {
-		logs[w.name] = w.log.String()
 		if !strings.Contains(w.log.String(), "pooler-safe mode") {
 			t.Errorf("%s did not say it runs pooler-safe:\n%s", w.name, tail(w.log.String(), 2048))
 		}
 	}
-	for name, l := range logs {
-		if m := pooledErrors.FindString(l); m != "" {
-			t.Errorf("%s's log shows %q:\n%s", name, m, tail(l, 2048))
-		}
-	}
+	checkPooledLogs(t, bouncerLog(), scans, ws)
 	if maxWin := maxInWindow(d.Arrivals("/plain/"), time.Second); maxWin > int(rate)+burst {
 		t.Errorf("a 1-s window held %d requests; the ceiling is %.0f/s + burst %d", maxWin, rate, burst)
 	}
@@ -366,3 +305,47 @@ func TestPgBouncerPlainURL(t *testing.T) {
 	}
 }
 
+// scanUntilChecked runs cron's `fleetpace scan` through url every second
+// until every source has a check (read on db), and returns the scans'
+// output; a scan that fails, or sources left after timeout, fail the test.
+func scanUntilChecked(t *testing.T, url string, db *pgxpool.Pool, timeout time.Duration) []string {
+	t.Helper()
+	var scans []string
+	deadline := time.Now().Add(timeout)
+	for {
+		out, errOut, code := cliCode(t, url, "scan", "--look-ahead", "5s")
+		scans = append(scans, out+errOut)
+		if code != 0 {
+			t.Fatalf("scan through PgBouncer: exit %d\n%s%s", code, out, errOut)
+		}
+		var left int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_checked_at IS NULL`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			return scans
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d source(s) still unchecked after %s through PgBouncer", left, timeout)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkPooledLogs fails the test if PgBouncer's log, a scan's output or a
+// worker's log shows an error of session state behind a pooler.
+func checkPooledLogs(t *testing.T, bouncerLog string, scans []string, ws []*proc) {
+	t.Helper()
+	logs := map[string]string{"pgbouncer": bouncerLog}
+	for i, s := range scans {
+		logs[fmt.Sprintf("scan %d", i+1)] = s
+	}
+	for _, w := range ws {
+		logs[w.name] = w.log.String()
+	}
+	for name, l := range logs {
+		if m := pooledErrors.FindString(l); m != "" {
+			t.Errorf("%s's log shows %q:\n%s", name, m, tail(l, 2048))
+		}
+	}
+}
