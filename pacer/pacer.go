@@ -156,8 +156,11 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	// Pacer state is soft state: a lost commit costs at most a few slots.
-	// Set in the startup packet, so it costs no round trip.
+	// Pacer state is soft state, so its commits wait neither for the disk
+	// nor for a synchronous standby, whatever the server says: a commit lost
+	// in a crash or a failover is a reservation whose slot has passed by
+	// the time the fleet paces shared again, or a slow-down the next 429
+	// reports again. Set in the startup packet, so it costs no round trip.
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	// The pacer's statements have one plan whatever their parameters; planning
 	// them again on every execution would be most of their server time.

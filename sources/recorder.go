@@ -69,10 +69,10 @@ func (c *RecorderConfig) validate() error {
 // statement per check, as RecordCheck is. Each check's history row is
 // written by the same statement (RecordChecks), unless NoHistory.
 //
-// The pool's sessions should not wait for the disk (ConfigureRecorderPool):
-// a check lost with its commit is recovered like any check the Recorder
-// loses (see Submit), so waiting for every batch's flush buys nothing but
-// time.
+// ConfigureRecorderPool sets up its pool: by default the server's
+// synchronous_commit applies; a caller may trade the durability of the last
+// checks for speed (a check lost with its commit is recovered like any
+// check the Recorder loses, see Submit).
 //
 // A Recorder is started once and stopped once; Stop writes what is already
 // queued before it returns, within the bound of its context.
@@ -437,21 +437,26 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 }
 
 // ConfigureRecorderPool sets the session settings a Recorder's pool should
-// have: synchronous_commit off, so a batch's commit does not wait for the
-// disk. It is safe because a check is soft state, recovered when lost: a
-// check lost with an unflushed commit (the database crashed within a
-// fraction of a second of it) leaves its source queued for a job that has
-// completed, and the scan's reconciliation releases it a minute later to be
-// fetched again — exactly what happens to a check lost with a worker killed
-// before the Recorder wrote it (Submit). Its history row is lost with it.
-// Nothing else is written through that pool. On a database where every
-// commit waits for the disk, this is what lets a batch of checks cost about
-// what a River job's own completion costs.
-func ConfigureRecorderPool(pc *pgxpool.Config) {
+// have. By default the server's synchronous_commit applies: on a cluster
+// with synchronous standbys, a check the Recorder has written is on a
+// standby too, and survives a failover to it. asyncCommit sets
+// synchronous_commit off for the pool's sessions: a batch's commit then
+// waits neither for the disk nor for a standby, which on a database whose
+// commits wait for the disk is what lets a batch of checks cost about what
+// a River job's own completion costs. A check lost with such a commit (the
+// database crashed, or failed over, within a fraction of a second of it)
+// is soft state, recovered: it leaves its source queued for a job that has
+// completed, and the scan's reconciliation releases it a minute later to
+// be fetched again — exactly what happens to a check lost with a worker
+// killed before the Recorder wrote it (Submit). Its history row is lost
+// with it. Nothing else is written through that pool.
+func ConfigureRecorderPool(pc *pgxpool.Config, asyncCommit bool) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if asyncCommit {
+		pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pc.ConnConfig.RuntimeParams["application_name"] = "fleetpace-recorder"
 	}

@@ -765,3 +765,41 @@ func TestRecordCheckOnlyByTheQueuedJob(t *testing.T) {
 		}
 	}
 }
+
+// A Recorder's pool honours the server's synchronous_commit (here the
+// database's own, remote_apply, as a cluster with a synchronous standby
+// might have it) unless told otherwise; asked for async commits, its
+// sessions commit with synchronous_commit off.
+func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = remote_apply', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		async bool
+		want  string
+	}{{false, "remote_apply"}, {true, "off"}} {
+		pc, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources.ConfigureRecorderPool(pc, tc.async)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
+		pool.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("recorder pool (async %v): synchronous_commit %q %v, want %q", tc.async, got, err, tc.want)
+		}
+	}
+}

@@ -141,6 +141,14 @@ type Config struct {
 	// an error naming "transaction".
 	Pooler string
 
+	// RecorderAsyncCommit records checks with synchronous_commit off: a
+	// batch's commit waits neither for the disk nor for a synchronous
+	// standby. A check lost with its commit (a crash or failover within a
+	// fraction of a second) is fetched again a minute later, its history row
+	// lost (sources.ConfigureRecorderPool). Default false: the server's
+	// synchronous_commit applies.
+	RecorderAsyncCommit bool
+
 	// Poll configures the scan loop (base 1 s, max 30 s, jitter 0.5 by
 	// default). Its StartupJitter also delays the River client's start, on
 	// its Clock (default: Config.Clock) with its Rand.
@@ -445,8 +453,8 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	rt.closers = append(rt.closers, closer(rt.pool.Close))
 
 	// Fetch jobs record their checks with group commit, through a small
-	// pool of their own whose commits do not wait for the disk
-	// (sources.ConfigureRecorderPool says why that is safe). The recorder
+	// pool of their own, durable as the server says unless
+	// RecorderAsyncCommit (sources.ConfigureRecorderPool). The recorder
 	// stops only when told (Run stops it after the River client; on every
 	// other way out, close does, before the pools close), so jobs still
 	// running during a soft stop can record.
@@ -456,7 +464,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
-	sources.ConfigureRecorderPool(recPoolCfg)
+	sources.ConfigureRecorderPool(recPoolCfg, cfg.RecorderAsyncCommit)
 	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("worker: recorder pool: %w", err)
