@@ -54,9 +54,10 @@ type Pacer struct {
 
 	fleet atomic.Int64
 
-	clock clock.Clock
-	latch latch
-	cause atomic.Pointer[error] // the last error that latched an outage
+	clock      clock.Clock
+	latch      latch
+	cause      atomic.Pointer[error] // the last error that latched an outage
+	recoveryMu sync.Mutex            // a probe's or a recovering process's reservations, one at a time (Reserve)
 
 	mu      sync.Mutex
 	local   map[string]*localState

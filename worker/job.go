@@ -352,13 +352,23 @@ func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r 
 // lateAttempts late slots in a row the job snoozes: a machine too loaded to
 // wake up on time leaves the slots to the rest of the fleet for a moment.
 func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reservation, error) {
-	for attempt := 0; ; attempt++ {
+	for late := 0; ; {
 		res, err := w.pacer.Reserve(ctx, platform, w.maxWait)
 		if errors.Is(err, pacer.ErrUnknownPlatform) {
 			return res, river.JobCancel(err) // the platform was deleted, and its sources with it
 		}
 		if err != nil {
 			return res, err
+		}
+		if !res.Granted && res.Degraded && !res.Paused && res.Wait <= w.maxWait {
+			// The database is unreachable: the pacer paces locally and books
+			// a slot only a little ahead (or, for a platform it has not
+			// seen, asks to come back after its latch). Ask again then,
+			// holding the worker slot: a snooze would need the database.
+			if err := clock.Sleep(ctx, w.clock, res.Wait); err != nil {
+				return res, interrupted(ctx, err)
+			}
+			continue
 		}
 		if !res.Granted {
 			// Snooze past the wait (a long one is a cooldown, a hold or a
@@ -379,10 +389,11 @@ func (w *FetchWorker) reserve(ctx context.Context, platform string) (pacer.Reser
 		switch {
 		case err == nil:
 			return res, nil
-		case errors.Is(err, pacer.ErrLate) && attempt+1 >= lateAttempts:
+		case errors.Is(err, pacer.ErrLate) && late+1 >= lateAttempts:
 			w.metrics.snoozed(platform, "late")
 			return res, river.JobSnooze(lateSnooze)
 		case errors.Is(err, pacer.ErrLate):
+			late++
 			w.metrics.snoozed(platform, "late")
 			w.logger.Debug("late for a pacer slot; reserving again", "platform", platform, "late", res.Late)
 		case errors.Is(err, pacer.ErrGivenBack):

@@ -51,6 +51,17 @@ const (
 	DefaultMaxConns     = 10
 )
 
+// PacerLatch is the worker's pacer.Config.Latch: after a failed attempt to
+// reach the database, the pacer paces locally and tries again this long
+// later; after it reaches the database, it also honours its local share
+// for this long (other workers may still pace locally until their own
+// latch has passed). So the fleet paces at full speed again within about
+// 2 × PacerLatch of the database answering — a failover to a standby
+// included — instead of 2 × the library's 5-s default. The attempts it
+// costs during an outage are one a second per worker, as River's own
+// fetch poll makes on the main pool.
+const PacerLatch = time.Second
+
 // ConnIdleTimeout is how long a worker keeps an idle pool connection: once
 // a busy spell is over, its connections close within it (checked every
 // 1.5 × ConnIdleTimeout), and an idle worker keeps only what its periodic
@@ -493,7 +504,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: pollOnly,
-		ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
+		ConnectTimeout: cfg.ConnectTimeout, Latch: PacerLatch, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,12 @@
 // named in the URL: for sslmode=prefer that is the TLS attempt (set
 // sslmode=disable for a server without TLS, as the embedded one is), for
 // sslmode=allow the plain one, and only the first address a host name
-// resolves to. A URL that names several hosts (host=a,b) keeps one attempt
-// per named host, in order, all within the one connect timeout.
+// resolves to. A URL that names several hosts (host=a,b, or
+// postgres://a:5432,b:5432/db — a primary and its standby, with
+// target_session_attrs=read-write) keeps one attempt per named host, in
+// order, each bounded by its own connect timeout (pgx's rule): a host that
+// hangs costs one timeout and the next is still tried, so one attempt over
+// n hosts takes at most n × the timeout.
 package dbconn
 
 import (
@@ -39,8 +43,9 @@ type Config struct {
 	// URL is the PostgreSQL connection URL or keyword/value string. Required.
 	URL string
 
-	// ConnectTimeout bounds one connection attempt, TLS and authentication
-	// included. Default: DefaultConnectTimeout (2 s).
+	// ConnectTimeout bounds one connection attempt to one host, TLS and
+	// authentication included (each host of a multi-host URL gets its own).
+	// Default: DefaultConnectTimeout (2 s).
 	ConnectTimeout time.Duration
 
 	// MaxConns is the pool's size. Default: pgxpool's (max(4, NumCPU)).
