@@ -24,11 +24,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/bench"
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/demo"
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fetch"
-	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/bench"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
-	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/demo"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
