@@ -937,3 +937,14 @@ CREATE TABLE IF NOT EXISTS fleetpace_dashboard_epoch (
     epoch bigint  NOT NULL DEFAULT 0
 );
 INSERT INTO fleetpace_dashboard_epoch DEFAULT VALUES ON CONFLICT DO NOTHING;
+
+-- schema: which version of this file was applied last (its SHA-256), so a
+-- process starting against a current schema runs none of the statements
+-- above (each of which locks a table, even when it changes nothing) and
+-- cannot deadlock with the workers already running. Written by Apply
+-- (schema.go) in the transaction that applied the file.
+CREATE TABLE IF NOT EXISTS fleetpace_schema (
+    id         boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    sql_sha256 text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);

@@ -9,6 +9,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -90,14 +91,26 @@ func Pause(ctx context.Context, db DB, platform string, o PauseOptions) (until t
 	return until, nil
 }
 
+// ErrNotPaused is returned by Resume for a platform that is not paused
+// (never, or its pause has ended): nothing was changed.
+var ErrNotPaused = errors.New("not paused")
+
 // Resume ends platform's pause at once and makes its fetch jobs snoozed
 // meanwhile available now, so they run within about a second in every
 // process rather than at their snooze's end. It returns how many jobs it
-// woke. Resuming a platform that is not paused only wakes its snoozed jobs.
+// woke. A platform that is not paused is left alone: the error wraps
+// ErrNotPaused.
 func Resume(ctx context.Context, db DB, platform string) (woken int64, err error) {
 	err = inTx(ctx, db, func(tx pgx.Tx) error {
 		if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
 			return err
+		}
+		states, err := pacer.StatesOf(ctx, tx, []string{platform})
+		if err != nil {
+			return err
+		}
+		if len(states) == 0 || (states[0].Paused <= 0 && !states[0].PausedIndefinitely) {
+			return ErrNotPaused
 		}
 		if err := pacer.Resume(ctx, tx, platform); err != nil {
 			return err

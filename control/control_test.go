@@ -101,6 +101,9 @@ func TestPauseResume(t *testing.T) {
 	if _, err := control.Pause(f.ctx, f.pool, "nope", control.PauseOptions{}); !errors.Is(err, sources.ErrNotFound) {
 		t.Fatalf("pause unknown: %v, want ErrNotFound", err)
 	}
+	if woken, err := control.Resume(f.ctx, f.pool, "a"); !errors.Is(err, control.ErrNotPaused) || woken != 0 {
+		t.Fatalf("resume of a platform not paused: woke %d, %v; want ErrNotPaused", woken, err)
+	}
 	if _, err := control.Resume(f.ctx, f.pool, "nope"); !errors.Is(err, sources.ErrNotFound) {
 		t.Fatalf("resume unknown: %v, want ErrNotFound", err)
 	}

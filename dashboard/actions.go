@@ -23,12 +23,13 @@ const DefaultPauseReason = "paused from the dashboard"
 // notices are the messages shown after an action (?done=…): a fixed set,
 // so a link cannot put words on the page.
 var notices = map[string]string{
-	"paused":   "Paused: no request leaves for this platform from any worker until it is resumed or the pause ends.",
-	"resumed":  "Resumed.",
-	"cleared":  "Cooldown and hold cleared: the platform is fetched again at once, fleet-wide.",
-	"limits":   "Rate and burst changed; every worker paces by them from its next reservation.",
-	"enabled":  "Source enabled.",
-	"disabled": "Source disabled: it is no longer scanned.",
+	"paused":    "Paused: no request leaves for this platform from any worker until it is resumed or the pause ends.",
+	"resumed":   "Resumed.",
+	"notpaused": "It was not paused: nothing changed.",
+	"cleared":   "Cooldown and hold cleared: the platform is fetched again at once, fleet-wide.",
+	"limits":    "Rate and burst changed; every worker paces by them from its next reservation.",
+	"enabled":   "Source enabled.",
+	"disabled":  "Source disabled: it is no longer scanned.",
 }
 
 // actionFunc carries out one action and returns its notice's key.
@@ -175,7 +176,11 @@ func (h *Handler) pause(ctx context.Context, r *http.Request) (string, error) {
 // resume ends a platform's pause and wakes its snoozed fetch jobs
 // (control.Resume): they run within about a second, in every worker.
 func (h *Handler) resume(ctx context.Context, r *http.Request) (string, error) {
-	if _, err := control.Resume(ctx, h.cfg.DB, r.PathValue("name")); err != nil {
+	_, err := control.Resume(ctx, h.cfg.DB, r.PathValue("name"))
+	switch {
+	case errors.Is(err, control.ErrNotPaused):
+		return "notpaused", nil
+	case err != nil:
 		return "", err
 	}
 	return "resumed", nil

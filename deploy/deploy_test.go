@@ -288,3 +288,43 @@ func mustDuration(t *testing.T, s string) time.Duration {
 	}
 	return d
 }
+
+// Every unit file a unit or the deploy README names is shipped here.
+func TestNamedUnitsAreShipped(t *testing.T) {
+	t.Parallel()
+	named := regexp.MustCompile(`fleetpace-[a-z@-]+\.(service|timer)`)
+	files, err := filepath.Glob("*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, ".service") && !strings.HasSuffix(f, ".timer") && f != "README.md" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range named.FindAllString(string(b), -1) {
+			if _, err := os.Stat(name); err != nil {
+				t.Errorf("%s names %s, which deploy/ does not ship", f, name)
+			}
+		}
+	}
+}
+
+// The deploy README and docs/scaling.md give the pacer's pool the same
+// share of a worker's connections, the one worker.splitConns gives it.
+func TestPacerPoolShareAgrees(t *testing.T) {
+	t.Parallel()
+	const share = "the pacer's pool (half of the rest, 1 to 4"
+	for _, f := range []string{"README.md", "../docs/scaling.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(b)), " "), share) {
+			t.Errorf("%s does not say %q", f, share)
+		}
+	}
+}

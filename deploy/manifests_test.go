@@ -48,7 +48,12 @@ type k8sObject struct {
 		Name string `yaml:"name"`
 	} `yaml:"metadata"`
 	Spec struct {
-		Replicas          *int        `yaml:"replicas"`
+		Replicas *int `yaml:"replicas"`
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		MaxUnavailable    yaml.Node   `yaml:"maxUnavailable"` // a PodDisruptionBudget's: a number or a percentage
+		MinAvailable      yaml.Node   `yaml:"minAvailable"`
 		Template          podTemplate `yaml:"template"`
 		Schedule          string      `yaml:"schedule"`
 		ConcurrencyPolicy string      `yaml:"concurrencyPolicy"`
@@ -65,6 +70,7 @@ type k8sObject struct {
 
 type podTemplate struct {
 	Metadata struct {
+		Labels      map[string]string `yaml:"labels"`
 		Annotations map[string]string `yaml:"annotations"`
 	} `yaml:"metadata"`
 	Spec struct {
@@ -93,8 +99,9 @@ type container struct {
 		Value     string `yaml:"value"`
 		ValueFrom *struct {
 			SecretKeyRef *struct {
-				Name string `yaml:"name"`
-				Key  string `yaml:"key"`
+				Name     string `yaml:"name"`
+				Key      string `yaml:"key"`
+				Optional bool   `yaml:"optional"`
 			} `yaml:"secretKeyRef"`
 		} `yaml:"valueFrom"`
 	} `yaml:"env"`
@@ -584,6 +591,87 @@ func TestManifests(t *testing.T) {
 		if kinds[k] == 0 {
 			t.Errorf("kubernetes: no %s", k)
 		}
+	}
+	checkWorkerDeployment(t, objects)
+}
+
+// checkWorkerDeployment checks what the worker Deployment needs around its
+// pods: the schema applied by an init step, the admin token from a Secret
+// of the manifests (never a literal), and a PodDisruptionBudget that
+// selects its pods and lets a drain evict one at a time.
+func checkWorkerDeployment(t *testing.T, objects map[string]k8sObject) {
+	t.Helper()
+	d, ok := objects["Deployment/fleetpace-worker"]
+	if !ok {
+		t.Fatal("kubernetes: no Deployment fleetpace-worker")
+	}
+	ps := d.Spec.Template.Spec
+	schema := false
+	for _, c := range ps.InitContainers {
+		schema = schema || strings.Join(c.Args, " ") == "schema apply"
+	}
+	if !schema {
+		t.Errorf("kubernetes: the worker Deployment has no init container running `schema apply`")
+	}
+	for _, c := range ps.Containers {
+		token := false
+		for _, e := range c.Env {
+			if e.Name != "FLEETPACE_ADMIN_TOKEN" {
+				continue
+			}
+			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				t.Errorf("kubernetes: worker container %s: FLEETPACE_ADMIN_TOKEN must come from a Secret, not a literal", c.Name)
+				continue
+			}
+			ref := e.ValueFrom.SecretKeyRef
+			sec, ok := objects["Secret/"+ref.Name]
+			_, inString := sec.StringData[ref.Key]
+			_, inData := sec.Data[ref.Key]
+			token = ok && (inString || inData)
+			if !token {
+				t.Errorf("kubernetes: worker container %s: FLEETPACE_ADMIN_TOKEN from Secret %s key %s, which the manifests do not define", c.Name, ref.Name, ref.Key)
+			}
+		}
+		if !token {
+			t.Errorf("kubernetes: worker container %s: no FLEETPACE_ADMIN_TOKEN from a Secret (the dashboard's actions and River UI need it)", c.Name)
+		}
+	}
+	var pdbs []k8sObject
+	for _, o := range objects {
+		if o.Kind == "PodDisruptionBudget" {
+			pdbs = append(pdbs, o)
+		}
+	}
+	replicas := 1
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	found := false
+	for _, pdb := range pdbs {
+		sel := pdb.Spec.Selector.MatchLabels
+		selects := len(sel) > 0
+		for k, v := range sel {
+			selects = selects && d.Spec.Template.Metadata.Labels[k] == v
+		}
+		if !selects {
+			continue
+		}
+		found = true
+		switch {
+		case pdb.Spec.MaxUnavailable.Kind != 0:
+			if n, err := strconv.Atoi(pdb.Spec.MaxUnavailable.Value); err != nil || n < 1 || n >= replicas {
+				t.Errorf("kubernetes: PodDisruptionBudget %s: maxUnavailable %q, want a number in [1, %d)", pdb.Metadata.Name, pdb.Spec.MaxUnavailable.Value, replicas)
+			}
+		case pdb.Spec.MinAvailable.Kind != 0:
+			if n, err := strconv.Atoi(pdb.Spec.MinAvailable.Value); err != nil || n < 1 || n >= replicas {
+				t.Errorf("kubernetes: PodDisruptionBudget %s: minAvailable %q, want a number in [1, %d)", pdb.Metadata.Name, pdb.Spec.MinAvailable.Value, replicas)
+			}
+		default:
+			t.Errorf("kubernetes: PodDisruptionBudget %s sets neither maxUnavailable nor minAvailable", pdb.Metadata.Name)
+		}
+	}
+	if !found {
+		t.Errorf("kubernetes: no PodDisruptionBudget selects the worker Deployment's pods (labels %v)", d.Spec.Template.Metadata.Labels)
 	}
 }
 

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,9 +13,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/dbconn"
 )
 
 // pooledURLParams are what a database URL needs behind PgBouncer in
@@ -31,6 +37,12 @@ const pooledURLParams = "default_query_exec_mode=cache_describe"
 // user (it refuses to run as root). It stops when the test ends; its log
 // is returned by the second value.
 func pgBouncer(t *testing.T, upstream string, poolSize int, extra string) (string, func() string) {
+	t.Helper()
+	return pgBouncerAt(t, upstream, poolSize, extra, freePort(t))
+}
+
+// pgBouncerAt is pgBouncer listening on port.
+func pgBouncerAt(t *testing.T, upstream string, poolSize int, extra string, port int) (string, func() string) {
 	t.Helper()
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
@@ -54,7 +66,6 @@ func pgBouncer(t *testing.T, upstream string, poolSize int, extra string) (strin
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
 	logFile := filepath.Join(dir, "pgbouncer.log")
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
@@ -187,28 +198,7 @@ func TestPgBouncer(t *testing.T) {
 	for i := range 3 {
 		ws = append(ws, startWorker(t, bouncer, fmt.Sprintf("pb%d", i+1), "--no-scan", "--poll-only", "--concurrency", "10"))
 	}
-	db := pool(t, direct)
-	var scans []string
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		// cron's `fleetpace scan`, every second here.
-		out, errOut, code := cliCode(t, bouncer, "scan", "--look-ahead", "5s")
-		scans = append(scans, out+errOut)
-		if code != 0 {
-			t.Fatalf("scan through PgBouncer: exit %d\n%s%s", code, out, errOut)
-		}
-		var left int
-		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_checked_at IS NULL`).Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d sources still unchecked after 3 min through PgBouncer", left, n)
-		}
-		time.Sleep(time.Second)
-	}
+	scans := scanUntilChecked(t, bouncer, pool(t, direct), 3*time.Minute)
 	for _, w := range ws {
 		w.stop()
 	}
@@ -226,18 +216,7 @@ func TestPgBouncer(t *testing.T) {
 	if maxWin > int(rate)+burst {
 		t.Errorf("a 1-s window held %d requests; the ceiling is %.0f/s + burst %d", maxWin, rate, burst)
 	}
-	logs := map[string]string{"pgbouncer": bouncerLog()}
-	for i, s := range scans {
-		logs[fmt.Sprintf("scan %d", i+1)] = s
-	}
-	for _, w := range ws {
-		logs[w.name] = w.log.String()
-	}
-	for name, l := range logs {
-		if m := pooledErrors.FindString(l); m != "" {
-			t.Errorf("%s's log shows %q:\n%s", name, m, tail(l, 2048))
-		}
-	}
+	checkPooledLogs(t, bouncerLog(), scans, ws)
 
 	// The negative control: the same worker with pgx's default execution
 	// mode (named prepared statements) through the same PgBouncer.
@@ -261,5 +240,112 @@ func TestPgBouncer(t *testing.T) {
 		t.Errorf("a worker with named prepared statements behind PgBouncer showed no error in 60 s: the check above would not catch one")
 	} else {
 		t.Logf("negative control: with named prepared statements the worker logs %q", m)
+	}
+}
+
+// A worker, a cron-style scan and the CLI behind PgBouncer in transaction
+// mode with a plain URL (no default_query_exec_mode, no --poll-only, no
+// --pooler): one connection at start-up tells them they are behind a
+// pooler, they run pooler-safe, every source is fetched and no log shows
+// an error of session state behind a pooler. A pool that could not tell at
+// start-up refuses its first connection through the pooler with an error
+// naming --pooler transaction (a worker stops on it) instead of sending a
+// stream of failing statements.
+func TestPgBouncerPlainURL(t *testing.T) {
+	t.Parallel()
+	direct := newURL(t)
+	bouncer, bouncerLog := pgBouncer(t, direct, 5, "")
+	d := newDest(t, nil)
+	const n, rate, burst = 100, 20.0, 2
+	setPlatform(t, bouncer, "plain", "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
+	importSources(t, bouncer, "plain", d.URL(), pathsN("/plain/", n))
+	var ws []*proc
+	for i := range 2 {
+		ws = append(ws, startWorker(t, bouncer, fmt.Sprintf("plain%d", i+1), "--no-scan", "--concurrency", "10"))
+	}
+	scans := scanUntilChecked(t, bouncer, pool(t, direct), 2*time.Minute)
+	for _, w := range ws {
+		w.stop()
+		if !strings.Contains(w.log.String(), "pooler-safe mode") {
+			t.Errorf("%s did not say it runs pooler-safe:\n%s", w.name, tail(w.log.String(), 2048))
+		}
+	}
+	checkPooledLogs(t, bouncerLog(), scans, ws)
+	if maxWin := maxInWindow(d.Arrivals("/plain/"), time.Second); maxWin > int(rate)+burst {
+		t.Errorf("a 1-s window held %d requests; the ceiling is %.0f/s + burst %d", maxWin, rate, burst)
+	}
+
+	// A pool that could not tell at start-up (the database was unreachable
+	// then) checks each new connection: through the pooler it refuses the
+	// connection, naming the fix, and says so once to whoever must stop;
+	// to PostgreSQL itself it connects.
+	var told atomic.Int32
+	for _, tc := range []struct {
+		url    string
+		pooled bool
+	}{{bouncer, true}, {direct, false}} {
+		p, err := dbconn.NewPool(context.Background(), dbconn.Config{URL: tc.url, Pooler: dbconn.PoolerAuto,
+			OnPooler: func(error) { told.Add(1) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var one int
+		err = p.QueryRow(context.Background(), "SELECT 1").Scan(&one)
+		p.Close()
+		switch {
+		case tc.pooled && (!errors.Is(err, dbconn.ErrPooler) || !strings.Contains(err.Error(), "--pooler transaction") || told.Load() != 1):
+			t.Errorf("an undecided pool through PgBouncer: %v (told %d times), want ErrPooler naming --pooler transaction, told once", err, told.Load())
+		case !tc.pooled && (err != nil || told.Load() != 1):
+			t.Errorf("an undecided pool to PostgreSQL: %v (told %d times), want it to connect", err, told.Load())
+		}
+		resolved, err := dbconn.ResolvePooler(context.Background(), dbconn.Config{URL: tc.url, Pooler: dbconn.PoolerAuto})
+		if want := map[bool]dbconn.Pooler{true: dbconn.PoolerTransaction, false: dbconn.PoolerNone}[tc.pooled]; err != nil || resolved.Pooler != want {
+			t.Errorf("ResolvePooler(pooled %v): %q %v, want %q", tc.pooled, resolved.Pooler, err, want)
+		}
+	}
+}
+
+// scanUntilChecked runs cron's `fleetpace scan` through url every second
+// until every source has a check (read on db), and returns the scans'
+// output; a scan that fails, or sources left after timeout, fail the test.
+func scanUntilChecked(t *testing.T, url string, db *pgxpool.Pool, timeout time.Duration) []string {
+	t.Helper()
+	var scans []string
+	deadline := time.Now().Add(timeout)
+	for {
+		out, errOut, code := cliCode(t, url, "scan", "--look-ahead", "5s")
+		scans = append(scans, out+errOut)
+		if code != 0 {
+			t.Fatalf("scan through PgBouncer: exit %d\n%s%s", code, out, errOut)
+		}
+		var left int
+		if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_checked_at IS NULL`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			return scans
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d source(s) still unchecked after %s through PgBouncer", left, timeout)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkPooledLogs fails the test if PgBouncer's log, a scan's output or a
+// worker's log shows an error of session state behind a pooler.
+func checkPooledLogs(t *testing.T, bouncerLog string, scans []string, ws []*proc) {
+	t.Helper()
+	logs := map[string]string{"pgbouncer": bouncerLog}
+	for i, s := range scans {
+		logs[fmt.Sprintf("scan %d", i+1)] = s
+	}
+	for _, w := range ws {
+		logs[w.name] = w.log.String()
+	}
+	for name, l := range logs {
+		if m := pooledErrors.FindString(l); m != "" {
+			t.Errorf("%s's log shows %q:\n%s", name, m, tail(l, 2048))
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetpace/fleetpace/redact"
 	"time"
 
 	"github.com/fleetpace/fleetpace/clock"
@@ -32,6 +33,11 @@ type WaitError struct {
 	Paused bool
 	// Degraded: decided locally, the database being unreachable.
 	Degraded bool
+	// Cause is why the database was unreachable when Degraded: the last
+	// error of a connection attempt or statement (a wrong role, a refused
+	// port, a timeout). Error shows it with passwords removed; errors.Is
+	// and errors.As see it.
+	Cause error
 }
 
 func (e *WaitError) Error() string {
@@ -45,12 +51,24 @@ func (e *WaitError) Error() string {
 		return fmt.Sprintf("pacer: no slot on %q: the platform is paused until resumed", e.Platform)
 	case e.Paused:
 		return fmt.Sprintf("pacer: no slot on %q: the platform is paused for %s, beyond %s", e.Platform, wait, bound)
+	case e.Degraded:
+		cause := "no cause recorded"
+		if e.Cause != nil {
+			cause = redact.Error(e.Cause).Error()
+		}
+		return fmt.Sprintf("pacer: no slot on %q within %s: the database is unreachable, so this process paces "+
+			"locally (the next local slot is in %s; a platform it has never seen gets none): %s", e.Platform, bound, wait, cause)
 	}
 	return fmt.Sprintf("pacer: no slot on %q within %s: the next is in %s", e.Platform, bound, wait)
 }
 
-// Unwrap returns ErrNoSlot.
-func (e *WaitError) Unwrap() error { return ErrNoSlot }
+// Unwrap returns ErrNoSlot, and Cause when there is one.
+func (e *WaitError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{ErrNoSlot, e.Cause}
+	}
+	return []error{ErrNoSlot}
+}
 
 // Acquire reserves a slot on platform and sleeps until it, in all waiting
 // at most maxWait and never past ctx's deadline: Wait with a bound, for a
@@ -103,8 +121,12 @@ func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string,
 				}
 				continue
 			}
-			return res, &WaitError{Platform: platform, Wait: res.Wait, MaxWait: left, Deadline: byDeadline,
+			werr := &WaitError{Platform: platform, Wait: res.Wait, MaxWait: left, Deadline: byDeadline,
 				Paused: res.Paused, Degraded: res.Degraded}
+			if p, ok := s.(*Pacer); ok && res.Degraded {
+				werr.Cause = p.outageCause()
+			}
+			return res, werr
 		}
 		err = s.Sleep(ctx, &res)
 		switch {

@@ -34,8 +34,13 @@ type Config struct {
 	StatementTimeout time.Duration
 
 	// Latch is how long a failure to reach the database is remembered: while
-	// latched, no connection is attempted and reservations are paced locally.
-	// Default 5 s.
+	// latched, no connection is attempted and reservations are paced locally
+	// (a local slot booked at most half a Latch ahead). Once the database
+	// answers again, the process honours its local share for 1.5 × Latch
+	// (others may still have local slots until then): the fleet is back at
+	// full speed about that long after. Shorter recovers sooner and costs one
+	// connection attempt per Latch while the database is down. Default 5 s
+	// (a fleetpace worker uses 1 s).
 	Latch time.Duration
 
 	// MinFleetSize is the smallest fleet size degraded pacing assumes

@@ -14,7 +14,13 @@ func (st *localState) degradedInterval(div float64) time.Duration {
 
 // reserveLocal paces one reservation locally at rate / (fleet size + 1). A
 // platform whose rate was never seen is denied with a wait of one latch
-// period: without a known rate the only safe answer is "not now".
+// period: without a known rate the only safe answer is "not now". A slot
+// further ahead than the latch's horizon (half a period) is not booked: the
+// reservation is denied with the wait until it comes within it (Acquire
+// and Wait sleep and ask again), so a process's local slots end within a
+// horizon of its last local grant, which bounds how long another process
+// that has reached the database again must honour its local share (see
+// latch).
 func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation {
 	p.degraded.Add(1)
 	p.mu.Lock()
@@ -35,6 +41,11 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 		res.Wait = clampDuration(res.Wait)
 		return res
 	}
+	if h := p.latch.horizon(); res.Wait > h {
+		p.denied.Add(1)
+		res.Wait -= h
+		return res
+	}
 	st.tat = slot.Add(st.degradedInterval(p.divisor()))
 	res.Granted = true
 	res.due, res.maxWait = slot, maxWait
@@ -44,9 +55,14 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 	return res
 }
 
-// localWait is how long this process's local share would make a
-// reservation wait now (false if the platform is not cached).
-func (p *Pacer) localWait(platform string) (time.Duration, bool) {
+// takeLocalShare books this process's next local slot on platform for a
+// reservation made while it honours its local share after an outage (a
+// probe, or while recovering) and returns how long until it, at most limit
+// (false: the platform's rate is not known). The slot is booked before the
+// shared reservation is made, so concurrent callers get successive local
+// slots rather than all the same one; a wait beyond maxWait books nothing
+// (the caller is denied).
+func (p *Pacer) takeLocalShare(platform string, maxWait, limit time.Duration) (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.local[platform]
@@ -54,5 +70,10 @@ func (p *Pacer) localWait(platform string) (time.Duration, bool) {
 		return 0, false
 	}
 	now := p.clock.Now()
-	return maxTime(now, st.tat, st.hold).Sub(now), true
+	slot := maxTime(now, st.tat, st.hold)
+	w := min(slot.Sub(now), limit)
+	if w <= maxWait {
+		st.tat = slot.Add(st.degradedInterval(p.divisor()))
+	}
+	return w, true
 }

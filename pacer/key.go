@@ -70,7 +70,10 @@ func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait ti
 	}
 	minWait := held
 	if probe || recovering {
-		if w, ok := p.localWait(platform); ok {
+		// As Reserve: this process's local share first, one at a time.
+		p.recoveryMu.Lock()
+		defer p.recoveryMu.Unlock()
+		if w, ok := p.takeLocalShare(platform, maxWait, p.latch.recoverLeft(probe)); ok {
 			if w > maxWait {
 				p.latch.endProbe(probe)
 				p.denied.Add(1)

@@ -12,10 +12,12 @@ import (
 
 // latch is the pacer's memory of an outage. After a round trip finds the
 // database unreachable, no connection is attempted for one period (calls
-// pace locally instead); once it passes, one caller at a time probes. After
-// the probe succeeds, for one more period the process also honours its
-// local share (other processes may still pace locally until their own
-// latch expires).
+// pace locally instead, booking a local slot at most one horizon — half a
+// period — ahead); once it passes, one caller at a time probes. After the
+// probe succeeds, for one period and one horizon more the process also
+// honours its local share: another process may still grant local slots
+// until its own latch expires (at most a period after this one's success),
+// each at most a horizon ahead. See docs/design.md, "Degraded mode".
 //
 // The common path (no outage, not recovering) is two atomic loads.
 type latch struct {
@@ -23,7 +25,7 @@ type latch struct {
 	period time.Duration
 
 	down         atomic.Bool  // the last probe or round trip failed
-	recoverNanos atomic.Int64 // after a resume, honour local pacing until then (Unix ns; 0: never)
+	recoverNanos atomic.Int64 // after a resume, honour the local share until then (Unix ns; 0: never)
 
 	mu      sync.Mutex
 	until   time.Time // no connection attempt before this
@@ -56,6 +58,23 @@ func (l *latch) recovering() bool {
 	return r != 0 && l.clock.Now().UnixNano() < r
 }
 
+// horizon is how far ahead a local slot may be booked: half a period.
+func (l *latch) horizon() time.Duration { return l.period / 2 }
+
+// recovery is how long after a resume the local share is honoured: until
+// every other process's local slots have passed.
+func (l *latch) recovery() time.Duration { return l.period + l.horizon() }
+
+// recoverLeft is how long the local share is still honoured: the rest of
+// the recovering period, or, for a probe (which starts one if it
+// succeeds), a whole one.
+func (l *latch) recoverLeft(probe bool) time.Duration {
+	if probe {
+		return l.recovery()
+	}
+	return max(time.Duration(l.recoverNanos.Load()-l.clock.Now().UnixNano()), 0)
+}
+
 // latched: no connection may be attempted now.
 func (l *latch) latched() bool {
 	l.mu.Lock()
@@ -80,8 +99,8 @@ func (l *latch) fail(probe bool) (wasDown bool) {
 }
 
 // succeed ends a probe that reached the database: shared pacing resumes
-// (resumed is true if it was down), and local pacing is honoured for one
-// more period.
+// (resumed is true if it was down), and the local share is honoured for
+// the recovery period.
 func (l *latch) succeed(probe bool) (resumed bool) {
 	if !probe {
 		return false
@@ -90,7 +109,7 @@ func (l *latch) succeed(probe bool) (resumed bool) {
 	defer l.mu.Unlock()
 	l.probing = false
 	resumed = l.down.Swap(false)
-	l.recoverNanos.Store(l.clock.Now().Add(l.period).UnixNano())
+	l.recoverNanos.Store(l.clock.Now().Add(l.recovery()).UnixNano())
 	return resumed
 }
 

@@ -56,8 +56,10 @@ type Pacer struct {
 
 	fleet atomic.Int64
 
-	clock clock.Clock
-	latch latch
+	clock      clock.Clock
+	latch      latch
+	cause      atomic.Pointer[error] // the last error that latched an outage
+	recoveryMu sync.Mutex            // a probe's or a recovering process's reservations, one at a time (Reserve)
 
 	mu      sync.Mutex
 	local   map[string]*localState
@@ -163,8 +165,11 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	// Pacer state is soft state: a lost commit costs at most a few slots.
-	// Set in the startup packet, so it costs no round trip.
+	// Pacer state is soft state, so its commits wait neither for the disk
+	// nor for a synchronous standby, whatever the server says: a commit lost
+	// in a crash or a failover is a reservation whose slot has passed by
+	// the time the fleet paces shared again, or a slow-down the next 429
+	// reports again. Set in the startup packet, so it costs no round trip.
 	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	// The pacer's statements have one plan whatever their parameters; planning
 	// them again on every execution would be most of their server time.
@@ -256,11 +261,26 @@ func (p *Pacer) SetFleetSize(n int) { p.fleet.Store(int64(n)) }
 // fail latches an outage and drops the pool's (probably dead) connections.
 func (p *Pacer) fail(probe bool, err error) {
 	p.failures.Add(1)
+	if !errors.Is(err, errLatched) {
+		p.cause.Store(&err)
+	}
 	if !p.latch.fail(probe) {
 		p.log.Warn("pacer: database unreachable, pacing locally", "error", err,
 			"latch", p.cfg.Latch, "divisor", p.divisor())
 	}
 	p.pool.Reset()
+}
+
+// outageCause is the error that latched the current outage (nil when the
+// database is reachable).
+func (p *Pacer) outageCause() error {
+	if !p.latch.isDown() {
+		return nil
+	}
+	if err := p.cause.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // succeed ends a probe that reached the database.

@@ -44,10 +44,20 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	minWait := held
 	n := 1
 	if probe || recovering {
-		// After an outage other processes may still pace locally for up to
-		// one latch period; honour this process's local share too, so the
-		// sum stays under the ceiling. The shared row books the later slot.
-		if w, ok := p.localWait(platform); ok {
+		// One at a time, so the row books this process's local slots in
+		// their order (it only moves forward: a later slot booked first
+		// would push the earlier ones onto the row's faster pace).
+		p.recoveryMu.Lock()
+		defer p.recoveryMu.Unlock()
+		// After an outage other processes may still grant local slots for
+		// up to one latch period, each at most a horizon ahead; honour this
+		// process's local share too (its next local slot, booked now), so
+		// the sum stays under the ceiling. The shared row books the later
+		// slot — but never later than the end of that recovery period: from
+		// then on no local slot is left anywhere and the row spaces every
+		// slot (a row booked a local backlog ahead would hold the whole
+		// fleet back behind it).
+		if w, ok := p.takeLocalShare(platform, maxWait, p.latch.recoverLeft(probe)); ok {
 			if w > maxWait {
 				p.latch.endProbe(probe)
 				p.denied.Add(1)

@@ -66,3 +66,18 @@ func Text(text string) string {
 // before: free text may cut a URL where a nested one begins
 // (?next=https://…&token=…).
 func maskLoose(s string) string { return maskPairs(maskParams(s)) }
+
+// Error returns err with its message passed through Text (pgx's own errors
+// may echo a URL with its password) and its chain kept, so errors.Is and
+// errors.As still see what it wraps; nil stays nil.
+func Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	return redactedError{err}
+}
+
+type redactedError struct{ err error }
+
+func (e redactedError) Error() string { return Text(e.err.Error()) }
+func (e redactedError) Unwrap() error { return e.err }

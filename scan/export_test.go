@@ -21,3 +21,8 @@ func SelectDue(ctx context.Context, db sources.Beginner, opts DueOptions) ([]Due
 	}
 	return q.Run(ctx, tx)
 }
+
+// RetryDeadlock is retryDeadlock, for the tests.
+func RetryDeadlock(ctx context.Context, fn func() (int, error)) (int, error) {
+	return retryDeadlock(ctx, fn)
+}

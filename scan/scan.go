@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
@@ -143,11 +144,52 @@ type Result struct {
 // commit, the tick that ran prunes the fetch history beyond the retention
 // (a statement of its own, so the jobs are not held back by it; a failed
 // prune is an error, but the tick's jobs are queued).
+//
+// A transaction or a prune the server aborted to break a deadlock
+// (SQLSTATE 40P01) runs again at once, up to DeadlockAttempts times in all:
+// a lock cycle with another process is not an outage worth the scan loop's
+// back-off.
 func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	res, err := retryDeadlock(ctx, func() (*Result, error) { return tick(ctx, db, client, cfg) })
+	if err != nil || res.Skipped {
+		return res, err
+	}
+	res.Pruned, err = retryDeadlock(ctx, func() (int64, error) {
+		return sources.PruneHistory(ctx, db, cfg.Retention(), cfg.PruneBatch)
+	})
+	if err != nil {
+		return res, fmt.Errorf("tick: %w", err)
+	}
+	res.KeysPruned, err = retryDeadlock(ctx, func() (int64, error) {
+		return pacer.PruneKeys(ctx, db, pacer.DefaultKeyIdle, cfg.PruneBatch)
+	})
+	if err != nil {
+		return res, fmt.Errorf("tick: %w", err)
+	}
+	return res, nil
+}
+
+// DeadlockAttempts is how many times Tick runs its transaction, or its
+// prune, when the server keeps aborting it to break a deadlock.
+const DeadlockAttempts = 5
+
+// retryDeadlock runs fn until it returns something other than a deadlock,
+// at most DeadlockAttempts times.
+func retryDeadlock[T any](ctx context.Context, fn func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := fn()
+		if err == nil || !dbconn.IsDeadlock(err) || attempt == DeadlockAttempts || ctx.Err() != nil {
+			return v, err
+		}
+	}
+}
+
+// tick is one attempt at Tick's transaction.
+func tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tick: begin: %w", err)
@@ -191,12 +233,6 @@ func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("tick: commit: %w", err)
-	}
-	if res.Pruned, err = sources.PruneHistory(ctx, db, cfg.Retention(), cfg.PruneBatch); err != nil {
-		return res, fmt.Errorf("tick: %w", err)
-	}
-	if res.KeysPruned, err = pacer.PruneKeys(ctx, db, pacer.DefaultKeyIdle, cfg.PruneBatch); err != nil {
-		return res, fmt.Errorf("tick: %w", err)
 	}
 	return res, nil
 }

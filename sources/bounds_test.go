@@ -166,6 +166,8 @@ func TestSchemaBoundsUpgrade(t *testing.T) {
 	exec(`INSERT INTO fleetpace_source (platform, url, check_interval) VALUES
 	    ('tiny', 'https://a.example/1', interval '1 microsecond'), ('fine', 'https://a.example/2', interval '30 minutes'),
 	    ('fine', 'https://a.example/3', interval '100 years')`)
+	// An installation from before fleetpace_schema recorded a version.
+	exec(`DROP TABLE fleetpace_schema`)
 
 	apply := func() {
 		t.Helper()

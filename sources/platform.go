@@ -17,6 +17,11 @@ const NamePattern = `^[a-z0-9][a-z0-9_.-]{0,62}$`
 
 var nameRE = regexp.MustCompile(NamePattern)
 
+// nameRule is the reason a bad platform name is refused, in words first:
+// "Feeds" or "my feeds" is the usual mistake.
+const nameRule = "must be lower-case: letters a-z, digits, '.', '_' and '-', starting with a letter or digit, " +
+	"at most 63 characters (" + NamePattern + ")"
+
 // Platform defaults, as in the schema. The adaptation defaults were chosen
 // by measurement (`fleetpace bench adapt --sweep`, see the README).
 const (
@@ -114,7 +119,7 @@ func (p Platform) WithDefaults() Platform {
 func (p Platform) Validate() error {
 	switch {
 	case !nameRE.MatchString(p.Name):
-		return &FieldError{Field: "name", Value: p.Name, Reason: "must match " + NamePattern}
+		return &FieldError{Field: "name", Value: p.Name, Reason: nameRule}
 	case !(p.RatePerSec >= MinRate && p.RatePerSec <= MaxRate): // NaN too
 		return &FieldError{Field: "rate_per_sec", Value: fmtFloat(p.RatePerSec), Reason: fmt.Sprintf("must be in [%g, %g] requests per second", MinRate, MaxRate)}
 	case p.Burst < 1 || p.Burst > MaxBurst:
@@ -253,7 +258,7 @@ func (u PlatformUpdate) Apply(p Platform) Platform {
 // and whether it was created.
 func ConfigurePlatform(ctx context.Context, db Beginner, name string, u PlatformUpdate) (p Platform, created bool, err error) {
 	if !nameRE.MatchString(name) {
-		return Platform{}, false, fmt.Errorf("platform: %w", &FieldError{Field: "name", Value: name, Reason: "must match " + NamePattern})
+		return Platform{}, false, fmt.Errorf("platform: %w", &FieldError{Field: "name", Value: name, Reason: nameRule})
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

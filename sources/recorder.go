@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/internal/dbconn"
 )
 
 // ErrRecorderStopped is returned by Recorder.Record after Stop (or after the
@@ -41,12 +42,30 @@ type RecorderConfig struct {
 	// history after a history write failed (each failure otherwise costs a
 	// second statement per batch). Default DefaultHistoryPause.
 	HistoryPause time.Duration
-	// Clock times HistoryPause. Default (nil): the real clock.
+	// OutageRetry is how long submitted checks whose statement failed
+	// because the database could not be reached (dbconn.IsUnavailable: an
+	// outage, a failover) are kept and written again once it answers,
+	// retried every 100 ms, doubling to 1 s: a check fetched during an
+	// outage is then not fetched again. Kept beyond it, they are dropped
+	// (Stats.Failed; the scan re-queues their sources). Default
+	// DefaultOutageRetry; negative: dropped at the first failure.
+	OutageRetry time.Duration
+	// Clock times HistoryPause and OutageRetry. Default (nil): the real
+	// clock.
 	Clock clock.Clock
 }
 
-// DefaultHistoryPause is RecorderConfig.HistoryPause's default.
-const DefaultHistoryPause = time.Minute
+// Defaults of RecorderConfig.
+const (
+	DefaultHistoryPause = time.Minute
+	DefaultOutageRetry  = 2 * time.Minute
+)
+
+// Bounds of the wait between two writes of checks kept through an outage.
+const (
+	minOutageWait = 100 * time.Millisecond
+	maxOutageWait = time.Second
+)
 
 func (c *RecorderConfig) validate() error {
 	if c.MaxBatch < 0 {
@@ -69,10 +88,10 @@ func (c *RecorderConfig) validate() error {
 // statement per check, as RecordCheck is. Each check's history row is
 // written by the same statement (RecordChecks), unless NoHistory.
 //
-// The pool's sessions should not wait for the disk (ConfigureRecorderPool):
-// a check lost with its commit is recovered like any check the Recorder
-// loses (see Submit), so waiting for every batch's flush buys nothing but
-// time.
+// ConfigureRecorderPool sets up its pool: by default the server's
+// synchronous_commit applies; a caller may trade the durability of the last
+// checks for speed (a check lost with its commit is recovered like any
+// check the Recorder loses, see Submit).
 //
 // A Recorder is started once and stopped once; Stop writes what is already
 // queued before it returns, within the bound of its context.
@@ -85,6 +104,8 @@ type Recorder struct {
 	history   bool
 	pause     time.Duration
 	clock     clock.Clock
+
+	outageRetry time.Duration
 	// historyAfter is when history rows are written again after a failure
 	// (zero: now); only the loop uses it.
 	historyAfter time.Time
@@ -112,6 +133,7 @@ type recordRequest struct {
 	rec    CheckRecord
 	done   chan error // capacity 1: the loop never blocks on it; nil for a submitted check
 	marker bool       // Flush's marker: no check, only a place in the queue
+	kept   time.Time  // a submitted check kept through an outage: when its first write failed
 }
 
 // NewRecorder builds a Recorder writing through pool. Call Start before Record.
@@ -134,9 +156,12 @@ func NewRecorder(pool *pgxpool.Pool, cfg RecorderConfig) (*Recorder, error) {
 	if cfg.HistoryPause == 0 {
 		cfg.HistoryPause = DefaultHistoryPause
 	}
+	if cfg.OutageRetry == 0 {
+		cfg.OutageRetry = DefaultOutageRetry
+	}
 	return &Recorder{
 		pool: pool, maxBatch: cfg.MaxBatch, maxQueued: cfg.MaxQueued, logger: cfg.Logger,
-		worker: cfg.Worker, history: !cfg.NoHistory, pause: cfg.HistoryPause, clock: clock.Or(cfg.Clock),
+		worker: cfg.Worker, history: !cfg.NoHistory, pause: cfg.HistoryPause, clock: clock.Or(cfg.Clock), outageRetry: cfg.OutageRetry,
 		wake: make(chan struct{}, 1), stopping: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
@@ -292,11 +317,24 @@ func (r *Recorder) Stats() RecorderStats {
 func (r *Recorder) loop(ctx context.Context) {
 	defer close(r.done)
 	defer r.abort() // release the context
+	// After an outage kept checks: the wait before writing them again (new
+	// checks do not wake the loop meanwhile); 0: nothing kept.
+	var wait time.Duration
 	for {
+		wake, again := r.wake, (<-chan time.Time)(nil)
+		var timer clock.Timer
+		if wait > 0 {
+			timer = r.clock.NewTimer(wait)
+			wake, again = nil, timer.Chan()
+		}
 		select {
-		case <-r.wake:
+		case <-wake:
+		case <-again:
 		case <-r.stopping:
 		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 		last := false
 		select {
@@ -312,15 +350,21 @@ func (r *Recorder) loop(ctx context.Context) {
 			r.stopped = true
 			r.mu.Unlock()
 		}
-		for {
+		kept := false
+		for !kept {
 			batch := r.take()
 			if len(batch) == 0 {
 				break
 			}
-			r.flush(r.run, batch)
+			kept = r.flush(r.run, batch, !last)
 		}
 		if last {
 			return
+		}
+		if kept {
+			wait = min(max(2*wait, minOutageWait), maxOutageWait)
+		} else {
+			wait = 0
 		}
 	}
 }
@@ -345,8 +389,11 @@ func (r *Recorder) take() []*recordRequest {
 // The statement is cancelled if every waiter gives up while it runs, so a
 // stuck statement cannot outlive all of its callers; a batch holding a
 // submitted check is not cancelled that way (nobody waits for it, and it
-// must be written), only by Stop's bound (base ends).
-func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
+// must be written), only by Stop's bound (base ends). When the database
+// could not be reached and mayKeep, the batch's submitted checks are put
+// back at the head of the queue to be written again (within OutageRetry of
+// their first failure), and flush returns true.
+func (r *Recorder) flush(base context.Context, batch []*recordRequest, mayKeep bool) (kept bool) {
 	var live, markers []*recordRequest
 	submitted := 0
 	for _, q := range batch {
@@ -400,6 +447,10 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 		}
 		r.batches.Add(1)
 		r.records.Add(int64(len(live)))
+		if err != nil && submitted > 0 && mayKeep && r.keep(live, err) {
+			kept = true
+			submitted = 0 // kept, not failed
+		}
 		if err != nil {
 			err = fmt.Errorf("sources: recorder: %w", err)
 			if submitted > 0 {
@@ -417,6 +468,9 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 		}
 	}
 	for _, q := range live {
+		if kept && q.done == nil {
+			continue // to be written again
+		}
 		qerr := err
 		if rc := refused[q.rec.SourceID]; rc != nil && err == nil {
 			// One refused row: its own error, nobody else's.
@@ -434,24 +488,59 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest) {
 	for _, q := range markers {
 		q.done <- err
 	}
+	return kept
+}
+
+// keep puts the submitted checks of live back at the head of the queue when
+// err says the database could not be reached and none has been kept for
+// longer than OutageRetry; it reports whether it did.
+func (r *Recorder) keep(live []*recordRequest, err error) bool {
+	if r.outageRetry < 0 || !dbconn.IsUnavailable(err) {
+		return false
+	}
+	now := r.clock.Now()
+	var again []*recordRequest
+	for _, q := range live {
+		if q.done != nil {
+			continue
+		}
+		if q.kept.IsZero() {
+			q.kept = now
+		} else if now.Sub(q.kept) > r.outageRetry {
+			return false
+		}
+		again = append(again, q)
+	}
+	if again[0].kept.Equal(now) {
+		r.logger.Warn("database unreachable: keeping checks to write when it answers", "checks", len(again), "for", r.outageRetry, "err", err)
+	}
+	r.mu.Lock()
+	r.queue = append(again, r.queue...)
+	r.mu.Unlock()
+	return true
 }
 
 // ConfigureRecorderPool sets the session settings a Recorder's pool should
-// have: synchronous_commit off, so a batch's commit does not wait for the
-// disk. It is safe because a check is soft state, recovered when lost: a
-// check lost with an unflushed commit (the database crashed within a
-// fraction of a second of it) leaves its source queued for a job that has
-// completed, and the scan's reconciliation releases it a minute later to be
-// fetched again — exactly what happens to a check lost with a worker killed
-// before the Recorder wrote it (Submit). Its history row is lost with it.
-// Nothing else is written through that pool. On a database where every
-// commit waits for the disk, this is what lets a batch of checks cost about
-// what a River job's own completion costs.
-func ConfigureRecorderPool(pc *pgxpool.Config) {
+// have. By default the server's synchronous_commit applies: on a cluster
+// with synchronous standbys, a check the Recorder has written is on a
+// standby too, and survives a failover to it. asyncCommit sets
+// synchronous_commit off for the pool's sessions: a batch's commit then
+// waits neither for the disk nor for a standby, which on a database whose
+// commits wait for the disk is what lets a batch of checks cost about what
+// a River job's own completion costs. A check lost with such a commit (the
+// database crashed, or failed over, within a fraction of a second of it)
+// is soft state, recovered: it leaves its source queued for a job that has
+// completed, and the scan's reconciliation releases it a minute later to
+// be fetched again — exactly what happens to a check lost with a worker
+// killed before the Recorder wrote it (Submit). Its history row is lost
+// with it. Nothing else is written through that pool.
+func ConfigureRecorderPool(pc *pgxpool.Config, asyncCommit bool) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	if asyncCommit {
+		pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
 	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pc.ConnConfig.RuntimeParams["application_name"] = "fleetpace-recorder"
 	}

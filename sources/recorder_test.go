@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -763,5 +765,113 @@ func TestRecordCheckOnlyByTheQueuedJob(t *testing.T) {
 		if got := f.checked(t, ids[i:i+1]) == 1; got != want {
 			t.Errorf("source %d: written %v, want %v", i, got, want)
 		}
+	}
+}
+
+// A Recorder's pool honours the server's synchronous_commit (here the
+// database's own, remote_apply, as a cluster with a synchronous standby
+// might have it) unless told otherwise; asked for async commits, its
+// sessions commit with synchronous_commit off.
+func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = remote_apply', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		async bool
+		want  string
+	}{{false, "remote_apply"}, {true, "off"}} {
+		pc, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources.ConfigureRecorderPool(pc, tc.async)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
+		pool.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("recorder pool (async %v): synchronous_commit %q %v, want %q", tc.async, got, err, tc.want)
+		}
+	}
+}
+
+// Submitted checks whose statement fails because the database is down (a
+// restart, a failover) are kept and written once it answers again: none
+// is lost, none counted failed. With OutageRetry negative they are dropped
+// at the first failure, as before.
+func TestRecorderKeepsChecksThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := pgembed.Start(ctx, pgembed.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	pool, err := pgxpool.New(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := &recorderFixture{fixture: &fixture{ctx: ctx, pool: pool}}
+	f.platform(t, "p", 10)
+	ids := f.sources(t, 6)
+	keeping, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropping, err := sources.NewRecorder(pool, sources.RecorderConfig{OutageRetry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []*sources.Recorder{keeping, dropping} {
+		if err := rec.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rec.Stop(context.Background()) })
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		rec := keeping
+		if i >= 3 {
+			rec = dropping
+		}
+		if err := rec.Submit(ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the keeping recorder tried and kept its checks; the other dropped its own", func() bool {
+		k, d := keeping.Stats(), dropping.Stats()
+		return k.Batches >= 2 && k.Queued == 3 && k.Failed == 0 && d.Failed == 3
+	})
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the kept checks written once the database is back", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM fleetpace_source WHERE id = ANY($1) AND last_outcome = 'ok' AND queued_at IS NULL`,
+			ids[:3]).Scan(&n)
+		return err == nil && n == 3
+	})
+	if st := keeping.Stats(); st.Failed != 0 || st.Queued != 0 {
+		t.Fatalf("keeping recorder after the outage: %+v, want nothing failed or left", st)
+	}
+	if n := f.checked(t, ids[3:]); n != 0 {
+		t.Fatalf("%d checks of the dropping recorder landed", n)
 	}
 }

@@ -56,7 +56,7 @@ func (s NewSource) Validate() error {
 		return &FieldError{Field: "platform", Value: "", Reason: "is required"}
 	}
 	if !nameRE.MatchString(s.Platform) {
-		return &FieldError{Field: "platform", Value: s.Platform, Reason: "must match " + NamePattern}
+		return &FieldError{Field: "platform", Value: s.Platform, Reason: nameRule}
 	}
 	if err := ValidateURL(s.URL); err != nil {
 		return err
@@ -164,7 +164,7 @@ func (f ListFilter) Validate() error {
 	case f.Outcome != "" && !slices.Contains(Outcomes, f.Outcome):
 		return &FieldError{Field: "outcome", Value: f.Outcome, Reason: "must be one of " + strings.Join(Outcomes, ", ")}
 	case f.Platform != "" && !nameRE.MatchString(f.Platform):
-		return &FieldError{Field: "platform", Value: f.Platform, Reason: "must match " + NamePattern}
+		return &FieldError{Field: "platform", Value: f.Platform, Reason: nameRule}
 	}
 	return nil
 }
@@ -356,7 +356,7 @@ func (sel Selection) Validate() error {
 	case sel.MinFailures < 0 || sel.MinFailures > MaxFailures:
 		return &FieldError{Field: "min_failures", Value: strconv.Itoa(sel.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
 	case sel.Platform != "" && !nameRE.MatchString(sel.Platform):
-		return &FieldError{Field: "platform", Value: sel.Platform, Reason: "must match " + NamePattern}
+		return &FieldError{Field: "platform", Value: sel.Platform, Reason: nameRule}
 	}
 	for _, id := range sel.IDs {
 		if id <= 0 {

@@ -23,7 +23,8 @@ type SourceReport struct {
 	// while the platform is paused until resumed, or the source disabled.
 	NextCheck time.Time `json:"next_check"`
 	// HeldBy says what holds the source back now ("" if nothing): "disabled",
-	// "queued", "paused", "cooldown".
+	// "queued", "paused" (a queued source's job waits for the pause too),
+	// "cooldown".
 	HeldBy string `json:"held_by,omitempty"`
 	// Cooldown is its platform's active cooldown, if any.
 	Cooldown *sources.Cooldown `json:"cooldown,omitempty"`
@@ -72,7 +73,7 @@ func ReadSource(ctx context.Context, db DB, ref string, historyLimit int) (*Sour
 	switch {
 	case !s.Enabled:
 		rep.HeldBy, rep.NextCheck = "disabled", time.Time{}
-	case s.QueuedAt != nil:
+	case s.QueuedAt != nil && !rep.Pace.PausedIndefinitely && rep.Pace.Paused <= 0:
 		rep.HeldBy = "queued"
 	case rep.Pace.PausedIndefinitely:
 		rep.HeldBy, rep.NextCheck = "paused", time.Time{}

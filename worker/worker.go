@@ -34,6 +34,7 @@ import (
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -51,6 +52,17 @@ const (
 	DefaultMinFleetSize = 1
 	DefaultMaxConns     = 10
 )
+
+// PacerLatch is the worker's pacer.Config.Latch: after a failed attempt to
+// reach the database, the pacer paces locally and tries again this long
+// later; after it reaches the database, it also honours its local share
+// for this long (other workers may still pace locally until their own
+// latch has passed). So the fleet paces at full speed again within about
+// 2 × PacerLatch of the database answering — a failover to a standby
+// included — instead of 2 × the library's 5-s default. The attempts it
+// costs during an outage are one a second per worker, as River's own
+// fetch poll makes on the main pool.
+const PacerLatch = time.Second
 
 // ConnIdleTimeout is how long a worker keeps an idle pool connection: once
 // a busy spell is over, its connections close within it (checked every
@@ -128,6 +140,27 @@ type Config struct {
 	// reservation instead of within milliseconds (pacer.Config.PollOnly).
 	// It saves a connection.
 	PollOnly bool
+	// Pooler says whether DatabaseURL leads to a connection pooler in
+	// transaction mode (PgBouncer's pool_mode = transaction): "transaction"
+	// sends statements as unnamed prepared statements described once
+	// (pgx's cache_describe, unless the URL sets default_query_exec_mode),
+	// implies PollOnly and sends none of the startup parameters a pooler
+	// refuses (the pacer's and the recorder's session settings: speed
+	// only); "none" changes nothing. Default ("") "auto": one connection
+	// at start-up tells (a pooler makes up the backend process id it
+	// reports, which pg_backend_pid() contradicts); if the database is
+	// unreachable then, every new connection is checked until one goes to
+	// PostgreSQL, and one that goes through a pooler stops the worker with
+	// an error naming "transaction".
+	Pooler string
+
+	// RecorderAsyncCommit records checks with synchronous_commit off: a
+	// batch's commit waits neither for the disk nor for a synchronous
+	// standby. A check lost with its commit (a crash or failover within a
+	// fraction of a second) is fetched again a minute later, its history row
+	// lost (sources.ConfigureRecorderPool). Default false: the server's
+	// synchronous_commit applies.
+	RecorderAsyncCommit bool
 
 	// Poll configures the scan loop (base 1 s, max 30 s, jitter 0.5 by
 	// default). Its StartupJitter also delays the River client's start, on
@@ -243,6 +276,8 @@ func (c Config) Validate() error {
 		return bad("MinFleetSize must be in [1, %d] (0: default), got %d", MaxFleetSize, c.MinFleetSize)
 	case c.MetricsMaxAge < 0:
 		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
+	case c.Pooler != "" && c.Pooler != string(dbconn.PoolerAuto) && c.Pooler != string(dbconn.PoolerNone) && c.Pooler != string(dbconn.PoolerTransaction):
+		return bad("Pooler must be one of auto, none, transaction (\"\": auto), got %q", c.Pooler)
 	case c.MaxConns != 0 && c.MaxConns < MinMaxConns(c.PollOnly):
 		return bad("MaxConns must be ≥ %d (0: default), got %d", MinMaxConns(c.PollOnly), c.MaxConns)
 	}
@@ -326,6 +361,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer func() { err = errors.Join(err, rt.close()) }()
 	pool, client := rt.pool, rt.client
+	var fatal error
 
 	// The HTTP server runs from the start, so health checks answer during the
 	// startup jitter too.
@@ -365,7 +401,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cfg.Ready(rt.addr)
 	}
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case fatal = <-rt.fatal:
+		log.Error("stopping", "error", fatal)
+	}
 	stopLoops()
 	loopErr := g.Wait()
 	log.Info("stopping: no new jobs; running fetches may finish", "soft_stop", cfg.SoftStop)
@@ -378,7 +418,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	byeErr := fleet.Leave(byeCtx, pool, cfg.ID)
 	cancelBye()
 	log.Info("worker stopped")
-	return errors.Join(loopErr, stopErr, recErr, byeErr)
+	return errors.Join(fatal, loopErr, stopErr, recErr, byeErr)
 }
 
 // stopClient stops River softly within soft, then, if jobs still run,
@@ -410,6 +450,7 @@ type runtime struct {
 	metrics  *Metrics
 	addr     net.Addr // the HTTP server's, if any
 	closers  []func() error
+	fatal    chan error // an error the worker must stop on (a pooler found late)
 }
 
 // close releases everything build made, last first, and returns their
@@ -426,31 +467,39 @@ func (rt *runtime) close() error {
 func closer(f func()) func() error { return func() error { f(); return nil } }
 
 func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
-	rt = &runtime{}
+	rt = &runtime{fatal: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, rt.close())
 		}
 	}()
-	shares := splitConns(cfg.MaxConns, cfg.PollOnly)
-	rt.pool, err = dbconn.NewPool(ctx, dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout,
-		MaxConns: int32(shares.main), IdleTimeout: ConnIdleTimeout, ApplicationName: AppName("worker")})
+	conn, err := rt.connections(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pollOnly := cfg.PollOnly || conn.Pooler == dbconn.PoolerTransaction
+	shares := splitConns(cfg.MaxConns, pollOnly)
+	mainCfg := conn
+	mainCfg.MaxConns, mainCfg.IdleTimeout, mainCfg.ApplicationName = int32(shares.main), ConnIdleTimeout, AppName("worker")
+	rt.pool, err = dbconn.NewPool(ctx, mainCfg)
 	if err != nil {
 		return nil, err
 	}
 	rt.closers = append(rt.closers, closer(rt.pool.Close))
 
 	// Fetch jobs record their checks with group commit, through a small
-	// pool of their own whose commits do not wait for the disk
-	// (sources.ConfigureRecorderPool says why that is safe). The recorder
+	// pool of their own, durable as the server says unless
+	// RecorderAsyncCommit (sources.ConfigureRecorderPool). The recorder
 	// stops only when told (Run stops it after the River client; on every
 	// other way out, close does, before the pools close), so jobs still
 	// running during a soft stop can record.
-	recPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout, MaxConns: 2})
+	recCfg := conn
+	recCfg.MaxConns = 2
+	recPoolCfg, err := dbconn.PoolConfig(recCfg)
 	if err != nil {
 		return nil, err
 	}
-	sources.ConfigureRecorderPool(recPoolCfg)
+	sources.ConfigureRecorderPool(recPoolCfg, cfg.RecorderAsyncCommit)
 	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("worker: recorder pool: %w", err)
@@ -472,13 +521,14 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 
 	// The pacer has a small pool of its own (never River's, never inside a
 	// caller's transaction), with the same fail-fast connection rule.
-	pacerPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout,
-		IdleTimeout: ConnIdleTimeout, ApplicationName: AppName("pacer")})
+	pacerCfg := conn
+	pacerCfg.IdleTimeout, pacerCfg.ApplicationName = ConnIdleTimeout, AppName("pacer")
+	pacerPoolCfg, err := dbconn.PoolConfig(pacerCfg)
 	if err != nil {
 		return nil, err
 	}
-	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: cfg.PollOnly,
-		ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
+	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: pollOnly,
+		ConnectTimeout: cfg.ConnectTimeout, Latch: PacerLatch, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
 	}
@@ -514,6 +564,35 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	return rt, nil
+}
+
+// connections is the configuration every pool of the worker starts from,
+// with Config.Pooler decided ("auto": by one connection now; see
+// Config.Pooler).
+func (rt *runtime) connections(ctx context.Context, cfg Config) (dbconn.Config, error) {
+	pooler := dbconn.Pooler(cmp.Or(cfg.Pooler, string(dbconn.PoolerAuto)))
+	conn := dbconn.Config{URL: cfg.DatabaseURL, ConnectTimeout: cfg.ConnectTimeout, Pooler: pooler,
+		OnPooler: func(err error) {
+			select {
+			case rt.fatal <- fmt.Errorf("worker: %w", err):
+			default:
+			}
+		}}
+	if pooler != dbconn.PoolerAuto {
+		return conn, nil
+	}
+	resolved, err := dbconn.ResolvePooler(ctx, conn)
+	switch {
+	case errors.Is(err, dbconn.ErrInvalidConfig), errors.Is(err, redact.ErrInvalidDatabaseURL):
+		return conn, err
+	case err != nil:
+		cfg.Logger.Warn("could not tell whether the database URL leads to a connection pooler; "+
+			"checking each new connection until one reaches PostgreSQL", "err", err)
+	case resolved.Pooler == dbconn.PoolerTransaction:
+		cfg.Logger.Info("the database URL leads to a connection pooler: pooler-safe mode (statements as unnamed "+
+			"prepared statements, no LISTEN, no startup parameters of fleetpace's own)", "pooler", "transaction")
+	}
+	return resolved, nil
 }
 
 // connShares is how a worker's connection budget is spent.

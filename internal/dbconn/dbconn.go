@@ -9,8 +9,12 @@
 // named in the URL: for sslmode=prefer that is the TLS attempt (set
 // sslmode=disable for a server without TLS, as the embedded one is), for
 // sslmode=allow the plain one, and only the first address a host name
-// resolves to. A URL that names several hosts (host=a,b) keeps one attempt
-// per named host, in order, all within the one connect timeout.
+// resolves to. A URL that names several hosts (host=a,b, or
+// postgres://a:5432,b:5432/db — a primary and its standby, with
+// target_session_attrs=read-write) keeps one attempt per named host, in
+// order, each bounded by its own connect timeout (pgx's rule): a host that
+// hangs costs one timeout and the next is still tried, so one attempt over
+// n hosts takes at most n × the timeout.
 package dbconn
 
 import (
@@ -41,8 +45,9 @@ type Config struct {
 	// URL is the PostgreSQL connection URL or keyword/value string. Required.
 	URL string
 
-	// ConnectTimeout bounds one connection attempt, TLS and authentication
-	// included. Default: DefaultConnectTimeout (2 s).
+	// ConnectTimeout bounds one connection attempt to one host, TLS and
+	// authentication included (each host of a multi-host URL gets its own).
+	// Default: DefaultConnectTimeout (2 s).
 	ConnectTimeout time.Duration
 
 	// MaxConns is the pool's size. Default: pgxpool's (max(4, NumCPU)).
@@ -67,6 +72,15 @@ type Config struct {
 	// Attempts, if set, is incremented on every connection attempt (for tests
 	// and metrics). Default: nil.
 	Attempts *atomic.Int64
+
+	// Pooler says whether the URL leads to a transaction pooler (see
+	// Pooler). Default ("") PoolerNone: nothing checked, nothing changed.
+	Pooler Pooler
+
+	// OnPooler, if set, is called with the error of a PoolerAuto pool's
+	// new connection that goes through a pooler (the connection is refused
+	// with it too): a long-running process stops on it rather than retry.
+	OnPooler func(error)
 }
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
@@ -83,6 +97,9 @@ func (c Config) Validate() error {
 	}
 	if c.IdleTimeout < 0 {
 		return fmt.Errorf("%w: dbconn.Config.IdleTimeout must be ≥ 0, got %s", ErrInvalidConfig, c.IdleTimeout)
+	}
+	if _, err := ParsePooler(string(c.Pooler)); err != nil {
+		return err
 	}
 	return nil
 }
@@ -103,7 +120,7 @@ func PoolConfig(cfg Config) (*pgxpool.Config, error) {
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil { // CheckDatabaseURL parsed it: not expected
-		return nil, fmt.Errorf("dbconn: %w", redacted{err})
+		return nil, fmt.Errorf("dbconn: %w", redact.Error(err))
 	}
 	timeout := cfg.ConnectTimeout
 	if timeout == 0 {
@@ -142,6 +159,7 @@ func PoolConfig(cfg Config) (*pgxpool.Config, error) {
 	if cfg.AfterConnect != nil {
 		pc.ConnConfig.AfterConnect = cfg.AfterConnect
 	}
+	applyPooler(pc, cfg)
 	return pc, nil
 }
 
@@ -170,18 +188,10 @@ func NewPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("dbconn: %w", redacted{err})
+		return nil, fmt.Errorf("dbconn: %w", redact.Error(err))
 	}
 	return pool, nil
 }
-
-// redacted is an error whose message has its passwords removed (pgx's own
-// errors may echo the URL) and whose chain is kept, so errors.Is and
-// errors.As still see what it wraps.
-type redacted struct{ err error }
-
-func (e redacted) Error() string { return redact.Text(e.err.Error()) }
-func (e redacted) Unwrap() error { return e.err }
 
 // IsUnavailable reports whether err means the database could not be reached
 // or cannot serve connections now — as opposed to a statement that failed on
@@ -227,4 +237,12 @@ func unavailableState(code string) bool {
 		return true
 	}
 	return strings.HasPrefix(code, "08") // connection_exception and its subclasses
+}
+
+// IsDeadlock reports whether err is PostgreSQL's deadlock_detected
+// (SQLSTATE 40P01): the server aborted the transaction to break a lock
+// cycle, and running it again (at once) is the cure.
+func IsDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -163,5 +164,36 @@ func TestIsUnavailable(t *testing.T) {
 		if got := dbconn.IsUnavailable(tt.err); got != tt.want {
 			t.Errorf("%s: IsUnavailable(%v) = %v, want %v", tt.name, tt.err, got, tt.want)
 		}
+	}
+}
+
+// A multi-host URL (a primary and its standby) whose first host hangs:
+// that host costs one connect timeout, and the second is still tried, with
+// a timeout of its own (pgx's rule), so the connection is made.
+func TestEachHostHasItsOwnConnectTimeout(t *testing.T) {
+	t.Parallel()
+	hung, accepted := silentServer(t)
+	u, err := url.Parse(testdb.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fmt.Sprintf("127.0.0.1:%d,%s", hung, u.Host)
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	const timeout = 700 * time.Millisecond
+	pool, err := dbconn.NewPool(context.Background(), dbconn.Config{URL: u.String(), ConnectTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	start := time.Now()
+	var one int
+	if err := pool.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("the second host was not reached after the first hung: %v", err)
+	}
+	if elapsed := time.Since(start); elapsed < timeout || accepted.Load() != 1 {
+		t.Fatalf("connected after %s with %d connection(s) to the hung host; want the hung host tried once, for its whole timeout (%s)",
+			elapsed, accepted.Load(), timeout)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -122,5 +123,64 @@ func TestSharedClusterKeepsItsPort(t *testing.T) {
 	}
 	if _, err := pgembed.StopShared(ctx, file, pgembed.Config{}); !errors.Is(err, pgembed.ErrInvalidDataDir) {
 		t.Fatalf("StopShared on a file: %v, want ErrInvalidDataDir", err)
+	}
+}
+
+// A standby streams what the primary writes, refuses writes until
+// promoted, and accepts them after.
+func TestStandbyPromote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary, err := pgembed.Start(ctx, pgembed.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = primary.Close(context.Background()) })
+	standby, err := primary.StartStandby(ctx, pgembed.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = standby.Close(context.Background()) })
+	if standby.Port() == primary.Port() {
+		t.Fatal("the standby listens on the primary's port")
+	}
+	exec := func(c *pgembed.Cluster, sql string) error {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	if err := exec(primary, `CREATE TABLE t AS SELECT 1 AS x`); err != nil {
+		t.Fatal(err)
+	}
+	// Streamed: the row shows on the standby (polled: replay is asynchronous).
+	var n int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := pgx.Connect(ctx, standby.URL("postgres"))
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n)
+			conn.Close(ctx)
+		}
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby does not show the primary's table: %d rows, %v", n, err)
+		}
+	}
+	if err := exec(standby, `INSERT INTO t VALUES (2)`); err == nil {
+		t.Fatal("a standby accepted a write before its promotion")
+	}
+	if err := primary.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(standby, `INSERT INTO t VALUES (2)`); err != nil {
+		t.Fatalf("the promoted standby refused a write: %v", err)
 	}
 }

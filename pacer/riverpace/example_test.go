@@ -82,8 +82,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer p.Close()
-	paced, err := riverpace.New(riverpace.Config{Pacer: p, Platform: riverpace.ByKind(map[string]string{"sync_account": "api"})})
+	defer p.Close() // deferred first, so it runs after the client has stopped
+	if err := p.Ping(ctx); err != nil {
+		log.Fatal(err) // a wrong role or port shows here, not as local pacing later
+	}
+	// Strict: a kind missing from the map fails its job rather than run it unpaced.
+	paced, err := riverpace.New(riverpace.Config{Pacer: p,
+		StrictPlatform: riverpace.StrictByKind(map[string]string{"sync_account": "api"})})
 	if err != nil {
 		log.Fatal(err)
 	}

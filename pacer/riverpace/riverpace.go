@@ -6,8 +6,8 @@
 // pressure, and holds together for a Retry-After.
 //
 //	mw, err := riverpace.New(riverpace.Config{
-//		Pacer:    p,                                     // pacer.New(ctx, pacer.Config{DatabaseURL: url})
-//		Platform: riverpace.ByKind(map[string]string{"send_sms": "twilio"}),
+//		Pacer:          p, // pacer.New(ctx, pacer.Config{DatabaseURL: url})
+//		StrictPlatform: riverpace.StrictByKind(map[string]string{"send_sms": "twilio"}),
 //	})
 //	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 //		Middleware: []rivertype.Middleware{mw},
@@ -47,6 +47,9 @@
 //     pacer.ErrUnknownPlatform; River retries it on its schedule) without
 //     running: a job is never run unpaced by accident. Config.CreatePlatform
 //     creates missing platforms instead.
+//   - With Config.StrictPlatform, a job the mapping refuses (StrictByKind:
+//     a kind not in the map; StrictArgsField: no platform field) fails
+//     without running; with Config.Platform it would run unpaced.
 //
 // Jobs whose platform is "" run unpaced, so one middleware can be installed
 // on the whole client. It composes with other middleware in either order.
@@ -105,7 +108,8 @@ type Config struct {
 	Pacer Pacer
 
 	// Platform maps a job to its platform; "" runs the job unpaced.
-	// Required. ByKind and ArgsField build common ones.
+	// Required unless StrictPlatform is set. ByKind and ArgsField build
+	// common ones.
 	Platform func(job *rivertype.JobRow) string
 
 	// Key, if set, maps a job to its key within its platform (an account,
@@ -114,6 +118,15 @@ type Config struct {
 	// a Retry-After holds the key alone (pacer.Feedback.Scope). The Pacer
 	// must be a KeyPacer. ArgsField builds one from a job's arguments.
 	Key func(job *rivertype.JobRow) string
+
+	// StrictPlatform, instead of Platform, maps a job to its platform or
+	// refuses it: a job it returns an error for fails with that error
+	// (River retries it on its schedule) without running, so a kind
+	// missing from a map by a typo, or arguments without the platform
+	// field, never run unpaced. "" still runs a job unpaced, when the
+	// mapping says so explicitly. StrictByKind and StrictArgsField build
+	// common ones.
+	StrictPlatform func(job *rivertype.JobRow) (string, error)
 
 	// MaxWait is the longest wait for a slot a job sleeps through while
 	// holding its worker; a longer one snoozes the job. Default
@@ -147,8 +160,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Pacer == nil:
 		return fmt.Errorf("%w: riverpace.Config.Pacer is required", ErrInvalidConfig)
-	case c.Platform == nil:
-		return fmt.Errorf("%w: riverpace.Config.Platform is required", ErrInvalidConfig)
+	case c.Platform == nil && c.StrictPlatform == nil:
+		return fmt.Errorf("%w: riverpace.Config.Platform (or StrictPlatform) is required", ErrInvalidConfig)
+	case c.Platform != nil && c.StrictPlatform != nil:
+		return fmt.Errorf("%w: riverpace.Config.Platform and StrictPlatform are both set; set one", ErrInvalidConfig)
 	case c.MaxWait < 0:
 		return fmt.Errorf("%w: riverpace.Config.MaxWait must not be negative (got %s)", ErrInvalidConfig, c.MaxWait)
 	}
@@ -187,7 +202,10 @@ func New(cfg Config) (*Middleware, error) {
 
 // Work paces one job: slot, Work, report (see the package documentation).
 func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	platform := m.cfg.Platform(job)
+	platform, err := m.platform(job)
+	if err != nil {
+		return err
+	}
 	if platform == "" {
 		return doInner(ctx)
 	}
@@ -227,6 +245,18 @@ func (m *Middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		return river.JobSnooze(m.spread(max(limited.RetryAfter, rr.Hold)))
 	}
 	return err
+}
+
+// platform maps job to its platform by Config.Platform or StrictPlatform.
+func (m *Middleware) platform(job *rivertype.JobRow) (string, error) {
+	if m.cfg.StrictPlatform == nil {
+		return m.cfg.Platform(job), nil
+	}
+	platform, err := m.cfg.StrictPlatform(job)
+	if err != nil {
+		return "", fmt.Errorf("riverpace: job %d (%s) not run: %w", job.ID, job.Kind, err)
+	}
+	return platform, nil
 }
 
 // Slot takes a slot on platform for job and sleeps until it: what the
@@ -345,25 +375,69 @@ func Announce(ctx context.Context, info ratelimit.Info) {
 	}
 }
 
+// ErrUnmapped is wrapped by the errors of StrictByKind and StrictArgsField:
+// the job has no platform in the mapping.
+var ErrUnmapped = errors.New("riverpace: no platform for the job")
+
 // ByKind maps jobs to platforms by their kind; kinds not in the map run
-// unpaced.
+// unpaced. StrictByKind refuses them instead.
 func ByKind(platforms map[string]string) func(*rivertype.JobRow) string {
 	return func(job *rivertype.JobRow) string { return platforms[job.Kind] }
 }
 
+// StrictByKind maps jobs to platforms by their kind, for
+// Config.StrictPlatform: a kind mapped to "" runs unpaced, and a kind not
+// in the map is refused with an error wrapping ErrUnmapped (the job fails
+// without running).
+func StrictByKind(platforms map[string]string) func(*rivertype.JobRow) (string, error) {
+	return func(job *rivertype.JobRow) (string, error) {
+		platform, ok := platforms[job.Kind]
+		if !ok {
+			return "", fmt.Errorf("%w: kind %q is not in the map of StrictByKind (map it to \"\" to run it unpaced)",
+				ErrUnmapped, job.Kind)
+		}
+		return platform, nil
+	}
+}
+
 // ArgsField maps a job to the platform named by a top-level string field of
 // its arguments (their JSON key, e.g. "platform"); a job without the field
-// runs unpaced.
+// runs unpaced. StrictArgsField refuses it instead.
 func ArgsField(key string) func(*rivertype.JobRow) string {
 	return func(job *rivertype.JobRow) string {
-		var fields map[string]json.RawMessage
-		if json.Unmarshal(job.EncodedArgs, &fields) != nil {
-			return ""
-		}
-		var s string
-		if json.Unmarshal(fields[key], &s) != nil {
-			return ""
-		}
+		s, _ := argsField(job, key)
 		return s
 	}
+}
+
+// StrictArgsField maps a job to the platform named by a top-level string
+// field of its arguments, for Config.StrictPlatform: arguments without the
+// field, or with one that is not a string, are refused with an error
+// wrapping ErrUnmapped (the job fails without running); "" runs the job
+// unpaced.
+func StrictArgsField(key string) func(*rivertype.JobRow) (string, error) {
+	return func(job *rivertype.JobRow) (string, error) {
+		s, ok := argsField(job, key)
+		if !ok {
+			return "", fmt.Errorf("%w: its arguments have no string field %q (StrictArgsField)", ErrUnmapped, key)
+		}
+		return s, nil
+	}
+}
+
+// argsField reads the top-level string field key of job's arguments.
+func argsField(job *rivertype.JobRow, key string) (string, bool) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(job.EncodedArgs, &fields) != nil {
+		return "", false
+	}
+	raw, ok := fields[key]
+	if !ok {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }

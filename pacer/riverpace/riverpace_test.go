@@ -412,6 +412,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{riverpace.Config{Platform: riverpace.ByKind(nil)}, "riverpace.Config.Pacer"},
 		{riverpace.Config{Pacer: p}, "riverpace.Config.Platform"},
+		{riverpace.Config{Pacer: p, Platform: riverpace.ByKind(nil), StrictPlatform: riverpace.StrictByKind(nil)}, "riverpace.Config.Platform and StrictPlatform"},
 		{riverpace.Config{Pacer: p, Platform: riverpace.ByKind(nil), MaxWait: -1}, "riverpace.Config.MaxWait"},
 	} {
 		_, err := riverpace.New(tc.cfg)
@@ -434,7 +435,66 @@ func TestPlatformMappers(t *testing.T) {
 	if got := riverpace.ByKind(map[string]string{"k": "p2"})(job); got != "p2" {
 		t.Errorf("ByKind = %q", got)
 	}
+	if got, err := riverpace.StrictArgsField("platform")(job); got != "p1" || err != nil {
+		t.Errorf("StrictArgsField(platform) = %q, %v", got, err)
+	}
+	for _, key := range []string{"n", "missing"} {
+		if _, err := riverpace.StrictArgsField(key)(job); !errors.Is(err, riverpace.ErrUnmapped) {
+			t.Errorf("StrictArgsField(%s): %v, want ErrUnmapped", key, err)
+		}
+	}
+	if _, err := riverpace.StrictByKind(map[string]string{"other": "p2"})(job); !errors.Is(err, riverpace.ErrUnmapped) {
+		t.Errorf("StrictByKind without the kind: %v, want ErrUnmapped", err)
+	}
 	if !errors.Is(riverpace.RateLimited(time.Second), riverpace.ErrRateLimited) {
 		t.Error("RateLimited does not wrap ErrRateLimited")
+	}
+}
+
+// With StrictPlatform, a job the mapping cannot place — a kind missing from
+// StrictByKind's map (a typo), arguments without StrictArgsField's field —
+// fails without running, saying why; with the same mistakes in ByKind and
+// ArgsField it would run unpaced. A kind mapped to "" runs unpaced.
+func TestStrictMappingNeverRunsUnpaced(t *testing.T) {
+	e := newEnv(t)
+	e.platform(t, "fast", 1000)
+	for _, tc := range []struct {
+		name    string
+		mapping func(*rivertype.JobRow) (string, error)
+		args    taskArgs
+		want    string // in the job's error; "" = it runs
+	}{
+		{"kind typo", riverpace.StrictByKind(map[string]string{"riverpace_tsk": "fast"}), taskArgs{Platform: "fast"},
+			`kind "riverpace_task" is not in the map of StrictByKind`},
+		{"field typo", riverpace.StrictArgsField("platfrom"), taskArgs{Platform: "fast"},
+			`its arguments have no string field "platfrom"`},
+		{"kind mapped", riverpace.StrictByKind(map[string]string{"riverpace_task": "fast"}), taskArgs{}, ""},
+		{"kind unpaced on purpose", riverpace.StrictByKind(map[string]string{"riverpace_task": ""}), taskArgs{}, ""},
+		{"field", riverpace.StrictArgsField("platform"), taskArgs{Platform: "fast"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &taskWorker{}
+			ws := river.NewWorkers()
+			river.AddWorker(ws, w)
+			client := e.start(t, []rivertype.Middleware{e.middleware(t, func(c *riverpace.Config) {
+				c.Platform, c.StrictPlatform = nil, tc.mapping
+			})}, ws)
+			before := e.pacer.Stats().Reservations
+			id := insert(t, client, []river.InsertManyParams{{Args: tc.args, InsertOpts: &river.InsertOpts{MaxAttempts: 1}}})[0]
+			if tc.want == "" {
+				waitState(t, client, rivertype.JobStateCompleted, id)
+				if w.runs.Load() != 1 {
+					t.Fatalf("runs %d, want 1", w.runs.Load())
+				}
+				return
+			}
+			row := waitState(t, client, rivertype.JobStateDiscarded, id)[0]
+			if w.runs.Load() != 0 || e.pacer.Stats().Reservations != before {
+				t.Fatalf("a job the mapping refused ran (%d runs) or reserved", w.runs.Load())
+			}
+			if len(row.Errors) != 1 || !strings.Contains(row.Errors[0].Error, tc.want) || !strings.Contains(row.Errors[0].Error, "not run") {
+				t.Fatalf("errors %v, want one saying %q", row.Errors, tc.want)
+			}
+		})
 	}
 }

@@ -56,6 +56,10 @@ type WorkerConfig struct {
 	// history off, as with a worker's --history-retention 0), to measure
 	// what the history costs. Default: with history, as a worker records.
 	NoHistory bool
+	// RecorderAsyncCommit records the checks with synchronous_commit off
+	// (a worker's --recorder-async-commit), to measure what honouring the
+	// server's setting costs. Default: the server's setting, as a worker.
+	RecorderAsyncCommit bool
 	// Timeout bounds one run. Default 5 minutes.
 	Timeout time.Duration
 	// Progress receives one line per run. Default: none.
@@ -134,6 +138,7 @@ type WorkerResult struct {
 	// was fresh (empty, never written) at the start, as it is in the
 	// throwaway embedded cluster; 0 otherwise.
 	History                bool    `json:"history"`
+	RecorderAsyncCommit    bool    `json:"recorder_async_commit"`
 	HistoryRows            int64   `json:"history_rows"`
 	HistoryBytesPerMillion float64 `json:"history_bytes_per_million_checks"`
 }
@@ -234,12 +239,12 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	}()
 
 	// Group commit of the checks, as `fleetpace worker` records them: a
-	// small pool of its own whose commits do not wait for the disk.
+	// small pool of its own.
 	recPoolCfg, err := dbconn.PoolConfig(dbconn.Config{URL: url, MaxConns: 2})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	sources.ConfigureRecorderPool(recPoolCfg)
+	sources.ConfigureRecorderPool(recPoolCfg, cfg.RecorderAsyncCommit)
 	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -280,7 +285,8 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	}
 
 	res := &WorkerResult{Workers: cfg.Workers, Jobs: cfg.Jobs, Runs: cfg.Runs,
-		FetchCooldown: cfg.FetchCooldown.String(), Database: desc, History: !cfg.NoHistory}
+		FetchCooldown: cfg.FetchCooldown.String(), Database: desc, History: !cfg.NoHistory,
+		RecorderAsyncCommit: cfg.RecorderAsyncCommit}
 	for i := range cfg.Runs {
 		// Alternate which side goes first, so neither always meets a
 		// freshly vacuumed (or a bloated) river_job table.
@@ -499,8 +505,12 @@ func workerMedian(xs []float64) float64 {
 // WriteText writes the result for humans.
 func (r *WorkerResult) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "worker benchmark: %d jobs × %d runs, %d workers, River FetchCooldown %s, database %s\n",
-		r.Jobs, r.Runs, r.Workers, r.FetchCooldown, r.Database)
+	commit := "the server's synchronous_commit"
+	if r.RecorderAsyncCommit {
+		commit = "synchronous_commit off"
+	}
+	fmt.Fprintf(tw, "worker benchmark: %d jobs × %d runs, %d workers, River FetchCooldown %s, database %s, checks recorded with %s\n",
+		r.Jobs, r.Runs, r.Workers, r.FetchCooldown, r.Database, commit)
 	fmt.Fprintf(tw, "\tmedian jobs/s\truns\n")
 	fmt.Fprintf(tw, "fleetpace fetch job (no-op fetcher)\t%.0f\t%s\n", r.FleetpaceJobsPerSec, workerRates(r.FleetpaceRuns))
 	fmt.Fprintf(tw, "bare River job (no-op worker)\t%.0f\t%s\n", r.RiverJobsPerSec, workerRates(r.RiverRuns))

@@ -157,6 +157,7 @@ func TestBadInput(t *testing.T) {
 		{name: "status with an argument", args: []string{"status", "extra"}, want: []string{"takes no arguments", "extra"}},
 		{name: "schema apply with an argument", args: []string{"schema", "apply", "extra"}, want: []string{"takes no arguments"}},
 		{name: "version with an argument", args: []string{"version", "extra"}, want: []string{"takes no arguments"}},
+		{name: "--pooler bogus", args: []string{"--pooler", "bogus", "status"}, want: []string{"--pooler", "bogus", "auto, none, transaction"}},
 
 		// platforms set (on the existing platform too: it stays as it was).
 		{name: "--rate 1e-300", args: []string{"platforms", "set", "ok", "--rate", "1e-300"}, want: []string{"--rate", "1e-300", "0.0001"}},
@@ -170,7 +171,7 @@ func TestBadInput(t *testing.T) {
 		{name: "--max-multiplier 1e308", args: []string{"platforms", "set", "ok", "--rate", "5", "--max-multiplier", "1e308"}, want: []string{"--max-multiplier", "1e+308"}},
 		{name: "--backoff-factor 1", args: []string{"platforms", "set", "ok", "--rate", "5", "--backoff-factor", "1"}, want: []string{"--backoff-factor"}},
 		{name: "--recovery-factor 17", args: []string{"platforms", "set", "ok", "--rate", "5", "--recovery-factor", "17"}, want: []string{"--recovery-factor", "17"}},
-		{name: "platform NAME", args: []string{"platforms", "set", "Bad Name", "--rate", "5"}, want: []string{"NAME must match", "Bad Name"}},
+		{name: "platform NAME", args: []string{"platforms", "set", "Bad Name", "--rate", "5"}, want: []string{"NAME must be lower-case", "Bad Name"}},
 		// platforms set on an existing platform changes only the flags given:
 		// each is bounded all the same.
 		{name: "partial --burst 2000000", args: []string{"platforms", "set", "ok", "--burst", "2000000"}, want: []string{"--burst", "2000000", "1000000"}},

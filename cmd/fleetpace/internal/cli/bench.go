@@ -288,7 +288,10 @@ and medians are reported. Target: ratio ≥ 0.9, with the fetch history on.
 Each check is recorded with its fetch history row, in the same statement,
 as a worker records it; --history=false records the checks alone, to
 measure what the history costs. With the history on, the result gives the
-history table's size (indexes included) per million checks.
+history table's size (indexes included) per million checks. The checks'
+commits follow the server's synchronous_commit, as a worker's do;
+--recorder-async-commit measures them with it off. (The throwaway embedded
+cluster has synchronous_commit off: measure on a durable database.)
 
 --fetch-cooldown defaults to River's minimum (1ms): with River's default
 (100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
@@ -313,6 +316,7 @@ nothing about the cost of a job.`,
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultWorkerRuns, "runs of each side (alternating); medians are reported")
 	f.DurationVar(&cfg.FetchCooldown, "fetch-cooldown", bench.DefaultWorkerFetchCooldown, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
 	f.BoolVar(&history, "history", true, "record each check with its fetch history row, as a worker does (false: the checks alone)")
+	f.BoolVar(&cfg.RecorderAsyncCommit, "recorder-async-commit", false, "record the checks with synchronous_commit off, as a worker's --recorder-async-commit (default: the server's setting)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object (fleetpace_jobs_per_sec, river_jobs_per_sec, ratio, workers, …)")
 	zeroIsDefault(f, "workers", "jobs", "runs", "fetch-cooldown")
 	return cmd

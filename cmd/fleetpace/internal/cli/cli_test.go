@@ -233,7 +233,7 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{[]string{"platforms", "set", "p", "--rate", "1", "--cooldown", "0s"}, 2, "--cooldown must be"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--max-multiplier", "0.5"}, 2, "--max-multiplier must be"},
 		{[]string{"platforms", "set", "p", "--rate", "1", "--decay-after", "0"}, 2, "--decay-after must be"},
-		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "NAME must match"},
+		{[]string{"platforms", "set", "Bad Name", "--rate", "1"}, 2, "NAME must be lower-case"},
 		{[]string{"platforms", "set", "p"}, 2, "--rate"},
 		{[]string{"platforms", "set", "ok", "--rate", "3"}, 0, ""},
 		{[]string{"sources", "add", "--platform", "ok", "--url", "ftp://x"}, 2, "--url must be an absolute"},

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/scan"
@@ -548,12 +552,37 @@ func (a *app) enqueueCmd() *cobra.Command {
 					fmt.Fprintf(a.stdout, "; %d already queued or disabled", skipped)
 				}
 				fmt.Fprintln(a.stdout)
-				return nil
+				return a.notePaused(cmd.Context(), pool, queued, platform)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&platform, "platform", "", "queue every enabled, unqueued source of this platform")
 	return cmd
+}
+
+// notePaused says which platforms of the jobs just queued (or the one
+// named) are paused: their jobs wait for the pause to end.
+func (a *app) notePaused(ctx context.Context, pool *pgxpool.Pool, queued []queue.FetchArgs, platform string) error {
+	names := map[string]bool{}
+	if platform != "" {
+		names[platform] = true
+	}
+	for _, q := range queued {
+		names[q.Platform] = true
+	}
+	states, err := pacer.StatesOf(ctx, pool, slices.Sorted(maps.Keys(names)))
+	if err != nil {
+		return dbError(err)
+	}
+	for _, st := range states {
+		switch {
+		case st.PausedIndefinitely:
+			fmt.Fprintf(a.stdout, "platform %s is paused: its jobs wait until `fleetpace platforms resume %s`\n", st.Platform, st.Platform)
+		case st.Paused > 0:
+			fmt.Fprintf(a.stdout, "platform %s is paused for %s more: its jobs wait until then\n", st.Platform, roundDur(st.Paused))
+		}
+	}
+	return nil
 }
 
 func (a *app) embeddedCmd() *cobra.Command {
@@ -577,6 +606,27 @@ func (a *app) embeddedCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "embedded PostgreSQL in %s: running on 127.0.0.1:%d (database %s)\n", a.dataDir, c.Port(), pgembed.DatabaseName)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "url",
+		Short: "Print the embedded cluster's database URL (starting it and applying the schema if needed)",
+		Long: `Print the URL of the embedded cluster's database under --data-dir — for
+DATABASE_URL, or a program using fleetpace as a library (pacer.Config's
+DatabaseURL) — starting the cluster if it is not running and applying the
+schema, so the URL works at once. It ignores --database-url and
+DATABASE_URL. Only the URL goes to stdout:
+
+  export DATABASE_URL=$(fleetpace embedded url)`,
+		Args:              noArgs,
+		PersistentPreRunE: noDB,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			url, err := a.embeddedURL(cmd.Context())
+			if err != nil {
+				return dbError(err)
+			}
+			fmt.Fprintln(a.stdout, url)
 			return nil
 		},
 	})

@@ -122,3 +122,23 @@ func TestWorkerRidesThroughEmbeddedRestart(t *testing.T) {
 		t.Fatal("the worker did not stop within 60 s of SIGTERM")
 	}
 }
+
+// embedded url prints only the embedded database's URL, starting the
+// cluster and applying the schema, whatever --database-url says: the URL
+// works at once for a program using the library.
+func TestEmbeddedURL(t *testing.T) {
+	t.Parallel()
+	dir := embeddedDataDir(t)
+	t.Cleanup(func() { run(t, "", "--data-dir", dir, "embedded", "stop") })
+	r := run(t, "", "--data-dir", dir, "--database-url", "postgres://elsewhere.invalid/x", "embedded", "url")
+	url := strings.TrimSuffix(r.stdout, "\n")
+	if r.code != 0 || !regexp.MustCompile(`^postgres://postgres@127\.0\.0\.1:\d+/fleetpace\?sslmode=disable$`).MatchString(url) {
+		t.Fatalf("embedded url: %s", r)
+	}
+	if n := count(t, url, `SELECT count(*) FROM fleetpace_source`); n != 0 {
+		t.Fatalf("%d sources in a new cluster", n)
+	}
+	if again := run(t, "", "--data-dir", dir, "-q", "embedded", "url"); again.code != 0 || again.stdout != r.stdout || again.stderr != "" {
+		t.Fatalf("embedded url again: %s, want the same URL and nothing else", again)
+	}
+}

@@ -84,6 +84,10 @@ func (a *app) platformsResumeCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				woken, err := control.Resume(cmd.Context(), pool, args[0])
+				if errors.Is(err, control.ErrNotPaused) {
+					fmt.Fprintf(a.stdout, "platform %s is not paused; nothing changed\n", args[0])
+					return nil
+				}
 				if err != nil {
 					return operateError(err, nil)
 				}

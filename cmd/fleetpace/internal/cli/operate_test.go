@@ -259,3 +259,35 @@ func TestStatusWatch(t *testing.T) {
 		t.Fatal("status --watch did not stop within 10 s of Ctrl-C")
 	}
 }
+
+// While a platform is paused, enqueue says its jobs wait and sources show
+// says the source is held by the pause (not "queued"); resuming it says
+// resumed, and resuming it again says it was not paused.
+func TestPausedPlatformSaysSo(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	dbq(t, url, "platforms", "set", "feeds", "--rate", "7")
+	dbq(t, url, "sources", "add", "--platform", "feeds", "--url", "https://feeds.example/a")
+	dbq(t, url, "platforms", "pause", "feeds")
+	if out := dbq(t, url, "enqueue", "1").stdout; !strings.Contains(out, "enqueued 1 source(s)") ||
+		!strings.Contains(out, "platform feeds is paused: its jobs wait until `fleetpace platforms resume feeds`") {
+		t.Fatalf("enqueue during a pause:\n%s", out)
+	}
+	if out := dbq(t, url, "sources", "show", "1").stdout; !strings.Contains(out, "held by: paused") || strings.Contains(out, "held by: queued") {
+		t.Fatalf("sources show of a queued source while paused:\n%s", out)
+	}
+	if out := dbq(t, url, "platforms", "resume", "feeds").stdout; !strings.Contains(out, "platform feeds resumed") {
+		t.Fatalf("resume of a paused platform:\n%s", out)
+	}
+	if out := dbq(t, url, "sources", "show", "1").stdout; !strings.Contains(out, "held by: queued") {
+		t.Fatalf("sources show of a queued source after the resume:\n%s", out)
+	}
+	if out := dbq(t, url, "platforms", "resume", "feeds").stdout; out != "platform feeds is not paused; nothing changed\n" {
+		t.Fatalf("resume of a platform not paused: %q", out)
+	}
+	dbq(t, url, "platforms", "pause", "feeds", "--for", "1h")
+	if out := dbq(t, url, "enqueue", "--platform", "feeds").stdout; !strings.Contains(out, "platform feeds is paused for ") ||
+		!strings.Contains(out, " more: its jobs wait until then") {
+		t.Fatalf("enqueue --platform during a pause of 1h:\n%s", out)
+	}
+}

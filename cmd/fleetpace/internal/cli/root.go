@@ -64,6 +64,7 @@ type app struct {
 	logFormat      string
 	logLevel       string
 	connectTimeout time.Duration
+	pooler         string
 	quiet          bool
 	secretParams   []string
 
@@ -124,6 +125,7 @@ var flagNames = map[string]string{
 	"worker.Config.AllowedHosts":           "--allowed-host",
 	"dashboard.Config.AdminToken":          "--admin-token",
 	"dashboard.Config.AllowedHosts":        "--allowed-host",
+	"worker.Config.Pooler":                 "--pooler",
 	"poller.Config.Base":                   "--poll-base",
 	"poller.Config.Max":                    "--poll-max",
 	"poller.Config.JitterRatio":            "--poll-jitter",
@@ -270,6 +272,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.DurationVar(&a.connectTimeout, "connect-timeout", dbconn.DefaultConnectTimeout, "bound on one database connection attempt (fleetpace never retries a connection)")
+	pf.StringVar(&a.pooler, "pooler", string(dbconn.PoolerAuto), "what --database-url leads to: auto (one connection tells), none (PostgreSQL), transaction (a pooler in transaction mode, e.g. PgBouncer: pooler-safe statements, no LISTEN)")
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "do not print which database is used")
 	pf.StringSliceVar(&a.secretParams, "secret-params", redact.DefaultSecretParams, "query parameters whose values are hidden wherever a URL is shown (pages, logs, output; such sources are queued by id alone), matched in any case, also after a _ or - (token hides github_token): the whole list, comma-separated (empty: none)")
 	zeroIsDefault(pf, "connect-timeout")
@@ -399,7 +402,19 @@ func (a *app) setup(cmd *cobra.Command) error {
 	default:
 		return usagef("--log-format: %q is not one of text, json", a.logFormat)
 	}
+	if _, err := dbconn.ParsePooler(a.pooler); err != nil || a.pooler == "" {
+		return usagef("--pooler: %q is not one of auto, none, transaction", a.pooler)
+	}
 	return dbconn.Config{ConnectTimeout: a.connectTimeout}.Validate()
+}
+
+// poolerFor is the --pooler mode for url: the embedded cluster is
+// PostgreSQL itself.
+func (a *app) poolerFor(url string) dbconn.Pooler {
+	if a.databaseURL == "" || url != a.databaseURL {
+		return dbconn.PoolerNone
+	}
+	return dbconn.Pooler(a.pooler)
 }
 
 // resolveURL returns the database URL to use: the given one, or the embedded
@@ -412,6 +427,12 @@ func (a *app) resolveURL(ctx context.Context) (string, error) {
 		a.announce("using database %s", redact.DescribeDatabase(a.databaseURL))
 		return a.databaseURL, nil
 	}
+	return a.embeddedURL(ctx)
+}
+
+// embeddedURL returns the URL of the embedded cluster's database under
+// --data-dir, starting the cluster if needed and applying the schema.
+func (a *app) embeddedURL(ctx context.Context) (string, error) {
 	if a.dataDir == "" {
 		return "", usagef("--data-dir must not be empty")
 	}
@@ -442,13 +463,20 @@ func (a *app) announce(format string, args ...any) {
 	fmt.Fprintf(a.stderr, "fleetpace: "+format+"\n", args...)
 }
 
-// pool opens a fail-fast pool on the database to use.
+// pool opens a fail-fast pool on the database to use, pooler-safe when
+// --pooler says (or, auto, one connection finds) that it is behind a
+// transaction pooler.
 func (a *app) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	url, err := a.resolveURL(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return dbconn.NewPool(ctx, dbconn.Config{URL: url, ConnectTimeout: a.connectTimeout, MaxConns: maxConns})
+	cfg, err := dbconn.ResolvePooler(ctx, dbconn.Config{URL: url, ConnectTimeout: a.connectTimeout, MaxConns: maxConns,
+		Pooler: a.poolerFor(url)})
+	if err != nil {
+		return nil, err
+	}
+	return dbconn.NewPool(ctx, cfg)
 }
 
 // dbError turns database errors into messages a user can act on.

@@ -42,6 +42,7 @@ func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
 	f.DurationVar(&c.MaxWait, "max-pacer-wait", worker.DefaultMaxWait, "longest pacer wait a job sleeps through; longer waits snooze the job")
 	f.IntVar(&c.MinFleetSize, "min-fleet-size", worker.DefaultMinFleetSize, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
 	f.IntVar(&c.MaxConns, "max-conns", worker.DefaultMaxConns, "PostgreSQL connections this process holds at most, every pool and listener included (size the server: workers × this ≤ max_connections, or use PgBouncer)")
+	f.BoolVar(&c.RecorderAsyncCommit, "recorder-async-commit", false, "record checks with synchronous_commit off: faster on a database whose commits wait for the disk or a synchronous standby; a check lost in a crash or failover is fetched again (default: the server's setting)")
 	f.BoolVar(&c.PollOnly, "poll-only", false, "no LISTEN at all (for PgBouncer in transaction mode): the pacer learns of slow-downs at its next reservation instead of within milliseconds; saves a connection (River always polls)")
 	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns")
 	addFetchFlags(f, &c.HTTP)
@@ -64,6 +65,7 @@ func (a *app) workerConfig(cmd *cobra.Command, c *worker.Config) error {
 	}
 	c.DatabaseURL = url
 	c.ConnectTimeout = a.connectTimeout
+	c.Pooler = string(a.poolerFor(url))
 	return nil
 }
 

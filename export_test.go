@@ -1,0 +1,4 @@
+package fleetpace
+
+// SchemaLockKey is schemaLockKey, for the tests.
+const SchemaLockKey = schemaLockKey

@@ -1,0 +1,110 @@
+package pacer
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
+)
+
+// Degraded pacing books a local slot at most half a latch period ahead (a
+// later one is denied with the wait until it comes that close), and after
+// the database answers again the process honours its local share for a
+// period and a half: concurrent callers each book their own next local
+// slot, and no slot is pushed past the end of that recovery (from then on
+// the shared row paces everyone). Exact local times, with an injected clock
+// and a proxy to cut; shared slots within a few milliseconds (the
+// database's clock runs on during a statement).
+func TestRecoveryAfterAnOutage(t *testing.T) {
+	dbURL, pool := setup(t)
+	ctx := context.Background()
+	addPlatform(t, pool, platformSpec{name: "rec", rate: 20, burst: 1})
+	px, proxied := behindProxy(t, dbURL)
+	clk := clocktest.New()
+	p := newPacer(t, proxied, func(c *Config) { c.Clock = clk; c.PollOnly = true; c.Latch = time.Second })
+	p.SetFleetSize(3) // local spacing (3+1) / 20 = 200ms; horizon 500ms; recovery 1.5s
+
+	if r, err := p.Reserve(ctx, "rec", time.Minute); err != nil || !r.Granted || r.Degraded {
+		t.Fatalf("shared reservation: %+v %v", r, err)
+	}
+	px.setCut(true)
+	for i, w := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		if r, err := p.Reserve(ctx, "rec", time.Minute); err != nil || !r.Granted || !r.Degraded || r.Wait != w {
+			t.Fatalf("degraded reservation %d: %+v %v, want granted after %s", i, r, err, w)
+		}
+	}
+	// The next local slot is 600ms away, beyond the 500ms horizon: not
+	// booked; come back in 100ms.
+	if r, _ := p.Reserve(ctx, "rec", time.Minute); r.Granted || !r.Degraded || r.Wait != 100*time.Millisecond {
+		t.Fatalf("degraded reservation beyond the horizon: %+v, want denied with wait 100ms", r)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if r, _ := p.Reserve(ctx, "rec", time.Minute); !r.Granted || r.Wait != 500*time.Millisecond {
+		t.Fatalf("degraded reservation once within the horizon: %+v, want granted after 500ms", r)
+	}
+
+	// The database answers again; the latch has passed. The probe books
+	// the first local slot (now: the last local slot is 600ms ahead of the
+	// last grant, the latch 1s).
+	px.setCut(false)
+	clk.Advance(time.Second)
+	probe, err := p.Reserve(ctx, "rec", time.Minute)
+	if err != nil || !probe.Granted || probe.Degraded || probe.Wait > 50*time.Millisecond {
+		t.Fatalf("probe: %+v %v, want a shared slot within the row's spacing (50ms)", probe, err)
+	}
+	// Seven callers at once while recovering: each books its own local
+	// slot, 200ms apart after the probe's, not the row's next ones 50ms
+	// apart.
+	waits := make([]time.Duration, 7)
+	var g errgroup.Group
+	for i := range waits {
+		g.Go(func() error {
+			r, err := p.Reserve(ctx, "rec", time.Minute)
+			waits[i] = r.Wait
+			if err == nil && (!r.Granted || r.Degraded) {
+				t.Errorf("recovering reservation: %+v, want a shared grant", r)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(waits)
+	for i, w := range waits {
+		if want := probe.Wait + time.Duration(i+1)*200*time.Millisecond; w < want-10*time.Millisecond || w > want+40*time.Millisecond {
+			t.Fatalf("concurrent recovering reservations waited %v; want one local slot each, 200ms apart after the probe's (%s)", waits, probe.Wait)
+		}
+	}
+	// The next local slots (1.6s, 1.8s) lie past the recovery's end
+	// (1.5s): they go at the row's pace from there, 1.5s and 1.55s.
+	for i, want := range []time.Duration{1500 * time.Millisecond, 1550 * time.Millisecond} {
+		r, err := p.Reserve(ctx, "rec", time.Minute)
+		if err != nil || !r.Granted || r.Wait < want-10*time.Millisecond || r.Wait > want+40*time.Millisecond {
+			t.Fatalf("recovering reservation %d past the recovery's end: %+v %v, want a shared slot after %s", i, r, err, want)
+		}
+	}
+	// Recovered: blocks and the row's pace only.
+	clk.Advance(1500 * time.Millisecond)
+	if r, err := p.Reserve(ctx, "rec", time.Minute); err != nil || !r.Granted || r.Degraded {
+		t.Fatalf("after the recovery: %+v %v", r, err)
+	}
+}
+
+// behindProxy starts a proxy to dbURL's server and returns it with the URL
+// that goes through it.
+func behindProxy(t *testing.T, dbURL string) (*proxy, string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.addr()
+	return px, u.String()
+}
