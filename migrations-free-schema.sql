@@ -457,9 +457,9 @@ BEGIN
     v_win := GREATEST(COALESCE(p_window, 0), CASE WHEN v_win_kept THEN s.announced_window ELSE 0 END);
     v_win_new := s.use_headers AND p_window > 0 AND (p_window >= s.announced_window OR NOT v_win_kept);
     IF s.use_headers AND p_announced IS NOT NULL THEN
-        -- Never slower than the quota's limit per the longest window any
-        -- process saw (the long-run rate).
-        v_ann := LEAST(p_announced, CASE WHEN p_limit > 0 AND v_win > 0 THEN v_win / (p_limit * t[14]) END, t[15]);
+        -- The quota's limit per the longest window any process saw (the
+        -- long-run rate), when the limit is known.
+        v_ann := LEAST(CASE WHEN p_limit > 0 AND v_win > 0 THEN v_win / (p_limit * t[14]) ELSE p_announced END, t[15]);
     END IF;
     v_ann_i := COALESCE(v_ann, CASE WHEN v_now < s.announced_until THEN s.announced_interval ELSE 0 END);
     v_ann_until := CASE WHEN v_ann IS NOT NULL THEN v_now + p_announced_ttl ELSE s.announced_until END;
@@ -574,7 +574,12 @@ BEGIN
                     v_est := LEAST(v_est, v_sent * t[6]);
                 END IF;
                 IF v_held THEN
-                    v_est := LEAST(v_est, v_acc);
+                    -- Short holds (at most t[10]: a strict limiter's or a
+                    -- bucket's penalty, a 1-s window's rest) cut at most to
+                    -- t[7] of the reading: after a burst at the ceiling the
+                    -- holds themselves pull the accepted rate far under
+                    -- what the destination allows.
+                    v_est := LEAST(v_est, CASE WHEN s.meas_window > t[10] THEN v_acc ELSE GREATEST(v_acc, v_est * t[7]) END);
                     IF s.meas_window > t[10] THEN
                         v_est_max := v_est;
                     END IF;
@@ -588,7 +593,14 @@ BEGIN
                 END IF;
                 v_est := GREATEST(v_est, v_floor);
                 v_est_max := GREATEST(v_est_max, v_est);
-                v_effect := CASE WHEN s.est > 0 AND s.est <= v_floor * 1.000001 AND v_est <= v_floor * 1.000001 THEN 4 ELSE 3 END;
+                -- At the slowest (a cooldown follows): the estimate stays at
+                -- its floor, and the pace was at the floor already (its
+                -- plateau after an earlier refusal, or a ceiling the floor
+                -- reaches: max_multiplier 1).
+                v_effect := CASE WHEN v_est <= v_floor * 1.000001
+                                      AND (s.est > 0 AND s.est <= v_floor * 1.000001
+                                           OR 1.0 / v_i_old <= s.rate / s.max_multiplier * 1.000001)
+                                 THEN 4 ELSE 3 END;
                 v_est_at := v_now;
                 v_slowed := v_now;
                 s.acc_cut := 0;

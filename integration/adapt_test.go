@@ -19,7 +19,7 @@ var seedFlags = []string{"--backoff-factor", "2", "--recovery-factor", "2", "--d
 // spacing (a token bucket of capacity 1; a 429 says Retry-After: 1): in the
 // second half the default schedule gets at least 0.7 of what the
 // destination allows with at most 5 % 429s, and the seed's schedule, run
-// beside it on a destination of its own, measurably less.
+// beside it on a destination of its own, measurably worse.
 func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	t.Parallel()
 	const (
@@ -59,8 +59,12 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	if g, s := figures["new"][0], figures["new"][1]; g < 0.7 || s > 0.05 {
 		t.Errorf("default schedule: goodput %.2f (want ≥ 0.7), 429 share %.1f %% (want ≤ 5 %%)", g, 100*s)
 	}
-	if figures["seed"][0] > figures["new"][0]-0.1 {
-		t.Errorf("the seed's schedule got %.2f, the default %.2f: want measurably less (0.1 at least)", figures["seed"][0], figures["new"][0])
+	// The control is measurably worse: 0.1 of the allowance less, or 3
+	// points more of its requests refused (it halves its pace on pressure,
+	// then doubles it back into more).
+	if seed, def := figures["seed"], figures["new"]; seed[0] > def[0]-0.1 && seed[1] < def[1]+0.03 {
+		t.Errorf("the seed's schedule got %.2f with %.1f %% refused, the default %.2f with %.1f %%: want it measurably worse (0.1 less, or 3 points more refused)",
+			seed[0], 100*seed[1], def[0], 100*def[1])
 	}
 }
 

@@ -127,14 +127,16 @@ func TestQuotaSpacing(t *testing.T) {
 			0, 100 * time.Millisecond, 2 * time.Minute, 0},
 		{"fixed window, late with little left: never slower than the window's rate", ratelimit.Info{Limit: 600, Remaining: 10, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
 			time.Minute, 100 * time.Millisecond, 90 * time.Second, 0},
-		{"fixed window, much left: what is left until the reset", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+		{"fixed window, much left: still the window's rate (a pace that stands still)", ratelimit.Info{Limit: 600, Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
+			time.Minute, 100 * time.Millisecond, 90 * time.Second, 0},
+		{"no limit: what is left until the reset", ratelimit.Info{Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true},
 			time.Minute, 60 * time.Millisecond, 90 * time.Second, 0},
 		{"token bucket half full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 5, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true},
 			time.Second, 100 * time.Millisecond, 1500 * time.Millisecond, 0},
 		{"token bucket nearly empty: its refill rate", ratelimit.Info{Limit: 10, Remaining: 1, HasRemaining: true, Reset: 900 * time.Millisecond, HasReset: true},
 			time.Second, 100 * time.Millisecond, 1900 * time.Millisecond, 0},
-		{"token bucket nearly full: drains towards half", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
-			time.Second, 11111111, 1100 * time.Millisecond, 0},
+		{"token bucket nearly full: its refill rate", ratelimit.Info{Limit: 10, Remaining: 9, HasRemaining: true, Reset: 100 * time.Millisecond, HasReset: true},
+			time.Second, 100 * time.Millisecond, 1100 * time.Millisecond, 0},
 		{"policy only", ratelimit.Info{Limit: 30, Window: time.Minute}, 0, 2 * time.Second, time.Minute, 0},
 		{"remaining without reset", ratelimit.Info{Remaining: 0, HasRemaining: true}, 0, 0, 0, 0},
 		{"negative remaining", ratelimit.Info{Remaining: -5, HasRemaining: true, Reset: time.Second, HasReset: true}, 0, 0, 0, time.Second},
@@ -480,6 +482,31 @@ func TestRespaceOff(t *testing.T) {
 	}
 	if row := readAdapt(t, pool, "old"); row.seq != 0 {
 		t.Fatalf("event_seq %d, want 0", row.seq)
+	}
+	// Nor does the process that received the Retry-After hold itself: its
+	// granted slots stand (the naive baseline); the row's hold denies new
+	// reservations.
+	if d := p.heldLocally("old"); d != 0 {
+		t.Fatalf("held locally for %s with respace off", d)
+	}
+}
+
+// In estimating mode a platform that may not slow down at all
+// (max_multiplier 1) is at its slowest at the first refusal: the worker
+// cools it down (ReportResult.AtMax), as in multiplier mode. One that may
+// slow down is not, until a refusal comes at its floor.
+func TestEstimateAtMax(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "stiff", rate: 5, maxMult: 1, adapt: "estimate"})
+	addPlatform(t, pool, platformSpec{name: "supple", rate: 5, maxMult: 4, adapt: "estimate"})
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	if rep := pressure(t, p, "stiff", Feedback{}); !rep.AtMax {
+		t.Fatalf("stiff: %+v, want AtMax at the first refusal", rep)
+	}
+	if rep := pressure(t, p, "supple", Feedback{}); rep.AtMax {
+		t.Fatalf("supple: %+v, want a slow-down, not AtMax", rep)
 	}
 }
 

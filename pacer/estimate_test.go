@@ -102,6 +102,8 @@ func TestEstimateFindsTheLimit(t *testing.T) {
 		{"window-1s-10", fakedest.Rule{Window: time.Second, WindowLimit: 10}, 0.8, 0.03, "", false},
 		{"window-10s-30", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 30}, 0.85, 0.03, "", false},
 		{"sliding-10s-100", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 100, Sliding: true}, 0.8, 0.03, "", false},
+		{"bucket-10-burst1-retry-after", fakedest.Rule{Rate: 10, Burst: 1}, 0.8, 0.03, "", false},
+		{"window-1s-8-announced", fakedest.Rule{Window: time.Second, WindowLimit: 8, Headers: fakedest.XRateLimit}, 0.9, 0.005, "", false},
 		{"strict-12-seed", fakedest.Rule{Rate: 12, Strict: true, RetryAfter: fakedest.NoRetryAfter}, 0, 1, "multiplier", true},
 	} {
 		t.Run(m.name, func(t *testing.T) {

@@ -117,7 +117,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		at, pFirst, kFirst, freeAt, pI, kI, cursor, rate, maxMult, mult float64
 		hold, paused, eventAt, eventShift, eventHorizon, eventInterval  float64
 		kRate, kHold, kPaused, lease                                    float64
-		granted, full                                                   bool
+		granted, full, respace                                          bool
 		burst, kBurst                                                   int32
 		seq, kSeq                                                       int64
 		rtt                                                             time.Duration
@@ -128,7 +128,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 			[]any{platform, key, maxWait.Seconds(), minWait.Seconds(), p.stmtNow(), p.tune, p.cfg.LeaseTTL.Seconds()},
 			&at, &granted, &pFirst, &kFirst, &full, &freeAt, &pI, &kI,
 			&cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused, &eventAt, &eventShift, &eventHorizon, &eventInterval,
-			&kRate, &kBurst, &kSeq, &kHold, &kPaused, &lease)
+			&kRate, &kBurst, &kSeq, &kHold, &kPaused, &lease, &respace)
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// The key's first use (or the platform's row is missing).
 			qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
@@ -213,12 +213,13 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 	if st.rate == 0 {
 		st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, pI
 	}
+	st.noRespace = !respace
 	kst := p.state(rowName(platform, key))
 	if kst.last.seq < kSeq {
 		p.giveBackKey(kst)
 		kst.last = event{seq: kSeq, at: at, hold: kHold}
 	}
-	kst.rate, kst.burst, kst.interval = kRate, int(kBurst), kI
+	kst.rate, kst.burst, kst.interval, kst.noRespace = kRate, int(kBurst), kI, !respace
 	return res, nil
 }
 

@@ -169,3 +169,26 @@ func TestListenerClosesWhileIdle(t *testing.T) {
 	reserveN(t, p, "idle", 1)
 	waitFor(t, "the listener again", func() bool { return p.Stats().Listening })
 }
+
+// Paced by the destination (slower than the ceiling), a slot may be late
+// by the budget alone: half a spacing late would land a request closer to
+// the next one than the destination allows. At the ceiling's spacing a
+// slow platform's rate + burst pays for half a spacing.
+func TestLateToleranceByWhoPaces(t *testing.T) {
+	tune := defaultTuning(DefaultLateBudget)
+	for _, tc := range []struct {
+		name     string
+		rate     float64
+		interval float64
+		want     time.Duration
+	}{
+		{"ceiling 8/s", 8, 0.125, 62500 * time.Microsecond},
+		{"adapted to 4/s", 8, 0.25, DefaultLateBudget},
+		{"announced 5/s under 20/s", 20, 0.206, DefaultLateBudget},
+		{"ceiling 500/s", 500, tune.ceilingInterval(500, 1), DefaultLateBudget},
+	} {
+		if got := tune.lateTolerance(tc.rate, 1, tc.interval); (got - tc.want).Abs() > 10*time.Microsecond {
+			t.Errorf("%s: tolerance %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

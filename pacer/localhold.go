@@ -7,7 +7,9 @@ import "time"
 // received it holds at once: from that instant it sends nothing more to the
 // platform until the hold ends — the slots its callers sleep on are given
 // back (they reserve again and are denied), blocks are dropped, and new
-// reservations are denied without a round trip.
+// reservations are denied without a round trip. A platform whose
+// re-spacing is off (respace = false: granted slots stand) is not held
+// locally either.
 
 // holdFor is how long f asks the fleet to hold from now: a pressure's
 // Retry-After (always honoured), at most MaxHold.
@@ -25,6 +27,9 @@ func (p *Pacer) holdLocally(platform string, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.state(platform)
+	if st.noRespace {
+		return
+	}
 	st.held = maxTime(st.held, until)
 	st.hold = maxTime(st.hold, until) // degraded pacing honours it too
 	p.dropBlock(st)

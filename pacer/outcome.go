@@ -104,30 +104,24 @@ const MaxHold = ratelimit.MaxWait
 // seen from the platform lately (a token bucket's time to refill from
 // empty, a fixed window's length); 0 if unknown.
 //
-// Two readings of a quota, and the pace is the faster of them:
-//   - what is left, spread until it resets: Remaining / Reset. Early in a
-//     fixed window with much left, that is faster than the long run: the
-//     window's quota may all go before it resets.
-//   - the long-run rate, Limit / window: a token bucket's refill rate (its
-//     Reset counting until full), a fixed window's quota per window. Never
-//     slower than that once a window has reset: late in a window what is
-//     left spread until the reset is the slowest reading there is, and the
-//     fleet that paced by it would use a fraction of what the destination
-//     allows. Should it send the last of a window's quota early, the answer
-//     that says so (Remaining 0) holds the fleet until the reset.
-//
-// A token bucket above half full drains towards half at what is left
-// spread until full, then stays there at its refill rate.
+// The pace is the long-run rate, Limit / window (a token bucket's refill
+// rate, a fixed window's quota per window), when both are known: it is the
+// same in every answer, so the fleet's pace stands still while the quota
+// does. What is left spread until the reset (Remaining / Reset) swings
+// within every window — fast early, crawling late — and paces the fleet
+// only when the limit or the window is unknown. Should the fleet send the
+// last of a window's quota early, the answer that says so (Remaining 0)
+// holds it until the reset.
 func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window
 	}
 	var rate float64
-	if q.HasRemaining && q.HasReset && q.Reset > 0 {
+	switch {
+	case q.Limit > 0 && window > 0:
+		rate = q.Limit / window.Seconds()
+	case q.HasRemaining && q.HasReset && q.Reset > 0:
 		rate = max(q.Remaining, 0) / q.Reset.Seconds()
-	}
-	if q.Limit > 0 && window > 0 {
-		rate = max(rate, q.Limit/window.Seconds())
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
 		interval = clampDuration(secondsToDuration(1 / (rate * announcedShare)))

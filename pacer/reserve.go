@@ -129,6 +129,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		lease, freeAt                                                  float64
 		count, burst                                                   int32
 		seq                                                            int64
+		respace                                                        bool
 		rtt                                                            time.Duration
 		received                                                       time.Time
 	)
@@ -137,7 +138,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune,
 			p.cfg.LeaseTTL.Seconds()},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
-			&eventAt, &eventShift, &eventHorizon, &tau, &eventInterval, &lease, &freeAt)
+			&eventAt, &eventShift, &eventHorizon, &tau, &eventInterval, &lease, &freeAt, &respace)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 			return Reservation{}, ErrUnknownPlatform
@@ -219,6 +220,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
 	st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, interval
+	st.noRespace = !respace
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
 		// period starting now must not go earlier.

@@ -85,7 +85,7 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	}
 	p.mu.Lock()
 	res.Slot, res.ReservedAt = epochToTime(w.slot), epochToTime(w.reservedAt)
-	res.Interval = secondsToDuration(w.interval)
+	res.Interval, res.spacing = secondsToDuration(w.interval), w.interval
 	interval, due := w.interval, w.due
 	p.mu.Unlock()
 	// Lateness counts from the slot's time in the database, mapped to the

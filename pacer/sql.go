@@ -132,7 +132,8 @@ RETURNING COALESCE($5::float8, date_part('epoch', clock_timestamp())), s.last_co
           COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0), s.event_interval,
           CASE WHEN s.max_in_flight > 0 AND s.last_count > 0 THEN s.leases[cardinality(s.leases)] ELSE 0 END,
           CASE WHEN s.max_in_flight > 0 AND s.last_count = 0 AND cardinality(s.leases) >= s.max_in_flight
-               THEN (SELECT min(x) FROM unnest(s.leases) AS x) ELSE 0 END`
+               THEN (SELECT min(x) FROM unnest(s.leases) AS x) ELSE 0 END,
+          s.respace`
 
 // reserveKeySQL takes one slot of platform $1 for its key $2, from both
 // pace rows at once: the key's and the platform's, locked in that order
@@ -197,14 +198,14 @@ u AS (
     WHERE s.platform = $1 AND s.key IN ('', $2)
     RETURNING s.key, s.rate, s.burst, s.max_multiplier, s.multiplier, s.est, s.est_max, s.est_at, s.adapt,
               s.event_seq, s.event_at, s.event_shift, s.event_horizon, s.event_interval,
-              GREATEST(s.hold_until, s.paused_until) AS hold, s.paused_until, s.cursor_at, s.max_in_flight
+              GREATEST(s.hold_until, s.paused_until) AS hold, s.paused_until, s.cursor_at, s.max_in_flight, s.respace
 )
 SELECT g.now, g.granted, g.p_first, g.k_first, g.full, COALESCE(g.free_at, 0), g.p_i, g.k_i,
        p.cursor_at, p.rate, p.burst, p.max_multiplier,
        COALESCE(p.rate * fleetpace_pace_adaptive(p.adapt, p.rate, p.multiplier, p.est, p.est_max, g.now - p.est_at, $6), 1),
        p.event_seq, p.hold, p.paused_until, p.event_at, p.event_shift, p.event_horizon, p.event_interval,
        k.rate, k.burst, k.event_seq, k.hold, k.paused_until,
-       CASE WHEN g.granted AND (p.max_in_flight > 0 OR k.max_in_flight > 0) THEN g.lease ELSE 0 END
+       CASE WHEN g.granted AND (p.max_in_flight > 0 OR k.max_in_flight > 0) THEN g.lease ELSE 0 END, p.respace
 FROM g CROSS JOIN u AS p CROSS JOIN u AS k
 WHERE p.key = '' AND k.key = $2`
 

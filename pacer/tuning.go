@@ -31,6 +31,12 @@ type tuning struct {
 	// pace restarts from the rate the refused request was sent at × beta,
 	// or what the destination accepted if lower.
 	beta float64
+	// heldFloor: where a destination holds the fleet briefly (Retry-After
+	// of at most measureMin), a refusal cuts the estimate to what was
+	// accepted per unit of time, holds included, but to no less than this
+	// share of its reading: after a burst at the ceiling a strict limiter's
+	// penalty holds pull the accepted rate far under what it allows.
+	heldFloor float64
 	// calm: a refusal later than this after the latest decrease starts a
 	// new episode (its estimate is what the fleet got answered).
 	calm time.Duration
@@ -59,6 +65,7 @@ func defaultTuning(late time.Duration) tuning {
 		late:         late,
 		slack:        SendSlack + epochPrecision,
 		beta:         0.7,
+		heldFloor:    0.5,
 		calm:         2 * time.Second,
 		jitterMemory: 30 * time.Second,
 		measureMin:   2 * time.Second,
@@ -82,7 +89,7 @@ const epochPrecision = 100 * time.Microsecond
 func (t tuning) array() []float64 {
 	return []float64{
 		t.approach.Seconds(), t.climb, t.margin, t.late.Seconds(), t.slack.Seconds(),
-		t.beta, 0, t.calm.Seconds(), t.jitterMemory.Seconds(),
+		t.beta, t.heldFloor, t.calm.Seconds(), t.jitterMemory.Seconds(),
 		t.measureMin.Seconds(), t.measureMax.Seconds(),
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps,
@@ -98,17 +105,34 @@ func (t tuning) ceilingTau(rate float64, burst int) float64 {
 	return math.Max(float64(burst-1)/rate-math.Max(t.late.Seconds()+t.slack.Seconds()-1/rate, 0), 0)
 }
 
+// ceilingInterval is fleetpace_pace_ceiling: the shortest spacing the
+// ceiling allows, seconds.
+func (t tuning) ceilingInterval(rate float64, burst int) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	return math.Max(1/rate, (1+t.late.Seconds()+t.slack.Seconds()+t.ceilingTau(rate, burst))/math.Max(math.Floor(rate+float64(burst)), 1))
+}
+
 // lateTolerance is how late a request may leave after a slot granted at
-// spacing interval (seconds) on a platform of rate and burst: the late
-// budget, or half the spacing where the platform is paced slower than its
-// ceiling, never more than keeps every 1-s window at the destination within
-// rate + burst (floor(rate + burst) × interval − 1 − slack − tau, which is
-// the late budget itself at the ceiling's spacing), and at least minLate.
+// spacing interval (seconds) on a platform of rate and burst. Paced by the
+// destination (adaptation or an announced quota: slower than the ceiling),
+// the late budget: a late request lands closer to the next one than the
+// spacing the destination was found to allow, and a strict limiter refuses
+// it, a fixed window counts one more. Paced by the ceiling, up to half the
+// spacing, which the ceiling's rate + burst per second can pay for at a
+// slow pace. Never more than keeps every 1-s window at the destination
+// within rate + burst (floor(rate + burst) × interval − 1 − slack − tau,
+// which is the late budget itself at a fast ceiling's spacing), and at
+// least minLate.
 func (t tuning) lateTolerance(rate float64, burst int, interval float64) time.Duration {
 	if rate <= 0 || interval <= 0 {
 		return minLate
 	}
 	bound := math.Max(math.Floor(rate+float64(burst)), 1)*interval - 1 - t.slack.Seconds() - t.ceilingTau(rate, burst)
-	tol := math.Min(bound, math.Max(t.late.Seconds(), interval/2))
-	return max(secondsToDuration(tol), minLate)
+	tol := math.Max(t.late.Seconds(), interval/2)
+	if interval > t.ceilingInterval(rate, burst)*(1+1e-6) {
+		tol = t.late.Seconds()
+	}
+	return max(secondsToDuration(math.Min(bound, tol)), minLate)
 }
