@@ -156,12 +156,16 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 		"--poll-base", adaptWorkerPollBase, "--poll-max", adaptWorkerPollMax, "--heartbeat", adaptWorkerHeartbeat,
 		"--rate-limited-after", adaptWorkerRateLimitAfter,
 	}
-	for _, c := range cells {
-		if spec := c.localPacer(cfg.Ceiling, cfg.Workers, start, d); spec != "" {
-			args = append(args, "--bench-local-pacer", spec)
+	perProcess := func(i int) []string {
+		var out []string
+		for _, c := range cells {
+			if spec := c.localPacer(cfg.Ceiling, cfg.Workers, i, start, d); spec != "" {
+				out = append(out, "--bench-local-pacer", spec)
+			}
 		}
+		return out
 	}
-	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: args})
+	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: args, ArgsEach: perProcess})
 	if err != nil {
 		return nil, err
 	}

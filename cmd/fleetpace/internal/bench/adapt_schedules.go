@@ -45,8 +45,9 @@ var SeedSchedule = Schedule{Name: ScheduleSeed, Adapt: sources.AdaptMultiplier, 
 var AWSSchedule = Schedule{Name: ScheduleAWS, Local: localpace.KindAWS}
 
 // OracleSchedule paces every process at exactly the destination's
-// allowance ÷ processes, following its steps, without adaptation: the
-// physical reference.
+// allowance ÷ processes, following its steps, without adaptation, the
+// processes' slots in turn (one grid, a phase each): the physical
+// reference.
 var OracleSchedule = Schedule{Name: ScheduleOracle, Local: localpace.KindOracle}
 
 // DefaultSchedule is a new platform's: the defaults of package sources.
@@ -94,7 +95,7 @@ func (s Schedule) describe() string {
 	case localpace.KindAWS:
 		return "AWS SDK adaptive mode per process (token bucket + CUBIC over the measured rate, β 0.7, C 0.4), capped at ceiling ÷ processes"
 	case localpace.KindOracle:
-		return "every process at exactly allowance ÷ processes, no adaptation (the physical reference)"
+		return "every process at exactly allowance ÷ processes, in turn, no adaptation (the physical reference)"
 	}
 	if s.Adapt == sources.AdaptEstimate {
 		return fmt.Sprintf("--adapt estimate, headers %v, respace %v", s.Headers, s.Respace)
@@ -115,18 +116,19 @@ func (s Schedule) platform(name string, ceiling float64) sources.Platform {
 }
 
 // localPacer is the worker flag's value that paces a cell of a local
-// schedule (none for the shared pacer's schedules): aws capped at the
-// process's share of the ceiling; the oracle at its share of the
-// allowance, changing at the model's steps (instants by the wall clock,
-// from start, in a run of length d).
-func (c cell) localPacer(ceiling float64, workers int, start time.Time, d time.Duration) string {
+// schedule in process i of workers (none for the shared pacer's
+// schedules): aws capped at the process's share of the ceiling; the oracle
+// at its share of the allowance, changing at the model's steps (instants by
+// the wall clock, from start, in a run of length d), its slots in turn
+// with the other processes' (phase i/workers).
+func (c cell) localPacer(ceiling float64, workers, i int, start time.Time, d time.Duration) string {
 	n := float64(workers)
 	switch c.schedule.Local {
 	case localpace.KindAWS:
 		return localpace.Spec{Platform: c.platform, Kind: localpace.KindAWS, Steps: []localpace.Step{{Rate: ceiling / n}}}.String()
 	case localpace.KindOracle:
 		sp := localpace.Spec{Platform: c.platform, Kind: localpace.KindOracle,
-			Steps: []localpace.Step{{Rate: c.model.allowance(ceiling, 0, d) / n}}}
+			Steps: []localpace.Step{{Rate: c.model.allowance(ceiling, 0, d) / n}}, Phase: float64(i) / n}
 		for _, st := range c.model.Steps {
 			at := stepAt(st, d)
 			sp.Steps = append(sp.Steps, localpace.Step{From: start.Add(at), Rate: c.model.allowance(ceiling, at, d) / n})

@@ -158,13 +158,13 @@ func TestAdaptLocalPacers(t *testing.T) {
 	m, _ := modelByName("drop-80-30")
 	const d = 90 * time.Second
 	c := cell{model: m, schedule: OracleSchedule, platform: "drop-80-30.oracle"}
-	sp, err := localpace.Parse(c.localPacer(20, 4, t0, d))
+	sp, err := localpace.Parse(c.localPacer(20, 4, 3, t0, d))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []localpace.Step{{Rate: 4}, {From: t0.Add(30 * time.Second), Rate: 1.5}, {From: t0.Add(60 * time.Second), Rate: 4}}
-	if len(sp.Steps) != 3 {
-		t.Fatalf("steps %+v, want %+v", sp.Steps, want)
+	if len(sp.Steps) != 3 || sp.Phase != 0.75 {
+		t.Fatalf("steps %+v, phase %g; want %+v, 0.75 (the fourth process of four)", sp.Steps, sp.Phase, want)
 	}
 	for i := range want {
 		if !sp.Steps[i].From.Equal(want[i].From) || math.Abs(sp.Steps[i].Rate-want[i].Rate) > 1e-9 {
@@ -172,11 +172,11 @@ func TestAdaptLocalPacers(t *testing.T) {
 		}
 	}
 	c.schedule = AWSSchedule
-	if got := c.localPacer(20, 4, t0, d); got != "drop-80-30.oracle=aws:5" {
+	if got := c.localPacer(20, 4, 1, t0, d); got != "drop-80-30.oracle=aws:5" {
 		t.Errorf("aws: %q", got)
 	}
 	c.schedule = DefaultSchedule()
-	if got := c.localPacer(20, 4, t0, d); got != "" {
+	if got := c.localPacer(20, 4, 0, t0, d); got != "" {
 		t.Errorf("default: %q, want none", got)
 	}
 }

@@ -169,7 +169,7 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 // oracle's fixed share) on platforms of their own by pacing them inside each
 // worker instead of through the shared pacer. Benchmarks only.
 func addBenchLocalPacer(f *pflag.FlagSet, cfg *worker.Config) {
-	f.Var(&localPacers{cfg: cfg}, "bench-local-pacer", "BENCHMARKS ONLY: pace PLATFORM in this process alone: PLATFORM=aws:CAP or PLATFORM=oracle:RATE[@UNIXMS:RATE]… (repeatable)")
+	f.Var(&localPacers{cfg: cfg}, "bench-local-pacer", "BENCHMARKS ONLY: pace PLATFORM in this process alone: PLATFORM=aws:CAP or PLATFORM=oracle:RATE[@UNIXMS:RATE]…[~PHASE] (repeatable)")
 	if err := f.MarkHidden("bench-local-pacer"); err != nil {
 		panic("cli: " + err.Error())
 	}

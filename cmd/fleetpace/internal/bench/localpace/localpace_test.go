@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,9 +70,10 @@ func TestOracle(t *testing.T) {
 	}
 	want := []time.Duration{0, 250, 500, 750, 1000, 1250, 1500, 1750, 2000, 2100, 2200, 2300}
 	for i := range want {
-		if slots[i] != want[i]*time.Millisecond {
-			t.Fatalf("slots %v, want %v ms", slots, want)
-		}
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(slots, want) {
+		t.Fatalf("slots %v, want %v", slots, want)
 	}
 	// Sleep ends at the slot, on the clock.
 	res, _ := r.Reserve(ctx, "o", time.Hour)
@@ -197,5 +199,39 @@ func TestAWS(t *testing.T) {
 	}
 	if _, fill, m := a.state(); fill <= low || fill < 0.99*min(2*m, low/0.7) {
 		t.Errorf("10 s after the throttle: fill %g/s (after it %g/s, measured %g/s): no cubic climb", fill, low, m)
+	}
+}
+
+// Three processes at 8/3 per second with phases 0, 1/3 and 2/3 interleave
+// into one fleet spaced 125 ms apart, whatever their calls' order.
+func TestOraclePhases(t *testing.T) {
+	t.Parallel()
+	c := clocktest.New()
+	c.Advance(37 * time.Millisecond) // off any grid point
+	var all []time.Time
+	for i, spec := range []string{"p=oracle:2.6666666666666665", "p=oracle:2.6666666666666665~0.3333333333333333", "p=oracle:2.6666666666666665~0.6666666666666666"} {
+		sp, err := Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && sp.String() != spec {
+			t.Errorf("String() = %q, want %q", sp.String(), spec)
+		}
+		o := newOracle(c, sp.Steps, sp.Phase)
+		now := c.Now()
+		for k := 0; len(all) < 8*(i+1); k++ {
+			if ok, slot, _ := o.reserve(now, time.Hour); ok {
+				all = append(all, slot)
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(all); i++ {
+		if d := all[i].Sub(all[i-1]); d < 125*time.Millisecond-2 || d > 125*time.Millisecond+2 {
+			t.Fatalf("slot %d comes %s after the one before, want 125 ms: %v", i, d, all)
+		}
+	}
+	if _, err := Parse("p=oracle:1~1"); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("phase 1: %v, want ErrInvalidSpec", err)
 	}
 }

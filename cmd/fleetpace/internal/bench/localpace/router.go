@@ -40,7 +40,7 @@ func NewRouter(shared worker.Pacer, c clock.Clock, specs []Spec) (*Router, error
 		}
 		switch sp.Kind {
 		case KindOracle:
-			r.local[sp.Platform] = newOracle(r.clock, sp.Steps)
+			r.local[sp.Platform] = newOracle(r.clock, sp.Steps, sp.Phase)
 		case KindAWS:
 			r.local[sp.Platform] = newAWS(r.clock, sp.Steps[0].Rate)
 		default:

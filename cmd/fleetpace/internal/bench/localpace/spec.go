@@ -47,12 +47,18 @@ type Spec struct {
 	// start. For aws, one step: the process's cap, requests/s (the
 	// ceiling's share; the adaptive rate only lowers it).
 	Steps []Step
+	// Phase (oracle), in [0, 1), puts the process's slots on a grid of
+	// its spacing, shifted by Phase spacings, counted from each step's
+	// start (the Unix epoch for the first): N processes at rate/N with
+	// phases 0, 1/N, …, (N−1)/N interleave into one fleet spaced exactly
+	// 1/rate. Default 0.
+	Phase float64
 }
 
-// Parse reads PLATFORM=oracle:RATE[@UNIXMS:RATE]… (a fixed rate, changing
-// to the next RATE at the wall-clock instant UNIXMS, in milliseconds since
-// the epoch) or PLATFORM=aws:CAP (CAP: requests/s this process never
-// exceeds).
+// Parse reads PLATFORM=oracle:RATE[@UNIXMS:RATE]…[~PHASE] (a fixed rate,
+// changing to the next RATE at the wall-clock instant UNIXMS, in
+// milliseconds since the epoch, on a grid shifted by PHASE spacings) or
+// PLATFORM=aws:CAP (CAP: requests/s this process never exceeds).
 func Parse(s string) (Spec, error) {
 	platform, rest, ok := strings.Cut(s, "=")
 	if !ok || platform == "" {
@@ -71,6 +77,14 @@ func Parse(s string) (Spec, error) {
 		}
 		sp.Steps = []Step{{Rate: r}}
 	case KindOracle:
+		args, phase, hasPhase := strings.Cut(args, "~")
+		if hasPhase {
+			p, err := strconv.ParseFloat(phase, 64)
+			if err != nil || !(p >= 0 && p < 1) {
+				return Spec{}, fmt.Errorf("%w %q: the phase must be in [0, 1), got %q", ErrInvalidSpec, s, phase)
+			}
+			sp.Phase = p
+		}
 		parts := strings.Split(args, "@")
 		r, err := parseRate(parts[0])
 		if err != nil {
@@ -105,6 +119,9 @@ func (sp Spec) String() string {
 	fmt.Fprintf(&b, "%s=%s:%s", sp.Platform, sp.Kind, fmtRate(sp.Steps[0].Rate))
 	for _, st := range sp.Steps[1:] {
 		fmt.Fprintf(&b, "@%d:%s", st.From.UnixMilli(), fmtRate(st.Rate))
+	}
+	if sp.Phase != 0 {
+		fmt.Fprintf(&b, "~%s", strconv.FormatFloat(sp.Phase, 'g', -1, 64))
 	}
 	return b.String()
 }
