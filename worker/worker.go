@@ -180,6 +180,11 @@ type Config struct {
 
 	// Fetcher fetches sources. Default: fetch.NewHTTP(HTTP).
 	Fetcher fetch.Fetcher
+	// WrapPacer, if set, is given the shared pacer and returns the Pacer
+	// the fetch jobs use instead: one that paces some platforms on its own
+	// and passes the others through (the benchmarks' baselines that keep no
+	// shared state). Default nil: the shared pacer.
+	WrapPacer func(Pacer) Pacer
 	// HTTP configures the built-in fetcher when Fetcher is nil (its Clock
 	// defaults to Config.Clock).
 	HTTP fetch.HTTPConfig
@@ -552,7 +557,11 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		fetcher = h
 	}
 	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
-	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
+	var jobPacer Pacer = rt.pacer
+	if cfg.WrapPacer != nil {
+		jobPacer = cfg.WrapPacer(rt.pacer)
+	}
+	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: jobPacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
 		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {
 		return nil, err

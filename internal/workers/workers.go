@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +24,9 @@ type Config struct {
 	Executable string
 	// Args are every process's arguments ("worker", flags…). Required.
 	Args []string
+	// ArgsEach, if set, returns more arguments for process i (0 to N-1),
+	// appended to Args: what differs between the processes.
+	ArgsEach func(i int) []string
 	// N is how many processes. Default 1.
 	N int
 	// Dir receives one log file per process (worker-1.log, …). Required.
@@ -76,7 +80,11 @@ func Start(cfg Config) (*Fleet, error) {
 			_ = f.Stop(context.Background())
 			return nil, fmt.Errorf("workers: log: %w", err)
 		}
-		cmd := exec.Command(cfg.Executable, cfg.Args...)
+		args := slices.Clone(cfg.Args)
+		if cfg.ArgsEach != nil {
+			args = append(args, cfg.ArgsEach(i)...)
+		}
+		cmd := exec.Command(cfg.Executable, args...)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		cmd.Env = append(Environ(), cfg.Env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

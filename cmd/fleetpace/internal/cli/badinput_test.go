@@ -236,6 +236,8 @@ func TestBadInput(t *testing.T) {
 		{name: "drain --test-guard-exempt junk", args: []string{"drain", "--test-guard-exempt", "junk"}, want: []string{"junk", "ADDRESS:PORT"}},
 
 		// worker.
+		{name: "worker --bench-local-pacer p=tcp:1", args: []string{"worker", "--bench-local-pacer", "p=tcp:1"}, want: []string{"--bench-local-pacer", "oracle or aws"}},
+		{name: "worker --bench-local-pacer twice", args: []string{"worker", "--bench-local-pacer", "p=aws:1", "--bench-local-pacer", "p=oracle:1"}, want: []string{"--bench-local-pacer", "named twice"}},
 		{name: "worker --http-addr foo", args: []string{"worker", "--http-addr", "foo"}, want: []string{"--http-addr", `"foo"`}},
 		{name: "worker --http-addr :99999", args: []string{"worker", "--http-addr", ":99999"}, want: []string{"--http-addr", ":99999"}},
 		{name: "worker --http-addr :-1", args: []string{"worker", "--http-addr", ":-1"}, want: []string{"--http-addr", ":-1"}},

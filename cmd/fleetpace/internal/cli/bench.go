@@ -225,24 +225,50 @@ func (a *app) benchAdaptCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "adapt",
-		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, vs the seed's schedule",
-		Long: `Runs real worker processes (this binary) against fake destinations that allow
-less than the configured ceiling, one run per destination model with one
-platform per schedule side by side: strict spacing at 40 % and 70 % of the ceiling, a
-token bucket with burst 10 at 50 %, fixed 1-s and 60-s windows at 50 %, each
-again with X-RateLimit-* headers, one with the IETF RateLimit fields, and a
-limit that drops from 80 % to 30 % and comes back. Every model runs with the
-seed's schedule (×2, ÷2 per 100 clean, no probing, no headers, no re-spacing)
-beside the defaults. Per row: goodput over what the destination allows and
-the share of 429s in the steady half, time to settle, requests sent at the
-old spacing after the first 429, the largest 1-s window (never above ceiling
-+ burst), and for the drop how soon the 429s stop. Medians of --runs.
+		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, side by side with the seed's schedule, the AWS SDKs' adaptive mode and an oracle",
+		Long: `Runs real worker processes (this binary) against destinations that allow less
+than the configured ceiling, one run per destination model, with one
+platform per schedule side by side, each on a destination of its own:
 
---sweep decay runs the defaults with decay_after 10, 30, 100, 300, 1000;
+  default  a new platform's settings (--adapt estimate)
+  seed     fleetpace before adaptive pacing (--adapt multiplier, ×2, ÷2 per
+           100 clean, no probing, no headers, no re-spacing)
+  aws      the AWS SDKs' adaptive retry mode in each process on its own (a
+           token bucket whose rate follows CUBIC over the measured send
+           rate), each process capped at ceiling ÷ processes
+  oracle   each process paced at exactly allowance ÷ processes, the
+           processes in turn, no adaptation: the physical reference
+
+Models (fake destinations; --models takes names or patterns such as
+'window*'): token buckets (strict-40, strict-70, bucket10-50, with
+X-RateLimit-* as -xrl, bucket10-50-ietf); fixed windows of 1 s, 10 s and
+60 s at 1/3 and 1/10 of the ceiling (window1s-33, window10s-10, …, and the
+1-s and 60-s ones at 50 %), each also with -xrl and -ietf headers;
+strict-nginx-40 (nginx's limit_req, no Retry-After); sliding10s-33 (a
+sliding log); drop-80-30 (and -xrl), rise-40-80 and drop-80-40 (the limit
+moves a third into the run).
+
+--nginx runs the models nginx-RATE (limit_req rate=RATEr/s, limit_req_status
+429, no burst) and nginx-RATE-burst5 (burst=5 nodelay) against a real nginx
+the benchmark starts (one limit_req zone per schedule, static files with
+their ETag and Last-Modified), judged from nginx's access log.
+
+Per row, medians of --runs: goodput (accepted over allowed) over seconds
+10–70 and over the last half, the share of 429s from second 10 to the end and
+in the last half, when goodput first holds ≥ 0.85 for 5 s, the largest 1-s
+window (never above ceiling + burst), for rise models how soon goodput holds
+≥ 0.85 of the new limit and for drop models how soon the 429s stop; every
+run's figures with --json. The default schedule's rows name the targets of
+issue 23 they miss. The machine's load average is printed with the table.
+
+--sweep decay runs the multiplier with decay_after 10, 30, 100, 300, 1000;
 --sweep factors the backoff × recovery factors; both on the models without
-headers. The README's table of defaults comes from them.`,
+headers.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("nginx-rate") && !cfg.Nginx {
+				return usagef("--nginx-rate: only with --nginx")
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -258,12 +284,14 @@ headers. The README's table of defaults comes from them.`,
 	f.IntVar(&cfg.Workers, "workers", bench.DefaultAdaptWorkers, "worker processes")
 	f.IntVar(&cfg.Concurrency, "concurrency", 0, "each worker's --concurrency (default: enough for every platform's jobs to sleep on the pacer at once)")
 	f.Float64Var(&cfg.Ceiling, "ceiling", bench.DefaultAdaptCeiling, "every platform's rate, requests/s")
-	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run of a model (the steady half is measured; a 60-s window runs 4.5 windows at least)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultAdaptDuration, "one run of a model (a window longer than 1 s runs 4.5 windows at least)")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultAdaptRuns, "runs; every figure is the median")
-	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run (default: all; see --help of the models in the README)")
-	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the adaptation settings instead of seed vs defaults")
+	f.StringSliceVar(&cfg.Models, "models", nil, "destination models to run, names or patterns such as 'window*' (default: all; an unknown name lists them)")
+	f.StringVar(&cfg.Sweep, "sweep", "", "decay or factors: sweep the multiplier's settings instead of the four schedules")
+	f.BoolVar(&cfg.Nginx, "nginx", false, "run against a real nginx the benchmark starts (models nginx-RATE and nginx-RATE-burst5)")
+	f.IntVar(&cfg.NginxRate, "nginx-rate", bench.DefaultAdaptNginxRate, "with --nginx: limit_req rate, requests/s")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	zeroIsDefault(f, "workers", "ceiling", "duration", "runs")
+	zeroIsDefault(f, "workers", "ceiling", "duration", "runs", "nginx-rate")
 	return cmd
 }
 

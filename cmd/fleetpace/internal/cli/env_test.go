@@ -291,8 +291,10 @@ func TestEnvHelpNamesVariables(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("fleetpace %v --help: %s", path, r)
 		}
-		if strings.Contains(r.stdout, "test-guard-exempt") {
-			t.Errorf("fleetpace %v --help shows the hidden test-only --test-guard-exempt", path)
+		for _, hidden := range []string{"test-guard-exempt", "bench-local-pacer"} {
+			if strings.Contains(r.stdout, hidden) {
+				t.Errorf("fleetpace %v --help shows the hidden --%s", path, hidden)
+			}
 		}
 		s := sections(r.stdout)
 		service := len(path) == 0 || slices.Contains(envCommands, strings.Join(path, " "))

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/bench/localpace"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
@@ -163,8 +165,58 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f.DurationVar(&startupJitter, "startup-jitter", 0, "sleep U[0, this] before starting (default: --poll-max; 0 disables)")
 	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when fleetpace scan runs from cron or a timer)")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", worker.DefaultHeartbeat, "how often this worker announces itself (fleet size for degraded pacing)")
+	addBenchLocalPacer(f, &cfg)
 	return cmd
 }
+
+// addBenchLocalPacer registers the hidden --bench-local-pacer flag: `bench
+// adapt` runs its baselines (the AWS SDKs' adaptive mode per process, the
+// oracle's fixed share) on platforms of their own by pacing them inside each
+// worker instead of through the shared pacer. Benchmarks only.
+func addBenchLocalPacer(f *pflag.FlagSet, cfg *worker.Config) {
+	f.Var(&localPacers{cfg: cfg}, "bench-local-pacer", "BENCHMARKS ONLY: pace PLATFORM in this process alone: PLATFORM=aws:CAP or PLATFORM=oracle:RATE[@UNIXMS:RATE]…[~PHASE] (repeatable)")
+	if err := f.MarkHidden("bench-local-pacer"); err != nil {
+		panic("cli: " + err.Error())
+	}
+}
+
+// localPacers is the repeatable --bench-local-pacer flag: each value is
+// parsed when given (a bad one is a flag error, exit 2), and the worker's
+// WrapPacer routes the platforms named so far to their local pacers.
+type localPacers struct {
+	cfg   *worker.Config
+	specs []localpace.Spec
+}
+
+func (l *localPacers) String() string {
+	var s []string
+	for _, sp := range l.specs {
+		s = append(s, sp.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *localPacers) Set(v string) error {
+	sp, err := localpace.Parse(v)
+	if err != nil {
+		return err
+	}
+	specs := append(slices.Clone(l.specs), sp)
+	if _, err := localpace.NewRouter(nil, nil, specs); err != nil {
+		return err
+	}
+	l.specs = specs
+	l.cfg.WrapPacer = func(shared worker.Pacer) worker.Pacer {
+		r, err := localpace.NewRouter(shared, l.cfg.Clock, specs)
+		if err != nil {
+			panic("cli: local pacers checked by Set: " + err.Error())
+		}
+		return r
+	}
+	return nil
+}
+
+func (*localPacers) Type() string { return "spec" }
 
 // addrPorts is a repeatable ADDRESS:PORT flag.
 type addrPorts []netip.AddrPort
