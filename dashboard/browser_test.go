@@ -142,7 +142,7 @@ func TestBrowser(t *testing.T) {
 	if !countdown.MatchString(next) {
 		t.Errorf("the cooldown countdown went from %s to %q", first, next)
 	}
-	if got := text(`tr[data-platform="gamma"] .state`); !strings.HasPrefix(got, "cooldown ×1,") || !strings.Contains(got, "429") {
+	if got := text(`tr[data-platform="gamma"] .state`); !strings.HasPrefix(got, "cooling down: Retry-After 10m,") || !strings.Contains(got, "429") {
 		t.Errorf("gamma's state shows %q, want a cooldown with the 429 as reason", got)
 	}
 	waitArrivals(t, dest, "/beta/", 4, 30*time.Second)
@@ -161,7 +161,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`tr[data-platform="beta"] button.pause`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-platform="beta"] .state.paused`)))
 	pausedAt := time.Now()
-	if got := text(`tr[data-platform="beta"] .state`); !strings.HasPrefix(got, "paused until resumed") || !strings.Contains(got, "paused from the dashboard") {
+	if got := text(`tr[data-platform="beta"] .state`); !strings.HasPrefix(got, "paused by operator until resumed") || !strings.Contains(got, "paused from the dashboard") {
 		t.Errorf("beta's state shows %q", got)
 	}
 	if got := text(`tr[data-platform="beta"] .effective`); got != "0/s" {

@@ -222,22 +222,22 @@ func TestOverview(t *testing.T) {
 		t.Fatalf("test data: due %d queued %d failing %d", due, queued, failing)
 	}
 	alpha := row(t, page, "alpha")
-	// platform, ceiling, effective, req/s, state, due, queued, failing, stale
-	want := []string{"alpha", "8/s burst 3", "4/s ceiling ÷ backoff multiplier ×2"}
+	// platform, ceiling, effective, used, 429s/min, in flight, req/s, state, due, queued, failing, stale
+	want := []string{"alpha", "8/s burst 3", "4/s ceiling ÷ backoff multiplier ×2", "0 of 4/s (ceiling 8/s)", "0", "0"}
 	for i, w := range want {
 		if alpha[i] != w {
 			t.Errorf("alpha cell %d = %q, want %q", i, alpha[i], w)
 		}
 	}
-	if alpha[4] != "running" || alpha[5] != strconv.FormatInt(due, 10) || alpha[6] != strconv.FormatInt(queued, 10) || alpha[7] != strconv.FormatInt(failing, 10) {
-		t.Errorf("alpha state and counts = %q; want running, due %d, queued %d, failing %d", alpha[4:8], due, queued, failing)
+	if alpha[7] != "throttled ×2.0" || alpha[8] != strconv.FormatInt(due, 10) || alpha[9] != strconv.FormatInt(queued, 10) || alpha[10] != strconv.FormatInt(failing, 10) {
+		t.Errorf("alpha state and counts = %q; want throttled ×2.0, due %d, queued %d, failing %d", alpha[7:11], due, queued, failing)
 	}
-	if want := "10m"; !strings.HasSuffix(alpha[8], " / "+want) {
-		t.Errorf("alpha staleness = %q, want max %s (%.0f s)", alpha[8], want, staleMax)
+	if want := "10m"; !strings.HasSuffix(alpha[11], " / "+want) {
+		t.Errorf("alpha staleness = %q, want max %s (%.0f s)", alpha[11], want, staleMax)
 	}
 
 	beta := row(t, page, "beta")
-	if beta[2] != "0/s paused by an operator" || beta[4] != "paused until resumed maintenance window" {
+	if beta[2] != "0/s paused by an operator" || beta[7] != "paused by operator until resumed maintenance window" {
 		t.Errorf("beta = %q; want paused until resumed, with its reason", beta)
 	}
 	gamma := row(t, page, "gamma")
@@ -245,9 +245,9 @@ func TestOverview(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT extract(epoch FROM until - now()) FROM fleetpace_cooldown WHERE platform = 'gamma'`).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`^cooldown ×1, (\d+)m(?:(\d\d)s)? left 429 Too Many Requests$`).FindStringSubmatch(gamma[4])
+	m := regexp.MustCompile(`^cooling down: rate limited, (\d+)m(?:(\d\d)s)? left the destination asked for a 10m Retry-After → the platform's 15m cooldown 429 Too Many Requests$`).FindStringSubmatch(gamma[7])
 	if m == nil {
-		t.Fatalf("gamma state = %q; want a cooldown with its countdown and reason", gamma[4])
+		t.Fatalf("gamma state = %q; want a cooldown with its countdown, rule and reason", gamma[7])
 	}
 	shown, _ := strconv.Atoi(m[1])
 	sec, _ := strconv.Atoi(m[2])
@@ -365,7 +365,8 @@ func TestSourcePage(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("source page: %d", status)
 	}
-	for _, w := range []string{"https://a.example/6", "platform alpha", "interval 1h", "failures in a row 2", "last reason HTTP 404 Not Found", "last outcome failed 404"} {
+	for _, w := range []string{"https://a.example/6", "platform alpha", "interval 1h", "failures in a row 2", "last reason HTTP 404 Not Found", "last answer failed 404",
+		"Platform now throttled ×2.0 the destination refused requests"} {
 		if !strings.Contains(text(page), w) {
 			t.Errorf("source page lacks %q:\n%s", w, text(page))
 		}
@@ -573,10 +574,10 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("alpha after pause: paused %s (indefinitely %v), reason %q; want 10m, the reason", p.Paused, p.PausedIndefinitely, p.PauseReason)
 	}
 	_, page := s.get("/platforms/alpha?done=paused")
-	if !strings.Contains(text(page), "Paused: no request leaves") || !regexp.MustCompile(`paused, (9m\d\ds|10m) left deploy of the API`).MatchString(text(page)) {
+	if !strings.Contains(text(page), "Paused: no request leaves") || !regexp.MustCompile(`paused by operator, (9m\d\ds|10m) left deploy of the API`).MatchString(text(page)) {
 		t.Errorf("the platform page does not show the pause:\n%s", text(page))
 	}
-	if _, page := s.get("/"); !strings.Contains(row(t, page, "alpha")[4], "paused") || !strings.Contains(page, `action="/platforms/alpha/resume"`) {
+	if _, page := s.get("/"); !strings.Contains(row(t, page, "alpha")[7], "paused") || !strings.Contains(page, `action="/platforms/alpha/resume"`) {
 		t.Errorf("the overview does not show alpha paused with a resume button")
 	}
 
@@ -593,8 +594,8 @@ func TestPauseResume(t *testing.T) {
 	if p := paceOf(t, pool, "alpha"); p.Paused != 0 || p.PausedIndefinitely {
 		t.Fatalf("alpha after resume: %+v", p)
 	}
-	if _, page := s.get("/"); row(t, page, "alpha")[4] != "running" {
-		t.Errorf("alpha after resume: %q", row(t, page, "alpha")[4])
+	if _, page := s.get("/"); row(t, page, "alpha")[7] != "throttled ×2.0" {
+		t.Errorf("alpha after resume: %q", row(t, page, "alpha")[7])
 	}
 
 	// Bad input: 400 naming the field, nothing written.
@@ -818,8 +819,8 @@ func TestClearCooldown(t *testing.T) {
 	if err != nil || len(cooldowns) != 0 {
 		t.Errorf("active cooldowns after clearing: %v, %v", cooldowns, err)
 	}
-	if _, page := s.get("/"); row(t, page, "gamma")[4] != "running" {
-		t.Errorf("gamma after clearing: %q", row(t, page, "gamma")[4])
+	if _, page := s.get("/"); row(t, page, "gamma")[7] != "running" {
+		t.Errorf("gamma after clearing: %q", row(t, page, "gamma")[7])
 	}
 	if res, _ := s.post("/platforms/nope/clear-cooldown", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
 		t.Errorf("clear cooldown of an unknown platform: %d, want 404", res.StatusCode)

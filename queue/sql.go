@@ -39,3 +39,10 @@ const cancelFetchesSQL = `
 DELETE FROM river_job
 WHERE queue = $1 AND kind = $2 AND args->>'platform' = $3
   AND state IN ('available', 'scheduled', 'retryable', 'pending')`
+
+// countJobsSQL counts unfinished jobs by kind and state (River's
+// prioritized fetching index leads with state: one range per state).
+const countJobsSQL = `
+SELECT kind, state::text, count(*) FROM river_job
+WHERE state IN ('available', 'running', 'scheduled', 'retryable', 'pending')
+GROUP BY kind, state ORDER BY kind, state`

@@ -236,7 +236,8 @@ var (
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
 
 // setCooldownSQL upserts a platform's cooldown. $2 is the Retry-After in
-// seconds (0 if none), $3 the jitter factor (1 ± 0.1), $4 the reason.
+// seconds (0 if none), $3 the jitter factor (1 ± 0.1), $4 the reason, $5
+// the cause (the latest answer's, with its Retry-After).
 //   - While a cooldown is active, another rate-limited answer (likely from a
 //     request sent before it began) only extends it to the longer of the two.
 //   - A repeat within one platform cooldown after the last one ended doubles
@@ -248,8 +249,8 @@ WITH p AS (
     SELECT name, GREATEST(cooldown, make_interval(secs => $2)) AS base, cooldown
     FROM fleetpace_platform WHERE name = $1
 )
-INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at)
-SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now() FROM p
+INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at, cause, retry_after_s)
+SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now(), $5, $2 FROM p
 ON CONFLICT (platform) DO UPDATE SET
     count = CASE
         WHEN c.until > now() THEN c.count
@@ -262,12 +263,20 @@ ON CONFLICT (platform) DO UPDATE SET
             now() + LEAST((SELECT base FROM p) * power(2, c.count) * $3, interval '24 hours')
         ELSE now() + LEAST((SELECT base FROM p) * $3, interval '24 hours') END,
     reason = EXCLUDED.reason,
+    cause = EXCLUDED.cause,
+    retry_after_s = EXCLUDED.retry_after_s,
     started_at = CASE WHEN c.until > now() THEN c.started_at ELSE now() END,
     updated_at = now()
 RETURNING until, count`
 
+// cooldownsOfSQL is the active cooldowns of the platforms in $1.
+const cooldownsOfSQL = `
+SELECT platform, until, reason, count, started_at, until - now(), cause, retry_after_s
+FROM fleetpace_cooldown c
+WHERE platform = ANY($1::text[]) AND ` + activeCooldown + ` ORDER BY platform`
+
 const activeCooldownsSQL = `
-SELECT platform, until, reason, count, started_at, until - now()
+SELECT platform, until, reason, count, started_at, until - now(), cause, retry_after_s
 FROM fleetpace_cooldown c WHERE ` + activeCooldown + ` ORDER BY platform`
 
 // countsSQL is the per-platform summary for status: sources, enabled, queued,
@@ -353,4 +362,4 @@ const countPlatformSourcesSQL = `SELECT count(*) FROM fleetpace_source WHERE pla
 // (the next cooldown starts from the platform's own length).
 const clearCooldownSQL = `
 DELETE FROM fleetpace_cooldown c WHERE platform = $1
-RETURNING platform, until, reason, count, started_at, GREATEST(until - now(), interval '0')`
+RETURNING platform, until, reason, count, started_at, GREATEST(until - now(), interval '0'), cause, retry_after_s`

@@ -216,14 +216,33 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 		state = *s.LastOutcome
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	// The last check that counted (a 429 is no check: the source keeps its
+	// place) and the last answer, whatever it was, each with its own time.
 	if s.LastCheckedAt != nil {
-		fmt.Fprintf(tw, "last checked\t%s (%s ago), HTTP %s, %s\n", fmtTime(s.LastCheckedAt), roundDur(rep.At.Sub(*s.LastCheckedAt)),
-			fmtInt(s.LastStatus), fmtStr(s.LastOutcome))
+		fmt.Fprintf(tw, "last checked\t%s (%s ago)\n", fmtTime(s.LastCheckedAt), roundDur(rep.At.Sub(*s.LastCheckedAt)))
 	} else {
 		fmt.Fprintf(tw, "last checked\tnever\n")
 	}
-	if s.LastError != nil {
-		fmt.Fprintf(tw, "last error\t%s\n", showReason(*s.LastError))
+	switch a := rep.LastAnswer; {
+	case a != nil:
+		fmt.Fprintf(tw, "last answer\t%s (%s ago): %s%s\n", a.CheckedAt.UTC().Format(time.RFC3339), roundDur(rep.At.Sub(a.CheckedAt)),
+			fmtAnswer(a.Status, a.Outcome), fmtWhy(a.Reason))
+	case s.LastOutcome != nil:
+		fmt.Fprintf(tw, "last answer\t%s%s (its time is not kept: no fetch history)\n", fmtAnswer(derefInt(s.LastStatus), *s.LastOutcome),
+			fmtWhy(fmtStrOr(s.LastError, "")))
+	}
+	for i, c := range rep.State {
+		label := ""
+		if i == 0 {
+			label = "platform now"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, c)
+		if c.Detail != "" {
+			fmt.Fprintf(tw, "\t  %s\n", c.Detail)
+		}
+		if c.Reason != "" {
+			fmt.Fprintf(tw, "\t  reason: %s\n", c.Reason)
+		}
 	}
 	next := "—"
 	switch {
@@ -265,6 +284,37 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 			h.Duration.Round(time.Millisecond), h.Bytes, orDash(h.Worker), orDash(showReason(h.Reason)))
 	}
 	return tw.Flush()
+}
+
+// fmtAnswer is an answer's status and outcome: "HTTP 429, rate_pressure",
+// "no answer, failed".
+func fmtAnswer(status int, outcome string) string {
+	if status == 0 {
+		return "no answer, " + outcome
+	}
+	return fmt.Sprintf("HTTP %d, %s", status, outcome)
+}
+
+// fmtWhy is " — reason" (with its hint), or nothing without a reason.
+func fmtWhy(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " — " + showReason(reason)
+}
+
+func fmtStrOr(p *string, or string) string {
+	if p == nil {
+		return or
+	}
+	return *p
+}
+
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func orDash(s string) string {

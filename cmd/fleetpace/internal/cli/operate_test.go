@@ -196,7 +196,8 @@ func TestStatusCompactAndDue(t *testing.T) {
 	for _, line := range strings.Split(out, "\n") {
 		widest = max(widest, len([]rune(line)))
 	}
-	if widest > 160 || !strings.Contains(out, "cooldown ") || !strings.Contains(out, "paused (maintenance)") {
+	if widest > 160 || !strings.Contains(out, "cooling down: rate limited, ") || !strings.Contains(out, "paused by operator until resumed (maintenance)") ||
+		!strings.Contains(out, "→ the platform's 15m cooldown") {
 		t.Fatalf("status (widest line %d):\n%s", widest, out)
 	}
 	var rep status.Report
