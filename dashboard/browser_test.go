@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -84,7 +83,10 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("workers: %v", err)
 		}
 	})
-	addr := listening(t, fl, fl.Logs()[0])
+	addr, err := fl.Listening(0, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := "http://" + addr
 
 	b := browser.New(t, 1400, 900)
@@ -205,31 +207,6 @@ func TestBrowser(t *testing.T) {
 	}
 	waitArrivals(t, dest, "/beta/", betaThen+4, 15*time.Second)
 	t.Logf("resumed beta: 4 requests to it within %s", time.Since(resumedAt).Round(time.Millisecond))
-}
-
-// listening waits for the worker's log to name its HTTP address.
-func listening(t *testing.T, fl *workers.Fleet, log string) string {
-	t.Helper()
-	re := regexp.MustCompile(`msg="http server listening" addr=(\S+)`)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := fl.Exited(); err != nil {
-			t.Fatal(err)
-		}
-		if f, err := os.Open(log); err == nil {
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				if m := re.FindStringSubmatch(sc.Text()); m != nil {
-					f.Close()
-					return m[1]
-				}
-			}
-			f.Close()
-		}
-		time.Sleep(50 * time.Millisecond) // polling the log file, not deciding anything
-	}
-	t.Fatalf("the worker never said where it listens:\n%s", workers.Tail(log, 20))
-	return ""
 }
 
 // waitArrivals waits until the destination has received n requests under

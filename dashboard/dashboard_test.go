@@ -24,6 +24,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -444,7 +445,8 @@ func TestActionsOffWithoutToken(t *testing.T) {
 	pool := testdb.Pool(t)
 	fleetData(t, pool)
 	s := newSite(t, pool, dashboard.Config{})
-	for _, path := range []string{"/platforms/alpha/pause", "/platforms/beta/resume", "/platforms/gamma/clear-cooldown", "/platforms/alpha/limits", "/sources/1/disable", "/sources/1/enable"} {
+	for _, path := range []string{"/platforms/alpha/pause", "/platforms/beta/resume", "/platforms/gamma/clear-cooldown", "/platforms/alpha/limits", "/sources/1/disable", "/sources/1/enable",
+		"/platforms/alpha/reset", "/platforms/alpha/check", "/sources/1/check"} {
 		res, body := s.post(path, url.Values{"rate": {"1"}, "csrf": {"x"}})
 		if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "--admin-token") {
 			t.Errorf("%s without a token: %d", path, res.StatusCode)
@@ -824,6 +826,74 @@ func TestClearCooldown(t *testing.T) {
 	}
 	if res, _ := s.post("/platforms/nope/clear-cooldown", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
 		t.Errorf("clear cooldown of an unknown platform: %d, want 404", res.StatusCode)
+	}
+}
+
+// Reset pace puts alpha (backed off ×2) back at its ceiling and gamma out
+// of its cooldown, and leaves beta's pause; check now queues a source's
+// job, or every source of a platform, and runs snoozed ones now.
+func TestResetAndCheckNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	fleetData(t, pool)
+	client, err := queue.NewClient(pool, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSite(t, pool, dashboard.Config{AdminToken: token, Queue: client})
+	csrf := s.signIn()
+	if _, page := s.get("/"); !strings.Contains(page, `action="/platforms/alpha/reset"`) || !strings.Contains(page, `action="/platforms/gamma/reset"`) {
+		t.Fatalf("no reset button for the backed-off alpha or the cooling-down gamma")
+	}
+	for _, p := range []string{"alpha", "gamma", "beta"} {
+		res, body := s.post("/platforms/"+p+"/reset", url.Values{"csrf": {csrf}, "back": {"/platforms/" + p}})
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/platforms/"+p+"?done=reset" {
+			t.Fatalf("reset %s: %d to %q\n%s", p, res.StatusCode, res.Header.Get("Location"), text(body))
+		}
+	}
+	if p := paceOf(t, pool, "alpha"); p.Multiplier != 1 || p.PacedBy != pacer.PacedByCeiling || p.EffectiveRate != 8 {
+		t.Errorf("alpha after reset: %+v; want its ceiling", p)
+	}
+	if cds, err := sources.ActiveCooldowns(ctx, pool); err != nil || len(cds) != 0 {
+		t.Errorf("cooldowns after reset: %+v %v", cds, err)
+	}
+	if p := paceOf(t, pool, "beta"); !p.PausedIndefinitely {
+		t.Errorf("reset resumed beta: %+v", p)
+	}
+	if _, page := s.get("/platforms/alpha?done=reset"); !strings.Contains(text(page), "Reset: no backoff") || !strings.Contains(text(page), "alpha running") {
+		t.Errorf("alpha's page after reset:\n%s", text(page))
+	}
+
+	// Check now: a source without a job gets one; a whole platform's.
+	var id int64
+	if err := pool.QueryRow(ctx, `SELECT id FROM fleetpace_source WHERE url = 'https://a.example/11'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, page := s.get(fmt.Sprintf("/sources/%d", id)); !strings.Contains(page, fmt.Sprintf(`action="/sources/%d/check"`, id)) {
+		t.Fatalf("no check-now button on source %d", id)
+	}
+	res, body := s.post(fmt.Sprintf("/sources/%d/check", id), url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("check source %d: %d\n%s", id, res.StatusCode, text(body))
+	}
+	var job *int64
+	if err := pool.QueryRow(ctx, `SELECT queued_job_id FROM fleetpace_source WHERE id = $1`, id).Scan(&job); err != nil || job == nil {
+		t.Fatalf("source %d after check now: job %v, %v; want one queued", id, job, err)
+	}
+	res, body = s.post("/platforms/beta/check", url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("check beta: %d\n%s", res.StatusCode, text(body))
+	}
+	var unqueued int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fleetpace_source WHERE platform = 'beta' AND enabled AND queued_job_id IS NULL`).Scan(&unqueued); err != nil || unqueued != 0 {
+		t.Errorf("beta after check now: %d enabled source(s) without a job (%v)", unqueued, err)
+	}
+	if res, _ := s.post("/sources/999999/check", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("check an unknown source: %d, want 404", res.StatusCode)
+	}
+	if res, _ := s.post("/platforms/nope/reset", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("reset an unknown platform: %d, want 404", res.StatusCode)
 	}
 }
 

@@ -266,6 +266,17 @@ func WakeFetches(ctx context.Context, db DB, platform string) (int64, error) {
 	return n, nil
 }
 
+// WakeJobs is WakeFetches for the fetch jobs with the given ids: those
+// snoozed are made available now (their pacer still decides when they
+// fetch). It returns how many it woke.
+func WakeJobs(ctx context.Context, db DB, ids []int64) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, wakeJobsSQL, Name, FetchArgs{}.Kind(), ids).Scan(&n, new(bool)); err != nil {
+		return 0, fmt.Errorf("queue: wake fetch jobs: %w", err)
+	}
+	return n, nil
+}
+
 // CancelFetches deletes the fetch jobs of platform that are not running
 // (available, scheduled, retryable, pending): when the platform is deleted.
 // A running job finishes (and is cancelled by its pacer reservation when the

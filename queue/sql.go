@@ -35,6 +35,17 @@ SELECT count(*), CASE WHEN count(*) > 0 THEN
     pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text) END IS NULL
 FROM woken`
 
+// wakeJobsSQL is wakeFetchesSQL for the jobs whose ids are in $3.
+const wakeJobsSQL = `
+WITH woken AS (
+    UPDATE river_job SET state = 'available', scheduled_at = LEAST(created_at, now())
+    WHERE queue = $1 AND kind = $2 AND state = 'scheduled' AND id = ANY($3::bigint[])
+    RETURNING 1
+)
+SELECT count(*), CASE WHEN count(*) > 0 THEN
+    pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text) END IS NULL
+FROM woken`
+
 const cancelFetchesSQL = `
 DELETE FROM river_job
 WHERE queue = $1 AND kind = $2 AND args->>'platform' = $3

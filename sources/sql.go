@@ -109,22 +109,37 @@ const sourcesByURLSQL = `SELECT ` + sourceColumns + ` FROM fleetpace_source WHER
 // next check of a source that is not failing to its last check plus the new
 // interval (a failing source keeps its backoff).
 var updateSourceSQL = `
-UPDATE fleetpace_source s SET
-    check_interval = COALESCE($2::interval, s.check_interval),
-    enabled        = COALESCE($3::boolean, s.enabled),
-    due_at         = CASE WHEN $2::interval IS NOT NULL AND s.last_checked_at IS NOT NULL AND s.consecutive_failures = 0
-                          THEN s.last_checked_at + $2::interval ELSE s.due_at END
+UPDATE fleetpace_source s SET ` + strings.NewReplacer("$4", "$2", "$5", "$3").Replace(sourceUpdateSet) + `
 WHERE s.id = $1
 RETURNING ` + sourceColumns
 
-// setEnabledSQL enables or disables ($1) the sources selected by ids ($2,
-// NULL: any), platform ($3, empty: any) and consecutive failures (at least $4),
-// and returns the ids it selected.
+// sourceUpdateSet is what a SourceUpdate sets: the interval ($4, NULL:
+// unchanged) and whether the source is enabled ($5, NULL: unchanged).
+const sourceUpdateSet = `
+    check_interval = COALESCE($4::interval, s.check_interval),
+    enabled        = COALESCE($5::boolean, s.enabled),
+    due_at         = CASE WHEN $4::interval IS NOT NULL AND s.last_checked_at IS NOT NULL AND s.consecutive_failures = 0
+                          THEN s.last_checked_at + $4::interval ELSE s.due_at END`
+
+// selectedSources is the condition of the sources a Selection selects: by
+// ids ($1, NULL: any), platform ($2, empty: any) and consecutive failures
+// (at least $3).
+const selectedSources = `($1::bigint[] IS NULL OR s.id = ANY($1))
+  AND ($2 = '' OR s.platform = $2)
+  AND s.consecutive_failures >= $3`
+
+// setEnabledSQL enables or disables ($4) the selected sources and returns
+// the ids it selected.
 const setEnabledSQL = `
-UPDATE fleetpace_source s SET enabled = $1
-WHERE ($2::bigint[] IS NULL OR s.id = ANY($2))
-  AND ($3 = '' OR s.platform = $3)
-  AND s.consecutive_failures >= $4
+UPDATE fleetpace_source s SET enabled = $4
+WHERE ` + selectedSources + `
+RETURNING s.id`
+
+// updateSourcesSQL is updateSourceSQL for the selected sources: interval
+// $4, enabled $5 (NULL: unchanged); it returns the ids it selected.
+const updateSourcesSQL = `
+UPDATE fleetpace_source s SET ` + sourceUpdateSet + `
+WHERE ` + selectedSources + `
 RETURNING s.id`
 
 const importTempTableSQL = `
@@ -363,3 +378,9 @@ const countPlatformSourcesSQL = `SELECT count(*) FROM fleetpace_source WHERE pla
 const clearCooldownSQL = `
 DELETE FROM fleetpace_cooldown c WHERE platform = $1
 RETURNING platform, until, reason, count, started_at, GREATEST(until - now(), interval '0'), cause, retry_after_s`
+
+// queuedJobsSQL is the fetch jobs the sources in $1 are queued for.
+const queuedJobsSQL = `SELECT queued_job_id FROM fleetpace_source WHERE id = ANY($1::bigint[]) AND queued_job_id IS NOT NULL`
+
+// countDisabledSQL counts the disabled sources among those in $1.
+const countDisabledSQL = `SELECT count(*) FROM fleetpace_source WHERE id = ANY($1::bigint[]) AND NOT enabled`

@@ -299,6 +299,11 @@ var (
 	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, backoff, announced, hold, paused).", []string{"platform", "paced_by"}, nil)
 	descAnnounced  = prometheus.NewDesc("fleetpace_pacer_announced_rate", "Rate the destination's rate-limit headers allow now, requests per second (0: none announced).", []string{"platform"}, nil)
 	descHold       = prometheus.NewDesc("fleetpace_pacer_hold_remaining_seconds", "Remaining fleet-wide hold (Retry-After, exhausted quota, cooldown) per platform.", []string{"platform"}, nil)
+	descCondition  = prometheus.NewDesc("fleetpace_platform_condition", "1 for each thing the platform is doing now (kind: paused, cooling_down, holding, throttled, backing_off, announced, refused, running).", []string{"platform", "kind"}, nil)
+	descFleetIn    = prometheus.NewDesc("fleetpace_fleet_fetches_in_flight", "Fetches sent and not answered yet, every live worker together (as of their last heartbeats), per platform.", []string{"platform"}, nil)
+	descUsed       = prometheus.NewDesc("fleetpace_platform_used_rate", "Fetches per second fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
+	descRefused    = prometheus.NewDesc("fleetpace_platform_refused_per_minute", "429 and 503 answers per minute fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
+	descJobs       = prometheus.NewDesc("fleetpace_river_jobs", "Unfinished River jobs fleet-wide by kind and state (available, running, scheduled, retryable, pending).", []string{"kind", "state"}, nil)
 )
 
 // stateCollector reports the fleet-wide state from a shared status report,
@@ -311,7 +316,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp,
-		descEffective, descAnnounced, descHold} {
+		descEffective, descAnnounced, descHold, descCondition, descFleetIn, descUsed, descRefused, descJobs} {
 		ch <- d
 	}
 }
@@ -345,6 +350,19 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(p.Counts.Due), p.Name)
 		ch <- prometheus.MustNewConstMetric(descStaleMax, prometheus.GaugeValue, p.Counts.StaleMax.Seconds(), p.Name)
 		ch <- prometheus.MustNewConstMetric(descStaleP95, prometheus.GaugeValue, p.Counts.StaleP95.Seconds(), p.Name)
+		ch <- prometheus.MustNewConstMetric(descFleetIn, prometheus.GaugeValue, float64(p.Use.InFlight), p.Name)
+		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, p.Use.UsedPerSec, p.Name)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.GaugeValue, p.Use.RefusedPerMin, p.Name)
+		seen := map[string]bool{}
+		for _, c := range p.State {
+			if !seen[c.Kind] {
+				seen[c.Kind] = true
+				ch <- prometheus.MustNewConstMetric(descCondition, prometheus.GaugeValue, 1, p.Name, c.Kind)
+			}
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descCooldowns, prometheus.GaugeValue, float64(active))
+	for _, j := range rep.Jobs {
+		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(j.Jobs), j.Kind, j.State)
+	}
 }

@@ -336,11 +336,19 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 		interval time.Duration
 		enabled  bool
 	)
+	var platform string
 	cmd := &cobra.Command{
-		Use:   "set ID|URL [--interval D] [--enabled=false]",
-		Short: "Change a source's interval or whether it is enabled (only the flags given change)",
-		Args:  exactArgs(1, "ID or URL"),
+		Use:   "set ID|URL | --platform P  [--interval D] [--enabled=false]",
+		Short: "Change the interval of a source, or of every source of a platform, or whether they are enabled (only the flags given change)",
+		Long: `Change one source (by id or URL), or every source of --platform at once
+(all or nothing: an unknown platform or a bad value changes nothing, exit 2).
+Only the flags given change. A new --interval moves the next check of each
+healthy source to its last check + the interval (a failing source keeps its
+backoff).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (platform == "") == (len(args) == 0) || len(args) > 1 {
+				return usagef("%s needs one source ID or URL, or --platform, not both", cmd.CommandPath())
+			}
 			var u sources.SourceUpdate
 			if cmd.Flags().Changed("interval") {
 				u.Interval = &interval
@@ -350,6 +358,12 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 			}
 			if err := u.Validate(); err != nil {
 				return fmt.Errorf("sources set: %w", renameField(err, map[string]string{"interval": "--interval"}))
+			}
+			if platform != "" {
+				if err := (sources.Selection{Platform: platform}).Validate(); err != nil {
+					return fmt.Errorf("sources set: %w", renameField(err, sourceFlags))
+				}
+				return a.setSources(cmd, platform, u)
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				src, err := sources.Lookup(cmd.Context(), pool, args[0])
@@ -368,6 +382,7 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s); a healthy source is next checked at its last check + this", sources.MinInterval, sources.MaxInterval))
 	cmd.Flags().BoolVar(&enabled, "enabled", true, "false: queue the source no more (a job already queued still runs)")
+	cmd.Flags().StringVar(&platform, "platform", "", "every source of this platform instead of one")
 	return cmd
 }
 
