@@ -68,9 +68,9 @@ func (c Cooldown) Headline() string {
 
 // Rule says in words how the cooldown's length was decided, given the
 // platform's own cooldown length: "a 10s Retry-After at the slowest pace →
-// the platform's 15m cooldown", "a 2h Retry-After (longer than the
-// platform's 15m cooldown) → 2h, doubled for a repeat within 15m of the
-// last (×2)".
+// the platform's 15m cooldown", "the destination asked for a 2h
+// Retry-After → the 2h Retry-After (longer than the platform's 15m
+// cooldown), doubled for a repeat within 15m of the last cooldown (×2)".
 func (c Cooldown) Rule(platformCooldown time.Duration) string {
 	var b strings.Builder
 	switch {
@@ -89,18 +89,14 @@ func (c Cooldown) Rule(platformCooldown time.Duration) string {
 	} else {
 		fmt.Fprintf(&b, "the platform's %s cooldown", HumanDuration(platformCooldown))
 	}
-	if c.Count > 1 {
-		fmt.Fprintf(&b, ", doubled %s for %d repeats each within %s of the last (×%d)", times(c.Count-1), c.Count-1,
+	switch {
+	case c.Count == 2:
+		fmt.Fprintf(&b, ", doubled for a repeat within %s of the last cooldown (×2)", HumanDuration(platformCooldown))
+	case c.Count > 2:
+		fmt.Fprintf(&b, ", doubled %d times for %d repeats, each within %s of the last cooldown (×%d)", c.Count-1, c.Count-1,
 			HumanDuration(platformCooldown), 1<<min(c.Count-1, 30))
 	}
 	return b.String()
-}
-
-func times(n int) string {
-	if n == 1 {
-		return "once"
-	}
-	return fmt.Sprintf("%d times", n)
 }
 
 // HumanDuration is d for people, without zero units at the end:

@@ -155,7 +155,8 @@ type Config struct {
 	// Default "" (no server); the CLI's default is DefaultHTTPAddr.
 	HTTPAddr string
 	// AdminToken turns the dashboard's actions on (pause, resume, clear a
-	// cooldown, change rate and burst, disable and enable a source), behind
+	// cooldown, reset a platform's pace, check now, change rate and burst,
+	// disable and enable a source), behind
 	// a sign-in with it, which River UI then needs too, and beyond loopback
 	// every page and /status (dashboard.Config.AdminToken). Beyond loopback
 	// it must be at least dashboard.MinTokenBytes long. Default "": the
