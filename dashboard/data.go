@@ -200,7 +200,7 @@ func (h *Handler) states(ctx context.Context, tx pgx.Tx, out []PlatformRow, name
 	inFlight := status.InFlight(workers)
 	for i := range out {
 		r := &out[i]
-		r.State = status.Conditions(r.Platform, r.Pace, r.Cooldown, recent[i])
+		r.State = status.Conditions(r.Platform, r.Pace, r.Cooldown, recent[i], inFlight[r.Name])
 		r.Use = status.UsageOf(r.Pace, recent[i], inFlight[r.Name])
 	}
 	return nil

@@ -92,18 +92,18 @@ func TestSteady429sAreVisible(t *testing.T) {
 	}
 	// The hanging destination: its requests show in flight, fleet-wide
 	// (the heartbeats, every second), and in the worker's /metrics.
-	var inFlight int
+	var hanging status.Platform
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		rep, err := status.Read(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if inFlight = platformOf(t, rep, "hanging").Use.InFlight; inFlight >= 4 {
+		if hanging = platformOf(t, rep, "hanging"); hanging.Use.InFlight >= 4 {
 			break
 		}
 	}
-	if inFlight < 4 {
-		t.Errorf("hanging destination: %d request(s) in flight fleet-wide; want its 4 sources", inFlight)
+	if hanging.Use.InFlight < 4 || len(hanging.State) != 1 || hanging.State[0].Kind != status.KindWaiting {
+		t.Errorf("hanging destination: %d request(s) in flight fleet-wide, state %v; want its 4 sources, waiting", hanging.Use.InFlight, hanging.State)
 	}
 	var js status.Report
 	res, err = http.Get(w1.http() + "/status")

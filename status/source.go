@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -89,7 +90,11 @@ func ReadSource(ctx context.Context, db DB, ref string, historyLimit int) (*Sour
 	for _, a := range activity {
 		recent.Checks[a.Outcome] += a.Checks
 	}
-	rep.State = Conditions(platform, rep.Pace, rep.Cooldown, recent)
+	workers, err := fleet.Live(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	rep.State = Conditions(platform, rep.Pace, rep.Cooldown, recent, InFlight(workers)[platform.Name])
 	s := rep.Source
 	rep.NextCheck = s.DueAt
 	switch {

@@ -19,6 +19,7 @@ const (
 	KindBackingOff  = "backing_off"  // adaptation paces it just under the limit the fleet measured ('estimate')
 	KindAnnounced   = "announced"    // paced by the rate the destination's headers announce
 	KindRefused     = "refused"      // 429 or 503 answers in the last minute
+	KindWaiting     = "waiting"      // requests in flight and none answered in the last minute: the destination hangs
 	KindRunning     = "running"      // at its configured pace, nothing refused
 )
 
@@ -88,8 +89,10 @@ func (c *Condition) UnmarshalJSON(b []byte) error {
 // adaptation's slow-down (throttled, backing off) or the destination's
 // announced rate, and 429/503 answers in the recent window; "running"
 // when none of these is so. Every answer refused shows, between holds
-// too: a platform answered 429 steadily is never "running".
-func Conditions(p sources.Platform, pace pacer.State, cd *sources.Cooldown, recent Recent) []Condition {
+// too: a platform answered 429 steadily is never "running"; and requests
+// in flight (inFlight, fleet-wide) with none answered in the recent
+// window show as waiting: a destination that hangs.
+func Conditions(p sources.Platform, pace pacer.State, cd *sources.Cooldown, recent Recent, inFlight int) []Condition {
 	var out []Condition
 	switch {
 	case pace.PausedIndefinitely:
@@ -126,6 +129,10 @@ func Conditions(p sources.Platform, pace pacer.State, cd *sources.Cooldown, rece
 		out = append(out, Condition{Kind: KindThrottled, Level: LevelSlowed, Text: "throttled " + multiplier(pace.Multiplier),
 			Detail: fmt.Sprintf("the destination refused requests; the fleet paces at the ceiling ÷ %s (%s of %s), at most ÷ %s, and recovers by itself as answers come back clean",
 				strconv.FormatFloat(pace.Multiplier, 'g', 3, 64), perSec(pace.Rate/pace.Multiplier), perSec(pace.Rate), strconv.FormatFloat(pace.MaxMultiplier, 'g', 3, 64))})
+	}
+	if inFlight > 0 && recent.Total() == 0 {
+		out = append(out, Condition{Kind: KindWaiting, Level: LevelSlowed, Text: fmt.Sprintf("waiting: %d request(s) in flight, none answered in the last %s", inFlight, windowText(recent.Window)),
+			Detail: "the destination takes long to answer, or hangs: the requests wait until the fetch timeout"})
 	}
 	if n := recent.Refused(); n > 0 {
 		out = append(out, Condition{Kind: KindRefused, Level: LevelSlowed, Text: fmt.Sprintf("429s: %d in the last %s", n, windowText(recent.Window)),

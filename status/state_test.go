@@ -24,36 +24,39 @@ func TestConditions(t *testing.T) {
 	ceiling := pacer.State{Rate: 7, EffectiveRate: 7, Multiplier: 1, MaxMultiplier: 16, PacedBy: pacer.PacedByCeiling, Adapt: sources.AdaptEstimate}
 	with := func(f func(*pacer.State)) pacer.State { s := ceiling; f(&s); return s }
 	for _, tt := range []struct {
-		name   string
-		pace   pacer.State
-		cd     *sources.Cooldown
-		recent status.Recent
-		want   []string // String() of each condition
-		level  string
+		name     string
+		pace     pacer.State
+		cd       *sources.Cooldown
+		recent   status.Recent
+		inFlight int
+		want     []string // String() of each condition
+		level    string
 	}{
-		{"running", ceiling, nil, minute(map[string]int64{"ok": 400}), []string{"running"}, status.LevelOK},
+		{"running", ceiling, nil, minute(map[string]int64{"ok": 400}), 0, []string{"running"}, status.LevelOK},
 		{"429s between holds", ceiling, nil, minute(map[string]int64{"ok": 40, "rate_pressure": 6}),
-			[]string{"429s: 6 in the last minute"}, status.LevelSlowed},
+			0, []string{"429s: 6 in the last minute"}, status.LevelSlowed},
 		{"holding for Retry-After", with(func(s *pacer.State) {
 			s.Hold, s.HoldReason, s.PacedBy = 7*time.Second, "Retry-After", pacer.PacedByHold
 		}), nil,
-			minute(map[string]int64{"rate_pressure": 1}), []string{"holding for Retry-After, 7s left", "429s: 1 in the last minute"}, status.LevelStopped},
+			minute(map[string]int64{"rate_pressure": 1}), 0, []string{"holding for Retry-After, 7s left", "429s: 1 in the last minute"}, status.LevelStopped},
 		{"throttled", with(func(s *pacer.State) {
 			s.Adapt, s.Multiplier, s.PacedBy, s.EffectiveRate = sources.AdaptMultiplier, 5.1, pacer.PacedByBackoff, 7/5.1
 		}), nil,
-			minute(nil), []string{"throttled ×5.1"}, status.LevelSlowed},
+			minute(nil), 0, []string{"throttled ×5.1"}, status.LevelSlowed},
 		{"backing off", with(func(s *pacer.State) { s.Estimate, s.Multiplier, s.PacedBy = 6.1, 7/5.9, pacer.PacedByBackoff }), nil,
-			minute(nil), []string{"backing off: estimate 6.1/s"}, status.LevelSlowed},
+			minute(nil), 0, []string{"backing off: estimate 6.1/s"}, status.LevelSlowed},
+		{"hanging", ceiling, nil, minute(nil), 4, []string{"waiting: 4 request(s) in flight, none answered in the last minute"}, status.LevelSlowed},
+		{"answering slowly", ceiling, nil, minute(map[string]int64{"ok": 3}), 4, []string{"running"}, status.LevelOK},
 		{"paused", with(func(s *pacer.State) { s.Paused, s.PauseReason, s.PacedBy = 4*time.Minute, "deploy", pacer.PacedByPause }), nil,
-			minute(nil), []string{"paused by operator, 4m left"}, status.LevelStopped},
+			minute(nil), 0, []string{"paused by operator, 4m left"}, status.LevelStopped},
 		{"cooling down", with(func(s *pacer.State) {
 			s.Hold, s.HoldReason, s.PacedBy = 13*time.Minute, "cooldown: x", pacer.PacedByHold
 		}),
 			&sources.Cooldown{Platform: "feeds", Remaining: 13*time.Minute + 30*time.Second, Count: 1, Cause: sources.CauseSlowestPace, RetryAfter: 10 * time.Second, Reason: "HTTP 429"},
-			minute(map[string]int64{"rate_limited": 1}), []string{"cooling down: max multiplier reached, 13m30s left", "429s: 1 in the last minute"}, status.LevelStopped},
+			minute(map[string]int64{"rate_limited": 1}), 0, []string{"cooling down: max multiplier reached, 13m30s left", "429s: 1 in the last minute"}, status.LevelStopped},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cs := status.Conditions(p, tt.pace, tt.cd, tt.recent)
+			cs := status.Conditions(p, tt.pace, tt.cd, tt.recent, tt.inFlight)
 			var got []string
 			for _, c := range cs {
 				got = append(got, c.String())

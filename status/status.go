@@ -227,7 +227,7 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
 		}
 		pp := Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r}
-		pp.State = Conditions(p, pp.Pace, pp.Cooldown, r)
+		pp.State = Conditions(p, pp.Pace, pp.Cooldown, r, inFlight[p.Name])
 		pp.Use = UsageOf(pp.Pace, r, inFlight[p.Name])
 		rep.Platforms = append(rep.Platforms, pp)
 	}
