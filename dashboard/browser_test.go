@@ -207,6 +207,21 @@ func TestBrowser(t *testing.T) {
 	}
 	waitArrivals(t, dest, "/beta/", betaThen+4, 15*time.Second)
 	t.Logf("resumed beta: 4 requests to it within %s", time.Since(resumedAt).Round(time.Millisecond))
+
+	// Reset gamma's pace: its cooldown ends and it is asked again at once
+	// (its destination still says stop: it cools down anew, its state says
+	// so with the rule).
+	gammaThen := dest.Count("/gamma/")
+	step("reset gamma", 15*time.Second,
+		chromedp.Click(chromedp.CSS(`tr[data-platform="gamma"] button.reset`)),
+		chromedp.WaitVisible(chromedp.CSS(`.notice`)))
+	if got := text(`.notice`); !strings.HasPrefix(got, "Reset:") {
+		t.Errorf("no notice of the reset: %q", got)
+	}
+	waitArrivals(t, dest, "/gamma/", gammaThen+1, 15*time.Second)
+	if got := waitText(`tr[data-platform="gamma"] .state`, func(s string) bool { return strings.HasPrefix(s, "cooling down:") }, 15*time.Second); !strings.Contains(got, "→") {
+		t.Errorf("gamma's state after the reset and a new 429: %q, want the cooldown's rule", got)
+	}
 }
 
 // waitArrivals waits until the destination has received n requests under
