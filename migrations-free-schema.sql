@@ -678,6 +678,15 @@ CREATE TABLE IF NOT EXISTS fleetpace_cooldown (
     started_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+-- Added with the operator's view of rate limiting: which rule started the
+-- cooldown (cause: 'slowest_pace' — pressure while the platform was paced
+-- as slowly as it may be; 'retry_after' — a Retry-After longer than the
+-- fetcher's limit; '' — the fetcher said stop) and the Retry-After that
+-- came with it (seconds, 0: none), so status can say how the length was
+-- decided.
+ALTER TABLE fleetpace_cooldown
+    ADD COLUMN IF NOT EXISTS cause         text             NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS retry_after_s double precision NOT NULL DEFAULT 0;
 
 -- source: one thing fetched on a schedule.
 --   due_at     when the source is next due: created_at for a new source, then
@@ -883,6 +892,10 @@ CREATE TABLE IF NOT EXISTS fleetpace_worker (
 -- Added later: each worker's fleetpace version, from its binary's build
 -- information ("dev" when unknown).
 ALTER TABLE fleetpace_worker ADD COLUMN IF NOT EXISTS version text NOT NULL DEFAULT '';
+-- Added later: the fetches each worker had sent and not yet got an answer
+-- for, per platform, at its last heartbeat ({"platform": n}); status sums
+-- them over the live workers.
+ALTER TABLE fleetpace_worker ADD COLUMN IF NOT EXISTS in_flight jsonb NOT NULL DEFAULT '{}';
 
 -- check: the fetch history, one row per fetch (every outcome, rate limited
 -- included), written by package sources in the same statement that records

@@ -1,5 +1,6 @@
 // Package control is what an operator does to a running fleet — pause and
-// resume a platform, clear its cooldown, delete it — each operation one
+// resume a platform, clear its cooldown, reset its pace, check sources
+// now, delete a platform — each operation one
 // transaction across the packages that own the state it changes: the
 // pacer's row (package pacer), the store (package sources) and the queue
 // (package queue, River's jobs). The command line and the dashboard call
@@ -19,6 +20,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -150,6 +152,100 @@ func ClearCooldown(ctx context.Context, db DB, platform string) (Cleared, error)
 	})
 	if err != nil {
 		return Cleared{}, fmt.Errorf("clear cooldown of %s: %w", platform, err)
+	}
+	return c, nil
+}
+
+// Reset puts platform back at its configured pace from a known state, in
+// one transaction: its cooldown ends and its escalation is forgotten
+// (sources.ClearCooldown), the pacer forgets what adaptation learnt — the
+// backoff multiplier or estimate, holds, the quota the destination
+// announced (pacer.Reset) — and its snoozed fetch jobs are made available
+// now: every process fetches it again within about a second, at its
+// ceiling. An operator's pause stays (Resume ends it). It returns the
+// cooldown it ended, if any, and how many jobs it woke.
+func Reset(ctx context.Context, db DB, platform string) (Cleared, error) {
+	var c Cleared
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if c.Cooldown, err = sources.ClearCooldown(ctx, tx, platform); err != nil {
+			return err
+		}
+		if err := pacer.Reset(ctx, tx, platform); err != nil {
+			return err
+		}
+		c.Woken, err = queue.WakeFetches(ctx, tx, platform)
+		return err
+	})
+	if err != nil {
+		return Cleared{}, fmt.Errorf("reset %s: %w", platform, err)
+	}
+	return c, nil
+}
+
+// Checked is what CheckSources and CheckPlatform did.
+type Checked struct {
+	// Queued is how many sources got a fetch job now (they had none).
+	Queued int `json:"queued"`
+	// Woken is how many fetch jobs already queued and snoozed (a long
+	// pacer wait, a hold, a pause) were made available now.
+	Woken int64 `json:"woken"`
+	// Disabled is how many of the sources named by id are disabled: not
+	// checked (enable them first).
+	Disabled int `json:"disabled"`
+}
+
+// CheckSources checks the given sources now, as River UI's "run now" or
+// Sidekiq's "retry now" would: each enabled source without a fetch job
+// gets one now, and a job already queued and snoozed is made available
+// now, in one transaction. The jobs still take their slots from the pacer:
+// a check now never goes over a platform's pace, and a paused platform's
+// jobs wait for its resume. By id, all or nothing: an id that names no
+// source checks nothing (an error wrapping sources.ErrNotFound and
+// sources.ErrInvalid).
+func CheckSources(ctx context.Context, db DB, client *queue.Client, ids []int64) (Checked, error) {
+	var c Checked
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		if err := sources.RequireSources(ctx, tx, ids, "nothing checked"); err != nil {
+			return err
+		}
+		jobs, err := sources.QueuedJobs(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		if c.Woken, err = queue.WakeJobs(ctx, tx, jobs); err != nil {
+			return err
+		}
+		queued, err := scan.EnqueueTx(ctx, tx, client, ids)
+		if err != nil {
+			return err
+		}
+		c.Queued = len(queued)
+		c.Disabled, err = sources.CountDisabled(ctx, tx, ids)
+		return err
+	})
+	if err != nil {
+		return Checked{}, fmt.Errorf("check: %w", err)
+	}
+	return c, nil
+}
+
+// CheckPlatform checks every enabled source of platform now (CheckSources
+// for all of them): those without a job get one, its snoozed jobs are made
+// available. An unknown platform wraps sources.ErrNotFound.
+func CheckPlatform(ctx context.Context, db DB, client *queue.Client, platform string) (Checked, error) {
+	var c Checked
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if c.Woken, err = queue.WakeFetches(ctx, tx, platform); err != nil {
+			return err
+		}
+		queued, err := scan.EnqueuePlatformTx(ctx, tx, client, platform)
+		c.Queued = len(queued)
+		return err
+	})
+	if err != nil {
+		return Checked{}, fmt.Errorf("check %s: %w", platform, err)
 	}
 	return c, nil
 }

@@ -28,6 +28,9 @@ var notices = map[string]string{
 	"notpaused": "It was not paused: nothing changed.",
 	"cleared":   "Cooldown and hold cleared: the platform is fetched again at once, fleet-wide.",
 	"limits":    "Rate and burst changed; every worker paces by them from its next reservation.",
+	"reset":     "Reset: no backoff, estimate, hold, cooldown or announced quota is left; the platform is fetched at its configured pace from now, fleet-wide (a pause stays).",
+	"checked":   "Checked now: its sources without a job got one and its waiting jobs run now, at the platform's pace.",
+	"checking":  "Checked now: the source's job runs as soon as the platform's pace allows.",
 	"enabled":   "Source enabled.",
 	"disabled":  "Source disabled: it is no longer scanned.",
 }
@@ -194,6 +197,48 @@ func (h *Handler) clearCooldown(ctx context.Context, r *http.Request) (string, e
 		return "", err
 	}
 	return "cleared", nil
+}
+
+// reset puts a platform back at its configured pace from a known state
+// (control.Reset): cooldown, holds, backoff, estimate and announced quota
+// gone, its snoozed jobs woken.
+func (h *Handler) reset(ctx context.Context, r *http.Request) (string, error) {
+	if _, err := control.Reset(ctx, h.cfg.DB, r.PathValue("name")); err != nil {
+		return "", err
+	}
+	return "reset", nil
+}
+
+// checkPlatform checks every enabled source of a platform now
+// (control.CheckPlatform), at the platform's pace.
+func (h *Handler) checkPlatform(ctx context.Context, r *http.Request) (string, error) {
+	if h.cfg.Queue == nil {
+		return "", badf("checking now needs a River client: this dashboard has none")
+	}
+	if _, err := control.CheckPlatform(ctx, h.cfg.DB, h.cfg.Queue, r.PathValue("name")); err != nil {
+		return "", err
+	}
+	return "checked", nil
+}
+
+// checkSource checks one source now (control.CheckSources), at its
+// platform's pace.
+func (h *Handler) checkSource(ctx context.Context, r *http.Request) (string, error) {
+	id, err := sourceID(r)
+	if err != nil {
+		return "", err
+	}
+	if h.cfg.Queue == nil {
+		return "", badf("checking now needs a River client: this dashboard has none")
+	}
+	c, err := control.CheckSources(ctx, h.cfg.DB, h.cfg.Queue, []int64{id})
+	if err != nil {
+		return "", err
+	}
+	if c.Disabled > 0 {
+		return "", badf("source %d is disabled: enable it first", id)
+	}
+	return "checking", nil
 }
 
 // setLimits changes a platform's rate and burst (either may be left

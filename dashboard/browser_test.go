@@ -1,7 +1,6 @@
 package dashboard_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -84,7 +83,10 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("workers: %v", err)
 		}
 	})
-	addr := listening(t, fl, fl.Logs()[0])
+	addr, err := fl.Listening(0, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := "http://" + addr
 
 	b := browser.New(t, 1400, 900)
@@ -142,7 +144,7 @@ func TestBrowser(t *testing.T) {
 	if !countdown.MatchString(next) {
 		t.Errorf("the cooldown countdown went from %s to %q", first, next)
 	}
-	if got := text(`tr[data-platform="gamma"] .state`); !strings.HasPrefix(got, "cooldown ×1,") || !strings.Contains(got, "429") {
+	if got := text(`tr[data-platform="gamma"] .state`); !strings.HasPrefix(got, "cooling down: Retry-After 10m,") || !strings.Contains(got, "429") {
 		t.Errorf("gamma's state shows %q, want a cooldown with the 429 as reason", got)
 	}
 	waitArrivals(t, dest, "/beta/", 4, 30*time.Second)
@@ -161,7 +163,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`tr[data-platform="beta"] button.pause`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-platform="beta"] .state.paused`)))
 	pausedAt := time.Now()
-	if got := text(`tr[data-platform="beta"] .state`); !strings.HasPrefix(got, "paused until resumed") || !strings.Contains(got, "paused from the dashboard") {
+	if got := text(`tr[data-platform="beta"] .state`); !strings.HasPrefix(got, "paused by operator until resumed") || !strings.Contains(got, "paused from the dashboard") {
 		t.Errorf("beta's state shows %q", got)
 	}
 	if got := text(`tr[data-platform="beta"] .effective`); got != "0/s" {
@@ -205,31 +207,21 @@ func TestBrowser(t *testing.T) {
 	}
 	waitArrivals(t, dest, "/beta/", betaThen+4, 15*time.Second)
 	t.Logf("resumed beta: 4 requests to it within %s", time.Since(resumedAt).Round(time.Millisecond))
-}
 
-// listening waits for the worker's log to name its HTTP address.
-func listening(t *testing.T, fl *workers.Fleet, log string) string {
-	t.Helper()
-	re := regexp.MustCompile(`msg="http server listening" addr=(\S+)`)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if err := fl.Exited(); err != nil {
-			t.Fatal(err)
-		}
-		if f, err := os.Open(log); err == nil {
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				if m := re.FindStringSubmatch(sc.Text()); m != nil {
-					f.Close()
-					return m[1]
-				}
-			}
-			f.Close()
-		}
-		time.Sleep(50 * time.Millisecond) // polling the log file, not deciding anything
+	// Reset gamma's pace: its cooldown ends and it is asked again at once
+	// (its destination still says stop: it cools down anew, its state says
+	// so with the rule).
+	gammaThen := dest.Count("/gamma/")
+	step("reset gamma", 15*time.Second,
+		chromedp.Click(chromedp.CSS(`tr[data-platform="gamma"] button.reset`)),
+		chromedp.WaitVisible(chromedp.CSS(`.notice`)))
+	if got := text(`.notice`); !strings.HasPrefix(got, "Reset:") {
+		t.Errorf("no notice of the reset: %q", got)
 	}
-	t.Fatalf("the worker never said where it listens:\n%s", workers.Tail(log, 20))
-	return ""
+	waitArrivals(t, dest, "/gamma/", gammaThen+1, 15*time.Second)
+	if got := waitText(`tr[data-platform="gamma"] .state`, func(s string) bool { return strings.HasPrefix(s, "cooling down:") }, 15*time.Second); !strings.Contains(got, "→") {
+		t.Errorf("gamma's state after the reset and a new 429: %q, want the cooldown's rule", got)
+	}
 }
 
 // waitArrivals waits until the destination has received n requests under

@@ -9,8 +9,9 @@
 // runs is bounded (pages of platforms and sources, keyset pagination) and
 // indexed, so a page costs the same with ten platforms or ten thousand.
 //
-// Actions (pause, resume, clear a cooldown, change rate and burst, disable
-// and enable a source) are POST forms, off unless the dashboard has an
+// Actions (pause, resume, clear a cooldown, reset a platform's pace, check
+// a platform or a source now, change rate and burst, disable and enable a
+// source) are POST forms, off unless the dashboard has an
 // admin token: a browser signs in with it once per session (a signed,
 // HttpOnly, SameSite=Strict cookie that signing out revokes everywhere)
 // and every form carries a CSRF token derived from that session.
@@ -42,6 +43,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/redact"
 )
 
@@ -106,6 +108,9 @@ type Config struct {
 	// at RiverUIPath behind the guard, and behind the sign-in when there is
 	// an AdminToken; job-related views link to it. Nil: not served.
 	RiverUI http.Handler
+	// Queue, if set, queues the fetch jobs of the "check now" actions (an
+	// insert-only River client will do). Nil: no check-now buttons.
+	Queue *queue.Client
 	// Endpoints are the server's other handlers (the worker's /healthz,
 	// /readyz, /metrics, /status), served behind the same guard.
 	Endpoints []Endpoint
@@ -254,6 +259,9 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("POST /platforms/{name}/resume", h.action(h.resume))
 	h.mux.HandleFunc("POST /platforms/{name}/clear-cooldown", h.action(h.clearCooldown))
 	h.mux.HandleFunc("POST /platforms/{name}/limits", h.action(h.setLimits))
+	h.mux.HandleFunc("POST /platforms/{name}/reset", h.action(h.reset))
+	h.mux.HandleFunc("POST /platforms/{name}/check", h.action(h.checkPlatform))
+	h.mux.HandleFunc("POST /sources/{id}/check", h.action(h.checkSource))
 	h.mux.HandleFunc("POST /sources/{id}/enable", h.action(h.enableSource))
 	h.mux.HandleFunc("POST /sources/{id}/disable", h.action(h.disableSource))
 	if cfg.RiverUI != nil {
@@ -284,6 +292,7 @@ type Base struct {
 	Now       time.Time
 	Admin     bool   // actions are on (the dashboard has a token)
 	SignedIn  bool   // and this browser has signed in
+	CanCheck  bool   // the "check now" actions can queue jobs (Config.Queue)
 	CSRF      string // the session's CSRF token, for forms
 	RiverUI   string // River UI's path ("": not served)
 	RefreshMS int64
@@ -368,6 +377,7 @@ func (h *Handler) base(_ http.ResponseWriter, r *http.Request) *Base {
 		Path:      r.URL.RequestURI(),
 		Now:       time.Now(),
 		Admin:     h.session != nil,
+		CanCheck:  h.cfg.Queue != nil,
 		RefreshMS: h.cfg.Refresh.Milliseconds(),
 		Notice:    notices[r.URL.Query().Get("done")],
 	}

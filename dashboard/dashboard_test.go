@@ -24,6 +24,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -222,22 +223,22 @@ func TestOverview(t *testing.T) {
 		t.Fatalf("test data: due %d queued %d failing %d", due, queued, failing)
 	}
 	alpha := row(t, page, "alpha")
-	// platform, ceiling, effective, req/s, state, due, queued, failing, stale
-	want := []string{"alpha", "8/s burst 3", "4/s ceiling ÷ backoff multiplier ×2"}
+	// platform, ceiling, effective, used, 429s/min, in flight, req/s, state, due, queued, failing, stale
+	want := []string{"alpha", "8/s burst 3", "4/s ceiling ÷ backoff multiplier ×2", "0 of 4/s (ceiling 8/s)", "0", "0"}
 	for i, w := range want {
 		if alpha[i] != w {
 			t.Errorf("alpha cell %d = %q, want %q", i, alpha[i], w)
 		}
 	}
-	if alpha[4] != "running" || alpha[5] != strconv.FormatInt(due, 10) || alpha[6] != strconv.FormatInt(queued, 10) || alpha[7] != strconv.FormatInt(failing, 10) {
-		t.Errorf("alpha state and counts = %q; want running, due %d, queued %d, failing %d", alpha[4:8], due, queued, failing)
+	if alpha[7] != "throttled ×2.0" || alpha[8] != strconv.FormatInt(due, 10) || alpha[9] != strconv.FormatInt(queued, 10) || alpha[10] != strconv.FormatInt(failing, 10) {
+		t.Errorf("alpha state and counts = %q; want throttled ×2.0, due %d, queued %d, failing %d", alpha[7:11], due, queued, failing)
 	}
-	if want := "10m"; !strings.HasSuffix(alpha[8], " / "+want) {
-		t.Errorf("alpha staleness = %q, want max %s (%.0f s)", alpha[8], want, staleMax)
+	if want := "10m"; !strings.HasSuffix(alpha[11], " / "+want) {
+		t.Errorf("alpha staleness = %q, want max %s (%.0f s)", alpha[11], want, staleMax)
 	}
 
 	beta := row(t, page, "beta")
-	if beta[2] != "0/s paused by an operator" || beta[4] != "paused until resumed maintenance window" {
+	if beta[2] != "0/s paused by an operator" || beta[7] != "paused by operator until resumed maintenance window" {
 		t.Errorf("beta = %q; want paused until resumed, with its reason", beta)
 	}
 	gamma := row(t, page, "gamma")
@@ -245,9 +246,9 @@ func TestOverview(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT extract(epoch FROM until - now()) FROM fleetpace_cooldown WHERE platform = 'gamma'`).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`^cooldown ×1, (\d+)m(?:(\d\d)s)? left 429 Too Many Requests$`).FindStringSubmatch(gamma[4])
+	m := regexp.MustCompile(`^cooling down: rate limited, (\d+)m(?:(\d\d)s)? left the destination asked for a 10m Retry-After → the platform's 15m cooldown 429 Too Many Requests$`).FindStringSubmatch(gamma[7])
 	if m == nil {
-		t.Fatalf("gamma state = %q; want a cooldown with its countdown and reason", gamma[4])
+		t.Fatalf("gamma state = %q; want a cooldown with its countdown, rule and reason", gamma[7])
 	}
 	shown, _ := strconv.Atoi(m[1])
 	sec, _ := strconv.Atoi(m[2])
@@ -365,7 +366,8 @@ func TestSourcePage(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("source page: %d", status)
 	}
-	for _, w := range []string{"https://a.example/6", "platform alpha", "interval 1h", "failures in a row 2", "last reason HTTP 404 Not Found", "last outcome failed 404"} {
+	for _, w := range []string{"https://a.example/6", "platform alpha", "interval 1h", "failures in a row 2", "last reason HTTP 404 Not Found", "last answer failed 404",
+		"Platform now throttled ×2.0 the destination refused requests"} {
 		if !strings.Contains(text(page), w) {
 			t.Errorf("source page lacks %q:\n%s", w, text(page))
 		}
@@ -443,7 +445,8 @@ func TestActionsOffWithoutToken(t *testing.T) {
 	pool := testdb.Pool(t)
 	fleetData(t, pool)
 	s := newSite(t, pool, dashboard.Config{})
-	for _, path := range []string{"/platforms/alpha/pause", "/platforms/beta/resume", "/platforms/gamma/clear-cooldown", "/platforms/alpha/limits", "/sources/1/disable", "/sources/1/enable"} {
+	for _, path := range []string{"/platforms/alpha/pause", "/platforms/beta/resume", "/platforms/gamma/clear-cooldown", "/platforms/alpha/limits", "/sources/1/disable", "/sources/1/enable",
+		"/platforms/alpha/reset", "/platforms/alpha/check", "/sources/1/check"} {
 		res, body := s.post(path, url.Values{"rate": {"1"}, "csrf": {"x"}})
 		if res.StatusCode != http.StatusForbidden || !strings.Contains(body, "--admin-token") {
 			t.Errorf("%s without a token: %d", path, res.StatusCode)
@@ -573,10 +576,10 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("alpha after pause: paused %s (indefinitely %v), reason %q; want 10m, the reason", p.Paused, p.PausedIndefinitely, p.PauseReason)
 	}
 	_, page := s.get("/platforms/alpha?done=paused")
-	if !strings.Contains(text(page), "Paused: no request leaves") || !regexp.MustCompile(`paused, (9m\d\ds|10m) left deploy of the API`).MatchString(text(page)) {
+	if !strings.Contains(text(page), "Paused: no request leaves") || !regexp.MustCompile(`paused by operator, (9m\d\ds|10m) left deploy of the API`).MatchString(text(page)) {
 		t.Errorf("the platform page does not show the pause:\n%s", text(page))
 	}
-	if _, page := s.get("/"); !strings.Contains(row(t, page, "alpha")[4], "paused") || !strings.Contains(page, `action="/platforms/alpha/resume"`) {
+	if _, page := s.get("/"); !strings.Contains(row(t, page, "alpha")[7], "paused") || !strings.Contains(page, `action="/platforms/alpha/resume"`) {
 		t.Errorf("the overview does not show alpha paused with a resume button")
 	}
 
@@ -593,8 +596,8 @@ func TestPauseResume(t *testing.T) {
 	if p := paceOf(t, pool, "alpha"); p.Paused != 0 || p.PausedIndefinitely {
 		t.Fatalf("alpha after resume: %+v", p)
 	}
-	if _, page := s.get("/"); row(t, page, "alpha")[4] != "running" {
-		t.Errorf("alpha after resume: %q", row(t, page, "alpha")[4])
+	if _, page := s.get("/"); row(t, page, "alpha")[7] != "throttled ×2.0" {
+		t.Errorf("alpha after resume: %q", row(t, page, "alpha")[7])
 	}
 
 	// Bad input: 400 naming the field, nothing written.
@@ -818,11 +821,79 @@ func TestClearCooldown(t *testing.T) {
 	if err != nil || len(cooldowns) != 0 {
 		t.Errorf("active cooldowns after clearing: %v, %v", cooldowns, err)
 	}
-	if _, page := s.get("/"); row(t, page, "gamma")[4] != "running" {
-		t.Errorf("gamma after clearing: %q", row(t, page, "gamma")[4])
+	if _, page := s.get("/"); row(t, page, "gamma")[7] != "running" {
+		t.Errorf("gamma after clearing: %q", row(t, page, "gamma")[7])
 	}
 	if res, _ := s.post("/platforms/nope/clear-cooldown", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
 		t.Errorf("clear cooldown of an unknown platform: %d, want 404", res.StatusCode)
+	}
+}
+
+// Reset pace puts alpha (backed off ×2) back at its ceiling and gamma out
+// of its cooldown, and leaves beta's pause; check now queues a source's
+// job, or every source of a platform, and runs snoozed ones now.
+func TestResetAndCheckNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	fleetData(t, pool)
+	client, err := queue.NewClient(pool, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSite(t, pool, dashboard.Config{AdminToken: token, Queue: client})
+	csrf := s.signIn()
+	if _, page := s.get("/"); !strings.Contains(page, `action="/platforms/alpha/reset"`) || !strings.Contains(page, `action="/platforms/gamma/reset"`) {
+		t.Fatalf("no reset button for the backed-off alpha or the cooling-down gamma")
+	}
+	for _, p := range []string{"alpha", "gamma", "beta"} {
+		res, body := s.post("/platforms/"+p+"/reset", url.Values{"csrf": {csrf}, "back": {"/platforms/" + p}})
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/platforms/"+p+"?done=reset" {
+			t.Fatalf("reset %s: %d to %q\n%s", p, res.StatusCode, res.Header.Get("Location"), text(body))
+		}
+	}
+	if p := paceOf(t, pool, "alpha"); p.Multiplier != 1 || p.PacedBy != pacer.PacedByCeiling || p.EffectiveRate != 8 {
+		t.Errorf("alpha after reset: %+v; want its ceiling", p)
+	}
+	if cds, err := sources.ActiveCooldowns(ctx, pool); err != nil || len(cds) != 0 {
+		t.Errorf("cooldowns after reset: %+v %v", cds, err)
+	}
+	if p := paceOf(t, pool, "beta"); !p.PausedIndefinitely {
+		t.Errorf("reset resumed beta: %+v", p)
+	}
+	if _, page := s.get("/platforms/alpha?done=reset"); !strings.Contains(text(page), "Reset: no backoff") || !strings.Contains(text(page), "alpha running") {
+		t.Errorf("alpha's page after reset:\n%s", text(page))
+	}
+
+	// Check now: a source without a job gets one; a whole platform's.
+	var id int64
+	if err := pool.QueryRow(ctx, `SELECT id FROM fleetpace_source WHERE url = 'https://a.example/11'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, page := s.get(fmt.Sprintf("/sources/%d", id)); !strings.Contains(page, fmt.Sprintf(`action="/sources/%d/check"`, id)) {
+		t.Fatalf("no check-now button on source %d", id)
+	}
+	res, body := s.post(fmt.Sprintf("/sources/%d/check", id), url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("check source %d: %d\n%s", id, res.StatusCode, text(body))
+	}
+	var job *int64
+	if err := pool.QueryRow(ctx, `SELECT queued_job_id FROM fleetpace_source WHERE id = $1`, id).Scan(&job); err != nil || job == nil {
+		t.Fatalf("source %d after check now: job %v, %v; want one queued", id, job, err)
+	}
+	res, body = s.post("/platforms/beta/check", url.Values{"csrf": {csrf}})
+	if res.StatusCode != http.StatusSeeOther {
+		t.Fatalf("check beta: %d\n%s", res.StatusCode, text(body))
+	}
+	var unqueued int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM fleetpace_source WHERE platform = 'beta' AND enabled AND queued_job_id IS NULL`).Scan(&unqueued); err != nil || unqueued != 0 {
+		t.Errorf("beta after check now: %d enabled source(s) without a job (%v)", unqueued, err)
+	}
+	if res, _ := s.post("/sources/999999/check", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("check an unknown source: %d, want 404", res.StatusCode)
+	}
+	if res, _ := s.post("/platforms/nope/reset", url.Values{"csrf": {csrf}}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("reset an unknown platform: %d, want 404", res.StatusCode)
 	}
 }
 

@@ -38,6 +38,11 @@ type PlatformRow struct {
 	Counts   Counts
 	// Rate is requests/s over the last RateWindow (nil: no history).
 	Rate *Chart
+	// State is what the platform is doing, in words (status.Conditions);
+	// Use the rate used over the last minute against its pace, its 429s
+	// per minute and its fetches in flight fleet-wide.
+	State []status.Condition
+	Use   status.Usage
 }
 
 // overviewPage is the fleet overview.
@@ -125,25 +130,20 @@ func (h *Handler) platformRows(ctx context.Context, tx pgx.Tx, platforms []sourc
 	for _, s := range states {
 		out[idx[s.Platform]].Pace = s
 	}
-	rows, err := tx.Query(ctx, cooldownsOfSQL, names)
-	if err != nil {
-		return nil, err
-	}
-	cooldowns, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sources.Cooldown, error) {
-		var c sources.Cooldown
-		err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining)
-		return c, err
-	})
+	cooldowns, err := sources.CooldownsOf(ctx, tx, names)
 	if err != nil {
 		return nil, err
 	}
 	for i := range cooldowns {
 		out[idx[cooldowns[i].Platform]].Cooldown = &cooldowns[i]
 	}
+	if err := h.states(ctx, tx, out, names, idx); err != nil {
+		return nil, err
+	}
 	if !withCounts {
 		return out, nil
 	}
-	rows, err = tx.Query(ctx, countsOfSQL, names)
+	rows, err := tx.Query(ctx, countsOfSQL, names)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +161,49 @@ func (h *Handler) platformRows(ctx context.Context, tx pgx.Tx, platforms []sourc
 		out[idx[name]].Counts = c
 	}
 	return out, rows.Err()
+}
+
+// states says what each row's platform is doing (status.Conditions) from
+// its pace, cooldown and checks over the last status.RecentWindow, and how
+// much of its pace it used, with its fetches in flight in the live
+// workers.
+func (h *Handler) states(ctx context.Context, tx pgx.Tx, out []PlatformRow, names []string, idx map[string]int) error {
+	recent := make([]status.Recent, len(out))
+	for i := range recent {
+		recent[i] = status.Recent{Window: status.RecentWindow, Checks: map[string]int64{}}
+	}
+	rows, err := tx.Query(ctx, recentOfSQL, names, status.RecentWindow.Seconds())
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var (
+			name, outcome string
+			n             int64
+		)
+		if err := rows.Scan(&name, &outcome, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		if i, ok := idx[name]; ok {
+			recent[i].Checks[outcome] += n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	workers, err := fleet.Live(ctx, tx)
+	if err != nil {
+		return err
+	}
+	inFlight := status.InFlight(workers)
+	for i := range out {
+		r := &out[i]
+		r.State = status.Conditions(r.Platform, r.Pace, r.Cooldown, recent[i], inFlight[r.Name])
+		r.Use = status.UsageOf(r.Pace, recent[i], inFlight[r.Name])
+	}
+	return nil
 }
 
 func seconds(s float64) time.Duration {

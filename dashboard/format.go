@@ -11,7 +11,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/redact"
-	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/status"
 )
 
 // funcs are the templates' formatting functions.
@@ -59,12 +59,11 @@ var funcs = template.FuncMap{
 		}
 		return ""
 	},
-	"since":   func(now, t time.Time) time.Duration { return now.Sub(t) },
-	"cd":      func(now time.Time, d time.Duration) countdown { return countdown{now, d} },
-	"stateOf": func(now time.Time, row PlatformRow) stateView { return stateView{now, row} },
-	"rowOf": func(pace pacer.State, c *sources.Cooldown) PlatformRow {
-		return PlatformRow{Platform: sources.Platform{Name: pace.Platform}, Pace: pace, Cooldown: c}
-	},
+	"since":      func(now, t time.Time) time.Duration { return now.Sub(t) },
+	"cd":         func(now time.Time, d time.Duration) countdown { return countdown{now, d} },
+	"stateOf":    func(now time.Time, row PlatformRow, full bool) stateView { return stateView{now, row.State, full} },
+	"conditions": func(now time.Time, cs []status.Condition) stateView { return stateView{now, cs, true} },
+	"usage":      func(u status.Usage) string { return u.Text() },
 	"actionsFor": func(b *Base, row PlatformRow, full bool) actionsView { return actionsView{b, row, full} },
 	"redact":     redact.URL,
 	"redactText": redact.Text,
@@ -82,8 +81,9 @@ type (
 		Left time.Duration
 	}
 	stateView struct {
-		Now time.Time
-		Row PlatformRow
+		Now   time.Time
+		State []status.Condition
+		Full  bool // with every condition's why, not only what stops the platform
 	}
 	actionsView struct {
 		Base *Base

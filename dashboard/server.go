@@ -60,7 +60,7 @@ type ServerConfig struct {
 	// Addr is the listen address. Default DefaultAddr.
 	Addr string
 	// RiverClient, if set, serves River UI at RiverUIPath (an insert-only
-	// client will do).
+	// client will do) and is the dashboard's Queue unless that is set.
 	RiverClient *queue.Client
 	// ReadHeaderTimeout bounds reading a request's header, ReadTimeout the
 	// whole request (a body sent slowly is cut off), WriteTimeout an answer
@@ -137,6 +137,9 @@ func Serve(ctx context.Context, cfg ServerConfig) error {
 		}
 	}
 	dc.Listen = ln.Addr()
+	if dc.Queue == nil {
+		dc.Queue = cfg.RiverClient
+	}
 	dash, err := New(dc)
 	if err != nil {
 		return err

@@ -66,13 +66,6 @@ const sourceTotalsSQL = `
 SELECT (SELECT count(*) FROM fleetpace_source WHERE platform = $1),
        (SELECT count(*) FROM fleetpace_source WHERE platform = $1 AND enabled)`
 
-// cooldownsOfSQL is the active cooldowns of the platforms in $1 (primary
-// key lookups), as sources.ActiveCooldowns reads them.
-const cooldownsOfSQL = `
-SELECT platform, until, reason, count, started_at, until - now()
-FROM fleetpace_cooldown
-WHERE platform = ANY($1::text[]) AND until > now()`
-
 // sourceSummaryColumns are what lists of sources show.
 const sourceSummaryColumns = `id, url, enabled, due_at, last_checked_at, consecutive_failures,
        last_status, last_outcome, last_error, queued_at, queued_job_id`
@@ -123,4 +116,13 @@ const activityOfSQL = `
 SELECT c.platform, floor((date_part('epoch', c.checked_at) - n.since_s) / $3)::int, count(*)
 FROM (SELECT now() - make_interval(secs => $2) AS since, date_part('epoch', now()) - $2 AS since_s) n
 JOIN fleetpace_check c ON c.platform = ANY($1::text[]) AND c.checked_at >= n.since
+GROUP BY 1, 2`
+
+// recentOfSQL counts the checks of each platform in $1 by outcome over the
+// last $2 seconds (status.RecentWindow): the rate used and the 429s per
+// minute. One index range of fleetpace_check_platform_idx per platform.
+const recentOfSQL = `
+SELECT c.platform, c.outcome, count(*)
+FROM fleetpace_check c
+WHERE c.platform = ANY($1::text[]) AND c.checked_at >= now() - make_interval(secs => $2)
 GROUP BY 1, 2`

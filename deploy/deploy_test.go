@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/testbin"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 const installedBinary = "/usr/local/bin/fleetpace"
@@ -27,7 +28,7 @@ const (
 // -trimpath, stripped, version stamped), so the image test's run of that
 // script finds every package compiled and only links.
 func TestMain(m *testing.M) {
-	testbin.MainWith(m, &binary, testbin.Options{
+	testbin.MainWith(testdb.M(m), &binary, testbin.Options{
 		Env:  []string{"CGO_ENABLED=0"},
 		Args: []string{"-trimpath", "-ldflags", "-s -w -X " + buildinfoPkg + ".version=" + testVersion},
 	})

@@ -93,8 +93,9 @@ type Result struct {
 	// in it is capped at ratelimit.MaxWait.
 	RateLimit ratelimit.Info
 	// Reason says in words what happened. Always set for Failed and
-	// RateLimited, e.g. "HTTP 404 Not Found" or "refused: 127.0.0.1 is a
-	// loopback address".
+	// RateLimited (and by the HTTP fetcher for RatePressure), e.g. "HTTP
+	// 404 Not Found", "HTTP 429 Too Many Requests, Retry-After 10s" or
+	// "refused: 127.0.0.1 is a loopback address".
 	Reason string
 	// Err is the error behind a Failed outcome when there is one (transport,
 	// SSRF guard, body, store, invalid URL), for errors.Is and errors.As —

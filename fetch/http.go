@@ -304,6 +304,9 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 		res.Outcome = RatePressure
 		res.Reason = statusText(code)
 		res.RetryAfter = res.RateLimit.RetryAfter // 0 when absent, capped at ratelimit.MaxWait
+		if res.RetryAfter > 0 {
+			res.Reason += fmt.Sprintf(", Retry-After %s", res.RetryAfter)
+		}
 		if res.RetryAfter > h.cfg.RateLimitedAfter {
 			res.Outcome = RateLimited
 			res.Reason = fmt.Sprintf("%s with Retry-After %s (over %s)",

@@ -41,6 +41,10 @@ type Worker struct {
 	Version   string    `json:"version"` // fleetpace's module version, "dev" if unknown
 	StartedAt time.Time `json:"started_at"`
 	SeenAt    time.Time `json:"seen_at"` // last heartbeat
+	// InFlight is, per platform, how many fetches the worker had sent and
+	// not yet got an answer for at its last heartbeat (platforms with none
+	// left out).
+	InFlight map[string]int `json:"in_flight,omitempty"`
 }
 
 // Self is this process as the worker id: its host name, process id and
@@ -50,10 +54,15 @@ func Self(id string) Worker {
 	return Worker{ID: id, Hostname: host, PID: os.Getpid(), Version: buildinfo.Version()}
 }
 
-// Beat records that w is alive now, inserting its row on the first beat, and
-// returns the number of live workers, w included.
+// Beat records that w is alive now, with its fetches in flight
+// (Worker.InFlight), inserting its row on the first beat, and returns the
+// number of live workers, w included.
 func Beat(ctx context.Context, db DBTX, w Worker) (live int, err error) {
-	if err := db.QueryRow(ctx, beatSQL, w.ID, w.Hostname, w.PID, w.Version, LiveWindow.Seconds()).Scan(&live); err != nil {
+	inFlight := w.InFlight
+	if inFlight == nil {
+		inFlight = map[string]int{}
+	}
+	if err := db.QueryRow(ctx, beatSQL, w.ID, w.Hostname, w.PID, w.Version, LiveWindow.Seconds(), inFlight).Scan(&live); err != nil {
 		return 0, fmt.Errorf("fleet: heartbeat: %w", err)
 	}
 	return live, nil
@@ -67,7 +76,10 @@ func Live(ctx context.Context, db DBTX) ([]Worker, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Worker, error) {
 		var w Worker
-		err := row.Scan(&w.ID, &w.Hostname, &w.PID, &w.Version, &w.StartedAt, &w.SeenAt)
+		err := row.Scan(&w.ID, &w.Hostname, &w.PID, &w.Version, &w.StartedAt, &w.SeenAt, &w.InFlight)
+		if len(w.InFlight) == 0 {
+			w.InFlight = nil
+		}
 		return w, err
 	})
 	if err != nil {
@@ -98,14 +110,14 @@ func Prune(ctx context.Context, db DBTX) error {
 // and adds one.
 const beatSQL = `
 WITH up AS (
-    INSERT INTO fleetpace_worker (id, hostname, pid, version) VALUES ($1, $2, $3, $4)
-    ON CONFLICT (id) DO UPDATE SET seen_at = now()
+    INSERT INTO fleetpace_worker (id, hostname, pid, version, in_flight) VALUES ($1, $2, $3, $4, $6)
+    ON CONFLICT (id) DO UPDATE SET seen_at = now(), in_flight = EXCLUDED.in_flight
 )
 SELECT count(*) + 1 FROM fleetpace_worker
 WHERE seen_at > now() - make_interval(secs => $5) AND id <> $1`
 
 const liveSQL = `
-SELECT id, hostname, pid, version, started_at, seen_at FROM fleetpace_worker
+SELECT id, hostname, pid, version, started_at, seen_at, in_flight FROM fleetpace_worker
 WHERE seen_at > now() - make_interval(secs => $1)
 ORDER BY started_at, id`
 

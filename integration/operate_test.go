@@ -59,7 +59,7 @@ func TestPause(t *testing.T) {
 
 	cli(t, url, "platforms", "pause", "a", "--reason", "maintenance")
 	paused := time.Now()
-	if out := cli(t, url, "status"); !strings.Contains(out, "paused (maintenance)") {
+	if out := cli(t, url, "status"); !strings.Contains(out, "paused by operator until resumed (maintenance)") {
 		t.Fatalf("status does not show the pause:\n%s", out)
 	}
 	// Observe 5 s of the pause, restart a worker, observe 5 s more (B's
@@ -159,7 +159,7 @@ func TestCooldownClear(t *testing.T) {
 			t.Fatalf("platform a: cooldown %d, %d job(s) not snoozed, 30 s after a 429 with Retry-After 600", cooling, waiting)
 		}
 	}
-	if out := cli(t, url, "status"); !strings.Contains(out, "cooldown ") {
+	if out := cli(t, url, "status"); !strings.Contains(out, "cooling down: ") {
 		t.Fatalf("status does not show the cooldown:\n%s", out)
 	}
 	d.DeleteRule("/a/") // the destination answers again

@@ -97,6 +97,22 @@ func ClearHold(ctx context.Context, db Execer, platform string) error {
 	return execOne(ctx, db, "clear hold of", clearHoldSQL, platform, statementTime(ctx))
 }
 
+// Reset puts platform's pace back to a known state: no hold, no backoff
+// (multiplier 1, no estimate), nothing announced by the destination,
+// nothing learnt about what it accepts; the next reservation goes now, at
+// the configured pace, as on a platform just created. Slots granted before
+// are given back (their callers reserve again). An operator's pause stays
+// (Resume ends it). It is two statements on the platform's pace row (what
+// adaptation learnt is forgotten, then ClearHold): run it in a transaction
+// (db one) for both to take effect at once. Returns ErrUnknownPlatform if
+// the platform has no pace row.
+func Reset(ctx context.Context, db Execer, platform string) error {
+	if err := execOne(ctx, db, "reset", forgetSQL, platform); err != nil {
+		return err
+	}
+	return execOne(ctx, db, "reset", clearHoldSQL, platform, statementTime(ctx))
+}
+
 func execOne(ctx context.Context, db Execer, what, sql, platform string, args ...any) error {
 	tag, err := db.Exec(ctx, sql, append([]any{platform}, args...)...)
 	if err != nil {

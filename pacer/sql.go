@@ -338,6 +338,18 @@ SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|
                  || '|Infinity|' || u.event_at || '|' || u.hold_at) IS NULL
 FROM u`
 
+// forgetSQL makes a platform's pace row forget what adaptation learnt
+// beyond what clearHoldSQL clears: the quota the destination announced and
+// its window, the estimate's ceiling, the measurement of what the
+// destination accepts, the jitter and hold memories, the current run. With
+// clearHoldSQL after it (Reset) the platform is as if just created: the
+// next reservation goes at the configured pace.
+const forgetSQL = `
+UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced_window = 0, announced_window_at = 0,
+    est_max = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_at = 0, acc_from = 0,
+    meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0
+WHERE platform = $1`
+
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
 // platform trigger has made it). No row affected and no row present means
 // the platform does not exist.

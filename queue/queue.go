@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/fleetpace/fleetpace/clock"
 )
@@ -112,6 +113,10 @@ type Config struct {
 	// ID names this client among the fleet. Default: River's.
 	ID string
 
+	// Middleware is installed on the client (river.Config.Middleware):
+	// the worker's job metrics. Default: none.
+	Middleware []rivertype.Middleware
+
 	// Logger receives River's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -163,6 +168,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		FetchPollInterval:    cfg.FetchPollInterval,
 		PollOnly:             cfg.PollOnly,
 		SkipUnknownJobCheck:  true,
+		Middleware:           cfg.Middleware,
 	}
 	if cfg.Workers != nil {
 		rc.Workers = cfg.Workers
@@ -215,6 +221,37 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// JobCount is how many unfinished River jobs of one kind are in one state.
+type JobCount struct {
+	Kind  string `json:"kind"`
+	State string `json:"state"` // available, running, scheduled (snoozed or retried later), retryable, pending
+	Jobs  int64  `json:"jobs"`
+}
+
+// CountJobs counts the unfinished River jobs (every queue's) by kind and
+// state: an index range of the unfinished states, so it costs the jobs
+// waiting or running, not the finished ones River keeps.
+func CountJobs(ctx context.Context, db Querier) ([]JobCount, error) {
+	rows, err := db.Query(ctx, countJobsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("queue: count jobs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobCount, error) {
+		var c JobCount
+		err := row.Scan(&c.Kind, &c.State, &c.Jobs)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: count jobs: %w", err)
+	}
+	return out, nil
+}
+
+// Querier is what CountJobs needs: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
 // WakeFetches makes the fetch jobs of platform that are snoozed (River's
 // scheduled state: a pause, a hold, a cooldown, a long pacer wait) available
 // now, and wakes the clients of the fleet to fetch them, so they run at once
@@ -226,6 +263,17 @@ func WakeFetches(ctx context.Context, db DB, platform string) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, wakeFetchesSQL, Name, FetchArgs{}.Kind(), platform).Scan(&n, new(bool)); err != nil {
 		return 0, fmt.Errorf("queue: wake fetches of %s: %w", platform, err)
+	}
+	return n, nil
+}
+
+// WakeJobs is WakeFetches for the fetch jobs with the given ids: those
+// snoozed are made available now (their pacer still decides when they
+// fetch). It returns how many it woke.
+func WakeJobs(ctx context.Context, db DB, ids []int64) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, wakeJobsSQL, Name, FetchArgs{}.Kind(), ids).Scan(&n, new(bool)); err != nil {
+		return 0, fmt.Errorf("queue: wake fetch jobs: %w", err)
 	}
 	return n, nil
 }

@@ -35,7 +35,25 @@ SELECT count(*), CASE WHEN count(*) > 0 THEN
     pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text) END IS NULL
 FROM woken`
 
+// wakeJobsSQL is wakeFetchesSQL for the jobs whose ids are in $3.
+const wakeJobsSQL = `
+WITH woken AS (
+    UPDATE river_job SET state = 'available', scheduled_at = LEAST(created_at, now())
+    WHERE queue = $1 AND kind = $2 AND state = 'scheduled' AND id = ANY($3::bigint[])
+    RETURNING 1
+)
+SELECT count(*), CASE WHEN count(*) > 0 THEN
+    pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text) END IS NULL
+FROM woken`
+
 const cancelFetchesSQL = `
 DELETE FROM river_job
 WHERE queue = $1 AND kind = $2 AND args->>'platform' = $3
   AND state IN ('available', 'scheduled', 'retryable', 'pending')`
+
+// countJobsSQL counts unfinished jobs by kind and state (River's
+// prioritized fetching index leads with state: one range per state).
+const countJobsSQL = `
+SELECT kind, state::text, count(*) FROM river_job
+WHERE state IN ('available', 'running', 'scheduled', 'retryable', 'pending')
+GROUP BY kind, state ORDER BY kind, state`

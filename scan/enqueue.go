@@ -31,19 +31,34 @@ func Enqueue(ctx context.Context, db sources.Beginner, client *queue.Client, ids
 // unknown platform is an error wrapping sources.ErrNotFound.
 func EnqueuePlatform(ctx context.Context, db sources.Beginner, client *queue.Client, platform string) ([]queue.FetchArgs, error) {
 	return inTx(ctx, db, func(tx pgx.Tx) ([]queue.FetchArgs, error) {
-		if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
-			return nil, err
-		}
-		rows, err := tx.Query(ctx, platformSourceIDsSQL, platform)
-		if err != nil {
-			return nil, err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return nil, err
-		}
-		return enqueueTx(ctx, tx, client, ids)
+		return EnqueuePlatformTx(ctx, tx, client, platform)
 	})
+}
+
+// EnqueueTx is Enqueue's work in the caller's transaction, the ids known
+// to exist: it queues those enabled and not queued yet.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
+	queued, err := enqueueTx(ctx, tx, client, ids)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
+	return queued, nil
+}
+
+// EnqueuePlatformTx is EnqueuePlatform in the caller's transaction.
+func EnqueuePlatformTx(ctx context.Context, tx pgx.Tx, client *queue.Client, platform string) ([]queue.FetchArgs, error) {
+	if _, err := sources.GetPlatform(ctx, tx, platform); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, platformSourceIDsSQL, platform)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	return enqueueTx(ctx, tx, client, ids)
 }
 
 // inTx runs fn in a transaction of its own and commits it.

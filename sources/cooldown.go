@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,100 @@ type Cooldown struct {
 	Reason    string        `json:"reason"`
 	Count     int           `json:"count"` // escalation level: 1, 2, 3… (duration doubles each)
 	StartedAt time.Time     `json:"started_at"`
+	// Cause is the rule that started the cooldown (CauseSlowestPace,
+	// CauseRetryAfter, or CauseStop), RetryAfter the Retry-After that came
+	// with it (0: none): with the platform's own cooldown and Count they
+	// say how its length was decided (Rule).
+	Cause      CooldownCause `json:"cause"`
+	RetryAfter time.Duration `json:"-"` // JSON: retry_after_s
+}
+
+// CooldownCause is the rule that put a platform in cooldown.
+type CooldownCause string
+
+// The causes of a cooldown.
+const (
+	// CauseStop: the fetcher said stop (fetch.RateLimited from a custom
+	// fetcher: a quota exhausted, an account suspended).
+	CauseStop CooldownCause = ""
+	// CauseSlowestPace: the destination pushed back (429, 503) while the
+	// platform was already paced as slowly as it may be (the ceiling ÷ its
+	// maximum multiplier): slowing down further is not allowed, so the
+	// platform stops.
+	CauseSlowestPace CooldownCause = "slowest_pace"
+	// CauseRetryAfter: a 429 or 503 asked for a Retry-After longer than
+	// the fetcher waits out by holding the platform
+	// (fetch.HTTPConfig.RateLimitedAfter).
+	CauseRetryAfter CooldownCause = "retry_after"
+)
+
+// Headline says in a few words why the platform cools down:
+// "max multiplier reached", "Retry-After 2h", "the fetcher said stop".
+func (c Cooldown) Headline() string {
+	switch c.Cause {
+	case CauseSlowestPace:
+		return "max multiplier reached"
+	case CauseRetryAfter:
+		return "Retry-After " + HumanDuration(c.RetryAfter)
+	}
+	return "rate limited"
+}
+
+// Rule says in words how the cooldown's length was decided, given the
+// platform's own cooldown length: "a 10s Retry-After at the slowest pace →
+// the platform's 15m cooldown", "the destination asked for a 2h
+// Retry-After → the 2h Retry-After (longer than the platform's 15m
+// cooldown), doubled for a repeat within 15m of the last cooldown (×2)".
+func (c Cooldown) Rule(platformCooldown time.Duration) string {
+	var b strings.Builder
+	switch {
+	case c.Cause == CauseSlowestPace && c.RetryAfter > 0:
+		fmt.Fprintf(&b, "a %s Retry-After came while the platform was paced as slowly as it may be (ceiling ÷ max multiplier)", HumanDuration(c.RetryAfter))
+	case c.Cause == CauseSlowestPace:
+		b.WriteString("rate pressure came while the platform was paced as slowly as it may be (ceiling ÷ max multiplier)")
+	case c.RetryAfter > 0:
+		fmt.Fprintf(&b, "the destination asked for a %s Retry-After", HumanDuration(c.RetryAfter))
+	default:
+		b.WriteString("the fetcher said stop")
+	}
+	b.WriteString(" → ")
+	if c.RetryAfter > platformCooldown {
+		fmt.Fprintf(&b, "the %s Retry-After (longer than the platform's %s cooldown)", HumanDuration(c.RetryAfter), HumanDuration(platformCooldown))
+	} else {
+		fmt.Fprintf(&b, "the platform's %s cooldown", HumanDuration(platformCooldown))
+	}
+	switch {
+	case c.Count == 2:
+		fmt.Fprintf(&b, ", doubled for a repeat within %s of the last cooldown (×2)", HumanDuration(platformCooldown))
+	case c.Count > 2:
+		fmt.Fprintf(&b, ", doubled %d times for %d repeats, each within %s of the last cooldown (×%d)", c.Count-1, c.Count-1,
+			HumanDuration(platformCooldown), 1<<min(c.Count-1, 30))
+	}
+	return b.String()
+}
+
+// HumanDuration is d for people, without zero units at the end:
+// milliseconds under a second, seconds under an hour, minutes above ("10s",
+// "13m30s", "15m", "1h30m").
+func HumanDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Minute)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // SetCooldown puts a platform in cooldown after it said stop. The duration is
@@ -40,6 +135,12 @@ type Cooldown struct {
 // job already queued meets it in its reservation (denied, snoozed until the
 // end) without a query of its own.
 func SetCooldown(ctx context.Context, db Beginner, platform string, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
+	return SetCooldownFor(ctx, db, platform, CauseStop, retryAfter, reason, u)
+}
+
+// SetCooldownFor is SetCooldown recording the rule that started the
+// cooldown (Cooldown.Cause), so status can say it.
+func SetCooldownFor(ctx context.Context, db Beginner, platform string, cause CooldownCause, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
 	if retryAfter < 0 {
 		retryAfter = 0
 	}
@@ -52,7 +153,7 @@ func SetCooldown(ctx context.Context, db Beginner, platform string, retryAfter t
 		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	err = tx.QueryRow(ctx, setCooldownSQL, platform, retryAfter.Seconds(), factor, reason).Scan(&until, &count)
+	err = tx.QueryRow(ctx, setCooldownSQL, platform, retryAfter.Seconds(), factor, reason, string(cause)).Scan(&until, &count)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, 0, fmt.Errorf("cooldown: platform %q: %w", platform, ErrNotFound)
 	}
@@ -70,7 +171,17 @@ func SetCooldown(ctx context.Context, db Beginner, platform string, retryAfter t
 
 // ActiveCooldowns lists the platforms cooling down now.
 func ActiveCooldowns(ctx context.Context, db DBTX) ([]Cooldown, error) {
-	rows, err := db.Query(ctx, activeCooldownsSQL)
+	return listCooldowns(ctx, db, activeCooldownsSQL)
+}
+
+// CooldownsOf lists the active cooldowns of the named platforms (primary
+// key lookups): a page of a dashboard reads its rows only.
+func CooldownsOf(ctx context.Context, db DBTX, platforms []string) ([]Cooldown, error) {
+	return listCooldowns(ctx, db, cooldownsOfSQL, platforms)
+}
+
+func listCooldowns(ctx context.Context, db DBTX, sql string, args ...any) ([]Cooldown, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("cooldown: list: %w", err)
 	}
@@ -120,6 +231,8 @@ func ClearCooldown(ctx context.Context, db Beginner, platform string) (*Cooldown
 
 func scanCooldown(row pgx.CollectableRow) (Cooldown, error) {
 	var c Cooldown
-	err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining)
+	var retryAfter float64
+	err := row.Scan(&c.Platform, &c.Until, &c.Reason, &c.Count, &c.StartedAt, &c.Remaining, &c.Cause, &retryAfter)
+	c.RetryAfter = seconds(retryAfter)
 	return c, err
 }

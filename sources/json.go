@@ -58,8 +58,9 @@ func (c Cooldown) MarshalJSON() ([]byte, error) {
 	type plain Cooldown
 	return json.Marshal(struct {
 		plain
-		Remaining float64 `json:"remaining_s"`
-	}{plain(c), c.Remaining.Seconds()})
+		Remaining  float64 `json:"remaining_s"`
+		RetryAfter float64 `json:"retry_after_s"`
+	}{plain(c), c.Remaining.Seconds(), c.RetryAfter.Seconds()})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -67,12 +68,13 @@ func (c *Cooldown) UnmarshalJSON(b []byte) error {
 	type plain Cooldown
 	j := struct {
 		*plain
-		Remaining float64 `json:"remaining_s"`
+		Remaining  float64 `json:"remaining_s"`
+		RetryAfter float64 `json:"retry_after_s"`
 	}{plain: (*plain)(c)}
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	c.Remaining = seconds(j.Remaining)
+	c.Remaining, c.RetryAfter = seconds(j.Remaining), seconds(j.RetryAfter)
 	return nil
 }
 

@@ -338,7 +338,7 @@ func UpdateSource(ctx context.Context, db DBTX, id int64, u SourceUpdate) (Sourc
 	return s, nil
 }
 
-// Selection selects sources for SetEnabled: by ids, or by platform and/or
+// Selection selects sources for SetEnabled and UpdateSources: by ids, or by platform and/or
 // by failures. At least one field must be set; IDs excludes the others.
 type Selection struct {
 	IDs         []int64 // these sources (all must exist)
@@ -372,6 +372,26 @@ func (sel Selection) Validate() error {
 // (sources already in that state included).
 func SetEnabled(ctx context.Context, db Beginner, sel Selection, enabled bool) ([]int64, error) {
 	what := map[bool]string{true: "enable", false: "disable"}[enabled]
+	return updateSelected(ctx, db, sel, what, setEnabledSQL, enabled)
+}
+
+// UpdateSources changes the settings of the selected sources (SourceUpdate:
+// their interval, whether they are enabled), all or nothing: invalid input,
+// an unknown id or platform changes nothing and is an error wrapping
+// ErrInvalid. A new interval moves the next check of each source that is
+// not failing to its last check plus the interval, as UpdateSource does.
+// It returns the ids of the selected sources, in id order.
+func UpdateSources(ctx context.Context, db Beginner, sel Selection, u SourceUpdate) ([]int64, error) {
+	if err := u.Validate(); err != nil {
+		return nil, fmt.Errorf("source: update: %w", err)
+	}
+	return updateSelected(ctx, db, sel, "update", updateSourcesSQL, u.Interval, u.Enabled)
+}
+
+// updateSelected runs sql, whose $1…$3 select sources as a Selection does
+// (ids, platform, failures) and whose further parameters are args, in one
+// transaction, all or nothing, and returns the ids it selected.
+func updateSelected(ctx context.Context, db Beginner, sel Selection, what, sql string, args ...any) ([]int64, error) {
 	if err := sel.Validate(); err != nil {
 		return nil, fmt.Errorf("source: %s: %w", what, err)
 	}
@@ -391,7 +411,7 @@ func SetEnabled(ctx context.Context, db Beginner, sel Selection, enabled bool) (
 	if len(sel.IDs) > 0 {
 		ids = sel.IDs
 	}
-	rows, err := tx.Query(ctx, setEnabledSQL, enabled, ids, sel.Platform, sel.MinFailures)
+	rows, err := tx.Query(ctx, sql, append([]any{ids, sel.Platform, sel.MinFailures}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("source: %s: %w", what, err)
 	}
@@ -407,6 +427,29 @@ func SetEnabled(ctx context.Context, db Beginner, sel Selection, enabled bool) (
 	}
 	slices.Sort(got)
 	return got, nil
+}
+
+// QueuedJobs returns the ids of the fetch jobs the given sources are
+// queued for (sources not queued have none).
+func QueuedJobs(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, queuedJobsSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("source: queued jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("source: queued jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// CountDisabled counts the disabled sources among ids.
+func CountDisabled(ctx context.Context, db DBTX, ids []int64) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, countDisabledSQL, ids).Scan(&n); err != nil {
+		return 0, fmt.Errorf("source: count disabled: %w", err)
+	}
+	return n, nil
 }
 
 // RequireSources returns nil when every id of ids names a source, else the

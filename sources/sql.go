@@ -109,22 +109,37 @@ const sourcesByURLSQL = `SELECT ` + sourceColumns + ` FROM fleetpace_source WHER
 // next check of a source that is not failing to its last check plus the new
 // interval (a failing source keeps its backoff).
 var updateSourceSQL = `
-UPDATE fleetpace_source s SET
-    check_interval = COALESCE($2::interval, s.check_interval),
-    enabled        = COALESCE($3::boolean, s.enabled),
-    due_at         = CASE WHEN $2::interval IS NOT NULL AND s.last_checked_at IS NOT NULL AND s.consecutive_failures = 0
-                          THEN s.last_checked_at + $2::interval ELSE s.due_at END
+UPDATE fleetpace_source s SET ` + strings.NewReplacer("$4", "$2", "$5", "$3").Replace(sourceUpdateSet) + `
 WHERE s.id = $1
 RETURNING ` + sourceColumns
 
-// setEnabledSQL enables or disables ($1) the sources selected by ids ($2,
-// NULL: any), platform ($3, empty: any) and consecutive failures (at least $4),
-// and returns the ids it selected.
+// sourceUpdateSet is what a SourceUpdate sets: the interval ($4, NULL:
+// unchanged) and whether the source is enabled ($5, NULL: unchanged).
+const sourceUpdateSet = `
+    check_interval = COALESCE($4::interval, s.check_interval),
+    enabled        = COALESCE($5::boolean, s.enabled),
+    due_at         = CASE WHEN $4::interval IS NOT NULL AND s.last_checked_at IS NOT NULL AND s.consecutive_failures = 0
+                          THEN s.last_checked_at + $4::interval ELSE s.due_at END`
+
+// selectedSources is the condition of the sources a Selection selects: by
+// ids ($1, NULL: any), platform ($2, empty: any) and consecutive failures
+// (at least $3).
+const selectedSources = `($1::bigint[] IS NULL OR s.id = ANY($1))
+  AND ($2 = '' OR s.platform = $2)
+  AND s.consecutive_failures >= $3`
+
+// setEnabledSQL enables or disables ($4) the selected sources and returns
+// the ids it selected.
 const setEnabledSQL = `
-UPDATE fleetpace_source s SET enabled = $1
-WHERE ($2::bigint[] IS NULL OR s.id = ANY($2))
-  AND ($3 = '' OR s.platform = $3)
-  AND s.consecutive_failures >= $4
+UPDATE fleetpace_source s SET enabled = $4
+WHERE ` + selectedSources + `
+RETURNING s.id`
+
+// updateSourcesSQL is updateSourceSQL for the selected sources: interval
+// $4, enabled $5 (NULL: unchanged); it returns the ids it selected.
+const updateSourcesSQL = `
+UPDATE fleetpace_source s SET ` + sourceUpdateSet + `
+WHERE ` + selectedSources + `
 RETURNING s.id`
 
 const importTempTableSQL = `
@@ -236,7 +251,8 @@ var (
 const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1`
 
 // setCooldownSQL upserts a platform's cooldown. $2 is the Retry-After in
-// seconds (0 if none), $3 the jitter factor (1 ± 0.1), $4 the reason.
+// seconds (0 if none), $3 the jitter factor (1 ± 0.1), $4 the reason, $5
+// the cause (the latest answer's, with its Retry-After).
 //   - While a cooldown is active, another rate-limited answer (likely from a
 //     request sent before it began) only extends it to the longer of the two.
 //   - A repeat within one platform cooldown after the last one ended doubles
@@ -248,8 +264,8 @@ WITH p AS (
     SELECT name, GREATEST(cooldown, make_interval(secs => $2)) AS base, cooldown
     FROM fleetpace_platform WHERE name = $1
 )
-INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at)
-SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now() FROM p
+INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at, cause, retry_after_s)
+SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now(), $5, $2 FROM p
 ON CONFLICT (platform) DO UPDATE SET
     count = CASE
         WHEN c.until > now() THEN c.count
@@ -262,12 +278,20 @@ ON CONFLICT (platform) DO UPDATE SET
             now() + LEAST((SELECT base FROM p) * power(2, c.count) * $3, interval '24 hours')
         ELSE now() + LEAST((SELECT base FROM p) * $3, interval '24 hours') END,
     reason = EXCLUDED.reason,
+    cause = EXCLUDED.cause,
+    retry_after_s = EXCLUDED.retry_after_s,
     started_at = CASE WHEN c.until > now() THEN c.started_at ELSE now() END,
     updated_at = now()
 RETURNING until, count`
 
+// cooldownsOfSQL is the active cooldowns of the platforms in $1.
+const cooldownsOfSQL = `
+SELECT platform, until, reason, count, started_at, until - now(), cause, retry_after_s
+FROM fleetpace_cooldown c
+WHERE platform = ANY($1::text[]) AND ` + activeCooldown + ` ORDER BY platform`
+
 const activeCooldownsSQL = `
-SELECT platform, until, reason, count, started_at, until - now()
+SELECT platform, until, reason, count, started_at, until - now(), cause, retry_after_s
 FROM fleetpace_cooldown c WHERE ` + activeCooldown + ` ORDER BY platform`
 
 // countsSQL is the per-platform summary for status: sources, enabled, queued,
@@ -353,4 +377,10 @@ const countPlatformSourcesSQL = `SELECT count(*) FROM fleetpace_source WHERE pla
 // (the next cooldown starts from the platform's own length).
 const clearCooldownSQL = `
 DELETE FROM fleetpace_cooldown c WHERE platform = $1
-RETURNING platform, until, reason, count, started_at, GREATEST(until - now(), interval '0')`
+RETURNING platform, until, reason, count, started_at, GREATEST(until - now(), interval '0'), cause, retry_after_s`
+
+// queuedJobsSQL is the fetch jobs the sources in $1 are queued for.
+const queuedJobsSQL = `SELECT queued_job_id FROM fleetpace_source WHERE id = ANY($1::bigint[]) AND queued_job_id IS NOT NULL`
+
+// countDisabledSQL counts the disabled sources among those in $1.
+const countDisabledSQL = `SELECT count(*) FROM fleetpace_source WHERE id = ANY($1::bigint[]) AND NOT enabled`

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -30,6 +31,13 @@ type SourceReport struct {
 	Cooldown *sources.Cooldown `json:"cooldown,omitempty"`
 	// Pace is its platform's pacer state (pause, hold, effective rate).
 	Pace pacer.State `json:"pace"`
+	// State is what its platform is doing now, in words (Conditions).
+	State []Condition `json:"platform_state"`
+	// LastAnswer is its newest check in the history (nil: none recorded):
+	// the time, outcome, status and reason of the last answer whatever it
+	// was, where Source.LastCheckedAt is the time of the last check that
+	// counted (a 429 does not).
+	LastAnswer *sources.HistoryEntry `json:"last_answer,omitempty"`
 }
 
 // ReadSource reads one source by reference (id or URL, sources.Lookup) with
@@ -68,6 +76,26 @@ func ReadSource(ctx context.Context, db DB, ref string, historyLimit int) (*Sour
 	if len(paces) == 1 {
 		rep.Pace = paces[0]
 	}
+	if len(rep.History) > 0 {
+		rep.LastAnswer = &rep.History[0]
+	}
+	platform, err := sources.GetPlatform(ctx, tx, rep.Source.Platform)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	activity, err := sources.Activity(ctx, tx, sources.ActivityQuery{Platform: platform.Name, Window: RecentWindow})
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	recent := Recent{Window: RecentWindow, Checks: map[string]int64{}}
+	for _, a := range activity {
+		recent.Checks[a.Outcome] += a.Checks
+	}
+	workers, err := fleet.Live(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	rep.State = Conditions(platform, rep.Pace, rep.Cooldown, recent, InFlight(workers)[platform.Name])
 	s := rep.Source
 	rep.NextCheck = s.DueAt
 	switch {

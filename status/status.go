@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -30,6 +31,12 @@ type Platform struct {
 	Cooldown *sources.Cooldown      // nil: not cooling down
 	Counts   sources.PlatformCounts // sources: due, queued, failing, staleness
 	Recent   Recent                 // fetches over the last RecentWindow, from the history
+	// State is what the platform is doing now, in words, most
+	// constraining first (Conditions).
+	State []Condition
+	// Use is the rate used over the recent window against the pace and
+	// the ceiling, the 429s per minute and the fetches in flight.
+	Use Usage
 }
 
 // Recent is a platform's fetches over a recent window, from the fetch
@@ -89,6 +96,8 @@ type platformParts struct {
 	Cooldown *sources.Cooldown      `json:"cooldown,omitempty"`
 	Counts   sources.PlatformCounts `json:"counts"`
 	Recent   Recent                 `json:"recent"`
+	State    []Condition            `json:"state"`
+	Use      Usage                  `json:"use"`
 }
 
 // MarshalJSON writes the platform's settings and, beside them, its pace,
@@ -99,7 +108,7 @@ func (p Platform) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent})
+	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent, p.State, p.Use})
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +126,20 @@ func (p *Platform) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &parts); err != nil {
 		return err
 	}
-	p.Pace, p.Cooldown, p.Counts, p.Recent = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent
+	p.Pace, p.Cooldown, p.Counts, p.Recent, p.State, p.Use = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent, parts.State, parts.Use
 	return nil
+}
+
+// InFlight sums the fetches in flight of the workers by platform (each
+// worker's as of its last heartbeat).
+func InFlight(workers []fleet.Worker) map[string]int {
+	out := map[string]int{}
+	for _, w := range workers {
+		for p, n := range w.InFlight {
+			out[p] += n
+		}
+	}
+	return out
 }
 
 // Report is the whole status.
@@ -127,6 +148,8 @@ type Report struct {
 	Platforms []Platform     `json:"platforms"`
 	Workers   int            `json:"live_workers"`
 	Fleet     []fleet.Worker `json:"workers"` // the live workers, longest running first
+	// Jobs counts the unfinished River jobs by kind and state.
+	Jobs []queue.JobCount `json:"jobs"`
 }
 
 // DB is what Read needs: a pool or a connection.
@@ -173,6 +196,10 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	rep.Workers = len(rep.Fleet)
+	if rep.Jobs, err = queue.CountJobs(ctx, tx); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	inFlight := InFlight(rep.Fleet)
 	pace := make(map[string]pacer.State, len(paces))
 	for _, s := range paces {
 		pace[s.Platform] = s
@@ -199,7 +226,10 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 		if !ok {
 			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
 		}
-		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r})
+		pp := Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r}
+		pp.State = Conditions(p, pp.Pace, pp.Cooldown, r, inFlight[p.Name])
+		pp.Use = UsageOf(pp.Pace, r, inFlight[p.Name])
+		rep.Platforms = append(rep.Platforms, pp)
 	}
 	return rep, nil
 }

@@ -216,10 +216,12 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	}
 	w.metrics.waited(args.Platform, res.Wait)
 
+	done := w.metrics.sending(args.Platform) // in flight until the answer (or its absence) is in
 	r := w.fetcher.Fetch(ctx, fetch.Request{
 		SourceID: args.SourceID, Platform: args.Platform, URL: args.URL,
 		ETag: args.ETag, LastModified: args.LastModified,
 	})
+	done(r.Status, r.Duration)
 	if ctx.Err() != nil {
 		return interrupted(ctx, ctx.Err())
 	}
@@ -243,16 +245,21 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		}
 	}
 	outcome := r.Outcome
+	cause := sources.CauseStop // of a cooldown: the fetcher's RateLimited
+	if outcome == fetch.RateLimited && r.RetryAfter > 0 {
+		cause = sources.CauseRetryAfter
+	}
+	if outcome == fetch.RatePressure && r.Reason == "" {
+		r.Reason = pressureReason(r)
+	}
 	if !out.NoAnswer || out.Quota.Announced() {
 		rr, err := w.pacer.Report(ctx, args.Platform, res, out)
 		if err != nil {
 			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
 		}
 		if outcome == fetch.RatePressure && rr.AtMax {
-			outcome = fetch.RateLimited
-			if r.Reason == "" {
-				r.Reason = fmt.Sprintf("HTTP %d while the backoff multiplier is at its maximum (%g)", r.Status, rr.MaxMultiplier)
-			}
+			outcome, cause = fetch.RateLimited, sources.CauseSlowestPace
+			r.Reason = fmt.Sprintf("%s at the slowest pace (ceiling ÷ %g, the maximum multiplier)", r.Reason, rr.MaxMultiplier)
 		}
 	}
 	w.metrics.fetched(args.Platform, string(outcome))
@@ -262,8 +269,8 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		ContentHash: r.ContentHash, JobID: job.ID, Duration: r.Duration, Bytes: r.Bytes, Worker: w.worker,
 		Multiplier: res.Multiplier,
 	}
-	if outcome == fetch.Failed || outcome == fetch.RateLimited {
-		check.Error = r.Reason
+	if outcome != fetch.OK && outcome != fetch.NotModified {
+		check.Error = r.Reason // every check that is not OK says why
 	}
 	w.logOutcome(args, outcome, r)
 	if outcome != fetch.RateLimited {
@@ -298,7 +305,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	if reason == "" {
 		reason = "rate limited"
 	}
-	until, count, err := sources.SetCooldown(ctx, tx, args.Platform, r.RetryAfter, reason, w.rand())
+	until, count, err := sources.SetCooldownFor(ctx, tx, args.Platform, cause, r.RetryAfter, reason, w.rand())
 	if err != nil {
 		return err
 	}
@@ -340,6 +347,19 @@ func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r 
 			w.logger.Info("platform answers normally again", "platform", args.Platform)
 		}
 	}
+}
+
+// pressureReason is the reason of rate pressure a fetcher gave none for:
+// its status and Retry-After.
+func pressureReason(r fetch.Result) string {
+	reason := "rate pressure"
+	if r.Status != 0 {
+		reason = fmt.Sprintf("HTTP %d", r.Status)
+	}
+	if r.RetryAfter > 0 {
+		reason += fmt.Sprintf(", Retry-After %s", r.RetryAfter)
+	}
+	return reason
 }
 
 // snoozeReason says why a job denied a slot snoozes, for the metrics: an

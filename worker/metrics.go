@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,61 @@ type Metrics struct {
 	enqueued  *prometheus.CounterVec
 	skipped   *prometheus.CounterVec
 	ticks     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	jobs      *prometheus.CounterVec
+	jobRun    *prometheus.HistogramVec
+	jobWait   *prometheus.HistogramVec
+	inFlight  inFlight
+}
+
+// inFlight counts, per platform, the fetches this process has sent and
+// not yet got an answer (or a transport error) for.
+type inFlight struct {
+	mu sync.Mutex
+	n  map[string]int // every platform fetched since the start, 0 included
+}
+
+func (f *inFlight) add(platform string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[platform] += d
+}
+
+// snapshot copies the counts: every platform fetched so far (all), or
+// only those with a fetch in flight.
+func (f *inFlight) snapshot(all bool) map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.n))
+	for p, n := range f.n {
+		if all || n > 0 {
+			out[p] = n
+		}
+	}
+	return out
+}
+
+// StatusClass is the label of an HTTP status in the fetch metrics: "2xx",
+// "3xx", "4xx" (429 apart), "429", "5xx", or "none" when there was no
+// answer (a transport error, a refused address, a custom fetcher that is
+// not HTTP).
+func StatusClass(status int) string {
+	switch {
+	case status == 429:
+		return "429"
+	case status >= 200 && status < 300:
+		return "2xx"
+	case status >= 300 && status < 400:
+		return "3xx"
+	case status >= 400 && status < 500:
+		return "4xx"
+	case status >= 500 && status < 600:
+		return "5xx"
+	}
+	return "none"
 }
 
 // NewMetrics registers the worker's metrics. state, when set, provides the
@@ -56,7 +112,25 @@ func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logg
 			Name: "fleetpace_scan_ticks_total", Help: "Scan ticks by result (ran, skipped: another tick held the lock, failed).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(m.fetches, m.snoozes, m.pacerWait, m.enqueued, m.skipped, m.ticks)
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fleetpace_fetch_duration_seconds",
+		Help:    "How long fetches took, from the request sent to the answer read, by platform and status class (2xx, 3xx, 4xx, 429, 5xx; none: no answer).",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"platform", "status_class"})
+	m.jobs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleetpace_river_jobs_worked_total",
+		Help: "River jobs this process worked, by kind and result (completed, snoozed, cancelled, retried: an error River retries, discarded: an error on the last attempt).",
+	}, []string{"kind", "result"})
+	m.jobRun = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fleetpace_river_job_run_seconds", Help: "How long River jobs ran in this process (pacer wait, fetch and record), by kind.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"kind"})
+	m.jobWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fleetpace_river_job_queue_wait_seconds", Help: "How long River jobs waited between being due (queued, or their snooze's end) and starting to run in this process, by kind.",
+		Buckets: []float64{0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900},
+	}, []string{"kind"})
+	reg.MustRegister(m.fetches, m.snoozes, m.pacerWait, m.enqueued, m.skipped, m.ticks, m.duration, m.jobs, m.jobRun, m.jobWait,
+		inFlightCollector{&m.inFlight})
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if p != nil {
 		reg.MustRegister(pacerCollector{p})
@@ -73,6 +147,42 @@ func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logg
 func (m *Metrics) fetched(platform, outcome string) {
 	if m != nil {
 		m.fetches.WithLabelValues(platform, outcome).Inc()
+	}
+}
+
+// sending counts a fetch of platform in flight until the function it
+// returns is called with the answer's status (0: none) and how long the
+// fetch took.
+func (m *Metrics) sending(platform string) func(status int, took time.Duration) {
+	if m == nil {
+		return func(int, time.Duration) {}
+	}
+	m.inFlight.add(platform, 1)
+	return func(status int, took time.Duration) {
+		m.inFlight.add(platform, -1)
+		m.duration.WithLabelValues(platform, StatusClass(status)).Observe(took.Seconds())
+	}
+}
+
+// InFlight is, per platform, how many fetches this process has sent and
+// not yet got an answer for (platforms with none are left out). Nil
+// Metrics: none.
+func (m *Metrics) InFlight() map[string]int {
+	if m == nil {
+		return nil
+	}
+	return m.inFlight.snapshot(false)
+}
+
+var descInFlight = prometheus.NewDesc("fleetpace_fetches_in_flight", "Fetches this process has sent and not yet got an answer for, by platform.", []string{"platform"}, nil)
+
+type inFlightCollector struct{ f *inFlight }
+
+func (c inFlightCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descInFlight }
+
+func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
+	for p, n := range c.f.snapshot(true) {
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(n), p)
 	}
 }
 
@@ -189,6 +299,11 @@ var (
 	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, backoff, announced, hold, paused).", []string{"platform", "paced_by"}, nil)
 	descAnnounced  = prometheus.NewDesc("fleetpace_pacer_announced_rate", "Rate the destination's rate-limit headers allow now, requests per second (0: none announced).", []string{"platform"}, nil)
 	descHold       = prometheus.NewDesc("fleetpace_pacer_hold_remaining_seconds", "Remaining fleet-wide hold (Retry-After, exhausted quota, cooldown) per platform.", []string{"platform"}, nil)
+	descCondition  = prometheus.NewDesc("fleetpace_platform_condition", "1 for each thing the platform is doing now (kind: paused, cooling_down, holding, throttled, backing_off, announced, refused, waiting, running).", []string{"platform", "kind"}, nil)
+	descFleetIn    = prometheus.NewDesc("fleetpace_fleet_fetches_in_flight", "Fetches sent and not answered yet, every live worker together (as of their last heartbeats), per platform.", []string{"platform"}, nil)
+	descUsed       = prometheus.NewDesc("fleetpace_platform_used_rate", "Fetches per second fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
+	descRefused    = prometheus.NewDesc("fleetpace_platform_refused_per_minute", "429 and 503 answers per minute fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
+	descJobs       = prometheus.NewDesc("fleetpace_river_jobs", "Unfinished River jobs fleet-wide by kind and state (available, running, scheduled, retryable, pending).", []string{"kind", "state"}, nil)
 )
 
 // stateCollector reports the fleet-wide state from a shared status report,
@@ -201,7 +316,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp,
-		descEffective, descAnnounced, descHold} {
+		descEffective, descAnnounced, descHold, descCondition, descFleetIn, descUsed, descRefused, descJobs} {
 		ch <- d
 	}
 }
@@ -235,6 +350,19 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(p.Counts.Due), p.Name)
 		ch <- prometheus.MustNewConstMetric(descStaleMax, prometheus.GaugeValue, p.Counts.StaleMax.Seconds(), p.Name)
 		ch <- prometheus.MustNewConstMetric(descStaleP95, prometheus.GaugeValue, p.Counts.StaleP95.Seconds(), p.Name)
+		ch <- prometheus.MustNewConstMetric(descFleetIn, prometheus.GaugeValue, float64(p.Use.InFlight), p.Name)
+		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, p.Use.UsedPerSec, p.Name)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.GaugeValue, p.Use.RefusedPerMin, p.Name)
+		seen := map[string]bool{}
+		for _, c := range p.State {
+			if !seen[c.Kind] {
+				seen[c.Kind] = true
+				ch <- prometheus.MustNewConstMetric(descCondition, prometheus.GaugeValue, 1, p.Name, c.Kind)
+			}
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descCooldowns, prometheus.GaugeValue, float64(active))
+	for _, j := range rep.Jobs {
+		ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(j.Jobs), j.Kind, j.State)
+	}
 }

@@ -193,7 +193,8 @@ type Config struct {
 	// Default "" (no server); the CLI's default is DefaultHTTPAddr.
 	HTTPAddr string
 	// AdminToken turns the dashboard's actions on (pause, resume, clear a
-	// cooldown, change rate and burst, disable and enable a source), behind
+	// cooldown, reset a platform's pace, check now, change rate and burst,
+	// disable and enable a source), behind
 	// a sign-in with it, which River UI then needs too, and beyond loopback
 	// every page and /status (dashboard.Config.AdminToken). Beyond loopback
 	// it must be at least dashboard.MinTokenBytes long. Default "": the
@@ -398,7 +399,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	g, gctx := errgroup.WithContext(loopCtx)
-	g.Go(func() error { return heartbeat(gctx, cfg, pool, rt.pacer) })
+	g.Go(func() error { return heartbeat(gctx, cfg, pool, rt.pacer, rt.metrics) })
 	if !cfg.DisableScan {
 		g.Go(func() error { return poller.Run(gctx, poll, rt.scanCycle(cfg)) })
 	}
@@ -568,7 +569,9 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, fw)
-	rt.client, err = queue.NewClient(rt.pool, cfg.queueConfig(workers))
+	qcfg := cfg.queueConfig(workers)
+	qcfg.Middleware = rt.metrics.RiverMiddleware()
+	rt.client, err = queue.NewClient(rt.pool, qcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -696,15 +699,17 @@ func Drain(ctx context.Context, cfg Config, maxDuration time.Duration) (res *que
 	return queue.Drain(ctx, rt.client, rt.pool, dcfg)
 }
 
-// heartbeat refreshes this worker's row and tells the pacer the fleet size,
+// heartbeat refreshes this worker's row (with its fetches in flight, which
+// status sums fleet-wide) and tells the pacer the fleet size,
 // every cfg.Heartbeat on cfg.Clock. While the database is unreachable it
 // keeps the last size and tries again on the next beat (one attempt per
 // beat). Every 100th successful beat prunes the rows of long-gone workers.
-func heartbeat(ctx context.Context, cfg Config, pool *pgxpool.Pool, pc *pacer.Pacer) error {
+func heartbeat(ctx context.Context, cfg Config, pool *pgxpool.Pool, pc *pacer.Pacer, m *Metrics) error {
 	self := fleet.Self(cfg.ID)
 	t := cfg.Clock.NewTicker(cfg.Heartbeat)
 	defer t.Stop()
 	for beats := 0; ; {
+		self.InFlight = m.InFlight()
 		n, err := fleet.Beat(ctx, pool, self)
 		switch {
 		case err == nil:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -182,6 +183,30 @@ func (f *Fleet) Logs() []string {
 		out[i] = p.log
 	}
 	return out
+}
+
+// listeningRE finds the address in the log line a worker's HTTP server
+// writes when it listens.
+var listeningRE = regexp.MustCompile(`msg="http server listening" addr=(\S+)`)
+
+// Listening waits up to timeout for process i's log to name the address
+// its HTTP server listens on (started with --http-addr 127.0.0.1:0), and
+// returns it; an error if a process exits first or the time runs out.
+func (f *Fleet) Listening(i int, timeout time.Duration) (string, error) {
+	log := f.procs[i].log
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if err := f.Exited(); err != nil {
+			return "", err
+		}
+		if b, err := os.ReadFile(log); err == nil {
+			if m := listeningRE.FindSubmatch(b); m != nil {
+				return string(m[1]), nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // polling the log file, not deciding anything
+	}
+	return "", fmt.Errorf("workers: worker %d never said where it listens:\n%s", f.procs[i].n, Tail(log, 20))
 }
 
 // Tail returns the last n lines of a file.

@@ -73,7 +73,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 }
 
 func (a *app) platformsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "platforms", Short: "Configure destinations and their rate ceilings; pause, resume, delete them"}
+	cmd := &cobra.Command{Use: "platforms", Short: "Configure destinations and their rate ceilings; pause, resume, reset, check and delete them"}
 
 	var (
 		p                       sources.Platform
@@ -173,7 +173,7 @@ func (a *app) platformsCmd() *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(set, list, a.platformsPauseCmd(), a.platformsResumeCmd(), a.platformsDeleteCmd())
+	cmd.AddCommand(set, list, a.platformsPauseCmd(), a.platformsResumeCmd(), a.platformsResetCmd(), a.platformsCheckCmd(), a.platformsDeleteCmd())
 	return cmd
 }
 
@@ -208,7 +208,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func (a *app) sourcesCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "sources", Short: "Add, import, list, show, edit, disable, enable and remove sources"}
+	cmd := &cobra.Command{Use: "sources", Short: "Add, import, list, show, edit, check now, disable, enable and remove sources"}
 
 	var ns sources.NewSource
 	add := &cobra.Command{
@@ -375,7 +375,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 			})
 		},
 	}
-	cmd.AddCommand(add, imp, list, a.sourcesShowCmd(), a.sourcesSetCmd(), a.sourcesEnableCmd(false), a.sourcesEnableCmd(true), remove)
+	cmd.AddCommand(add, imp, list, a.sourcesShowCmd(), a.sourcesSetCmd(), a.sourcesCheckCmd(), a.sourcesEnableCmd(false), a.sourcesEnableCmd(true), remove)
 	return cmd
 }
 

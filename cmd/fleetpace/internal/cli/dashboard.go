@@ -27,7 +27,8 @@ without running a worker: for an operator's laptop pointed at the production
 database (--database-url). Every worker serves the same dashboard at / on
 its own --http-addr.
 
-Actions (pause, resume, clear a cooldown, change rate and burst, disable and
+Actions (pause, resume, clear a cooldown, reset a platform's pace, check a
+platform's sources or one source now, change rate and burst, disable and
 enable a source) are off unless --admin-token (or FLEETPACE_ADMIN_TOKEN) is
 set; a browser then signs in with the token once per session, and River UI
 is behind the same sign-in. The dashboard listens on loopback by default

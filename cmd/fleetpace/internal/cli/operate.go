@@ -220,14 +220,33 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 		state = *s.LastOutcome
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
+	// The last check that counted (a 429 is no check: the source keeps its
+	// place) and the last answer, whatever it was, each with its own time.
 	if s.LastCheckedAt != nil {
-		fmt.Fprintf(tw, "last checked\t%s (%s ago), HTTP %s, %s\n", fmtTime(s.LastCheckedAt), roundDur(rep.At.Sub(*s.LastCheckedAt)),
-			fmtInt(s.LastStatus), fmtStr(s.LastOutcome))
+		fmt.Fprintf(tw, "last checked\t%s (%s ago)\n", fmtTime(s.LastCheckedAt), roundDur(rep.At.Sub(*s.LastCheckedAt)))
 	} else {
 		fmt.Fprintf(tw, "last checked\tnever\n")
 	}
-	if s.LastError != nil {
-		fmt.Fprintf(tw, "last error\t%s\n", showReason(*s.LastError))
+	switch a := rep.LastAnswer; {
+	case a != nil:
+		fmt.Fprintf(tw, "last answer\t%s (%s ago): %s%s\n", a.CheckedAt.UTC().Format(time.RFC3339), roundDur(rep.At.Sub(a.CheckedAt)),
+			fmtAnswer(a.Status, a.Outcome), fmtWhy(a.Reason))
+	case s.LastOutcome != nil:
+		fmt.Fprintf(tw, "last answer\t%s%s (its time is not kept: no fetch history)\n", fmtAnswer(derefInt(s.LastStatus), *s.LastOutcome),
+			fmtWhy(fmtStrOr(s.LastError, "")))
+	}
+	for i, c := range rep.State {
+		label := ""
+		if i == 0 {
+			label = "platform now"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, c)
+		if c.Detail != "" {
+			fmt.Fprintf(tw, "\t  %s\n", c.Detail)
+		}
+		if c.Reason != "" {
+			fmt.Fprintf(tw, "\t  reason: %s\n", c.Reason)
+		}
 	}
 	next := "—"
 	switch {
@@ -271,6 +290,37 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 	return tw.Flush()
 }
 
+// fmtAnswer is an answer's status and outcome: "HTTP 429, rate_pressure",
+// "no answer, failed".
+func fmtAnswer(status int, outcome string) string {
+	if status == 0 {
+		return "no answer, " + outcome
+	}
+	return fmt.Sprintf("HTTP %d, %s", status, outcome)
+}
+
+// fmtWhy is " — reason" (with its hint), or nothing without a reason.
+func fmtWhy(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return " — " + showReason(reason)
+}
+
+func fmtStrOr(p *string, or string) string {
+	if p == nil {
+		return or
+	}
+	return *p
+}
+
+func derefInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -290,11 +340,19 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 		interval time.Duration
 		enabled  bool
 	)
+	var platform string
 	cmd := &cobra.Command{
-		Use:   "set ID|URL [--interval D] [--enabled=false]",
-		Short: "Change a source's interval or whether it is enabled (only the flags given change)",
-		Args:  exactArgs(1, "ID or URL"),
+		Use:   "set ID|URL | --platform P  [--interval D] [--enabled=false]",
+		Short: "Change the interval of a source, or of every source of a platform, or whether they are enabled (only the flags given change)",
+		Long: `Change one source (by id or URL), or every source of --platform at once
+(all or nothing: an unknown platform or a bad value changes nothing, exit 2).
+Only the flags given change. A new --interval moves the next check of each
+healthy source to its last check + the interval (a failing source keeps its
+backoff).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (platform == "") == (len(args) == 0) || len(args) > 1 {
+				return usagef("%s needs one source ID or URL, or --platform, not both", cmd.CommandPath())
+			}
 			var u sources.SourceUpdate
 			if cmd.Flags().Changed("interval") {
 				u.Interval = &interval
@@ -304,6 +362,12 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 			}
 			if err := u.Validate(); err != nil {
 				return fmt.Errorf("sources set: %w", renameField(err, map[string]string{"interval": "--interval"}))
+			}
+			if platform != "" {
+				if err := (sources.Selection{Platform: platform}).Validate(); err != nil {
+					return fmt.Errorf("sources set: %w", renameField(err, sourceFlags))
+				}
+				return a.setSources(cmd, platform, u)
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				src, err := sources.Lookup(cmd.Context(), pool, args[0])
@@ -322,6 +386,7 @@ func (a *app) sourcesSetCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s); a healthy source is next checked at its last check + this", sources.MinInterval, sources.MaxInterval))
 	cmd.Flags().BoolVar(&enabled, "enabled", true, "false: queue the source no more (a job already queued still runs)")
+	cmd.Flags().StringVar(&platform, "platform", "", "every source of this platform instead of one")
 	return cmd
 }
 

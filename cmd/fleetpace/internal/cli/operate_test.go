@@ -65,6 +65,19 @@ func TestOperateBadInput(t *testing.T) {
 		{[]string{"sources", "set", "1"}, "--interval or enabled must be given"},
 		{[]string{"sources", "set", "1", "--interval", "0s"}, "--interval must be in [1s, 8760h]"},
 		{[]string{"sources", "set", "999999", "--interval", "1h"}, "not found"},
+		{[]string{"sources", "set", "--platform", "nope", "--interval", "1h"}, "--platform does not exist"},
+		{[]string{"sources", "set", "--platform", "feeds", "--interval", "0s"}, "--interval must be in [1s, 8760h]"},
+		{[]string{"sources", "set", "--platform", "feeds"}, "--interval or enabled must be given"},
+		{[]string{"sources", "set", "--platform", "Bad Name", "--interval", "1h"}, "--platform must be lower-case"},
+		{[]string{"sources", "set", "1", "--platform", "feeds", "--interval", "1h"}, "one source ID or URL, or --platform, not both"},
+		{[]string{"sources", "set", "--interval", "1h"}, "one source ID or URL, or --platform, not both"},
+		{[]string{"sources", "check"}, "at least one source ID"},
+		{[]string{"sources", "check", "x"}, `ID "x" is not a positive integer`},
+		{[]string{"sources", "check", "1", "999999"}, "ID does not exist; nothing checked"},
+		{[]string{"platforms", "check", "nope"}, `platform "nope"`},
+		{[]string{"platforms", "check"}, "NAME"},
+		{[]string{"platforms", "reset", "nope"}, `platform "nope"`},
+		{[]string{"platforms", "reset"}, "NAME"},
 		{[]string{"sources", "disable"}, "ID or platform or min_failures must be given"},
 		{[]string{"sources", "disable", "1", "999999"}, "ID does not exist; nothing changed (got \"999999\")"},
 		{[]string{"sources", "disable", "--platform", "nope"}, "--platform does not exist"},
@@ -196,7 +209,8 @@ func TestStatusCompactAndDue(t *testing.T) {
 	for _, line := range strings.Split(out, "\n") {
 		widest = max(widest, len([]rune(line)))
 	}
-	if widest > 160 || !strings.Contains(out, "cooldown ") || !strings.Contains(out, "paused (maintenance)") {
+	if widest > 160 || !strings.Contains(out, "cooling down: rate limited, ") || !strings.Contains(out, "paused by operator until resumed (maintenance)") ||
+		!strings.Contains(out, "→ the platform's 15m cooldown") {
 		t.Fatalf("status (widest line %d):\n%s", widest, out)
 	}
 	var rep status.Report
@@ -289,5 +303,83 @@ func TestPausedPlatformSaysSo(t *testing.T) {
 	if out := dbq(t, url, "enqueue", "--platform", "feeds").stdout; !strings.Contains(out, "platform feeds is paused for ") ||
 		!strings.Contains(out, " more: its jobs wait until then") {
 		t.Fatalf("enqueue --platform during a pause of 1h:\n%s", out)
+	}
+}
+
+// platforms reset, platforms check, sources check and sources set
+// --platform do what they say, and say it.
+func TestSteerCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	dbq(t, url, "platforms", "set", "feeds", "--rate", "7", "--adapt", "multiplier")
+	dbq(t, url, "platforms", "set", "other", "--rate", "7")
+	for _, u := range []string{"https://feeds.example/a", "https://feeds.example/b", "https://feeds.example/c"} {
+		dbq(t, url, "sources", "add", "--platform", "feeds", "--url", u)
+	}
+	dbq(t, url, "sources", "add", "--platform", "other", "--url", "https://other.example/a")
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET multiplier = 16 WHERE platform = 'feeds'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sources.SetCooldownFor(ctx, pool, "feeds", sources.CauseSlowestPace, 10*time.Second, "HTTP 429", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	out := dbq(t, url, "status").stdout
+	if !strings.Contains(out, "cooling down: max multiplier reached") || !strings.Contains(out, "throttled ×16.0") ||
+		!strings.Contains(out, "a 10s Retry-After came while the platform was paced as slowly as it may be (ceiling ÷ max multiplier)") ||
+		!strings.Contains(out, "→ the platform's 15m cooldown") {
+		t.Fatalf("status before reset:\n%s", out)
+	}
+	out = dbq(t, url, "platforms", "reset", "feeds").stdout
+	if !strings.Contains(out, "platform feeds reset: 7/s, burst 1 from now, fleet-wide; cooldown ended (") {
+		t.Errorf("platforms reset: %s", out)
+	}
+	var rep status.Report
+	if err := json.Unmarshal([]byte(dbq(t, url, "status", "--json").stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range rep.Platforms {
+		if p.Name == "feeds" && (p.Pace.Multiplier != 1 || p.Cooldown != nil || len(p.State) != 1 || p.State[0].Kind != status.KindRunning || p.Use.EffectivePerSec != 7) {
+			t.Errorf("feeds after reset: %+v", p)
+		}
+	}
+
+	// sources set --platform: every source of the platform, none of another.
+	out = dbq(t, url, "sources", "set", "--platform", "feeds", "--interval", "2h").stdout
+	if !strings.Contains(out, "platform feeds: 3 source(s) set to interval 2h0m0s") {
+		t.Errorf("sources set --platform: %s", out)
+	}
+	var feeds2h, other1h int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE platform = 'feeds' AND check_interval = '2 hours'),
+		count(*) FILTER (WHERE platform = 'other' AND check_interval = '1 hour') FROM fleetpace_source`).Scan(&feeds2h, &other1h); err != nil || feeds2h != 3 || other1h != 1 {
+		t.Errorf("after sources set --platform feeds: %d feeds sources at 2h, %d other at 1h (%v)", feeds2h, other1h, err)
+	}
+
+	// sources check: a job for a source without one; again: none more (the
+	// job exists), and a disabled source is named.
+	out = dbq(t, url, "sources", "check", "1").stdout
+	if !strings.Contains(out, "1 source(s): 1: 1 queued now, 0 already queued made due now") {
+		t.Errorf("sources check 1: %s", out)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	dbq(t, url, "sources", "disable", "2")
+	out = dbq(t, url, "sources", "check", "1", "2").stdout
+	if !strings.Contains(out, "0 queued now, 1 already queued made due now, 1 disabled (not checked)") {
+		t.Errorf("sources check 1 2: %s", out)
+	}
+	var available int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'available' AND scheduled_at <= now()`).Scan(&available); err != nil || available != 1 {
+		t.Errorf("after sources check of a snoozed job: %d available (%v), want 1", available, err)
+	}
+	out = dbq(t, url, "platforms", "check", "feeds").stdout
+	if !strings.Contains(out, "platform feeds: 1 queued now, 0 already queued made due now") {
+		t.Errorf("platforms check feeds: %s", out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,7 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
 )
 
@@ -36,13 +38,15 @@ func (a *app) statusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show each platform's ceiling, effective rate, pause/cooldown/hold, due / queued / failing counts and staleness",
-		Long: `Show the live workers and, per platform: its ceiling and the rate the fleet
-paces it at now (and what decides it: the ceiling, the shared backoff
-multiplier, the destination's announced limit, a hold or a pause), whether it
-is paused, cooling down or held (with the reason and the time left), its
-sources due now (as ` + "`sources list --due`" + ` counts them), queued and
-failing, how many it fetched over the last minute, and how late its most
-overdue sources are.
+		Long: `Show the live workers (with their fetches in flight), the River jobs not
+finished by state and, per platform: its ceiling, the rate used over the last
+minute against the rate the fleet paces it at now ("4.2 of 7/s"), its 429 (and
+503) answers per minute, its fetches in flight fleet-wide, what it is doing in
+words (paused by operator, cooling down and which rule set its length, holding
+for Retry-After, throttled ×N, backing off to an estimate, 429s in the last
+minute, or running), its sources due now (as ` + "`sources list --due`" + `
+counts them), queued and failing, and how late its most overdue sources are.
+Below the table, why: each state's reason or rule.
 
 --watch refreshes every --interval: in place on a terminal, as successive
 snapshots otherwise; Ctrl-C stops it.`,
@@ -105,71 +109,120 @@ func (a *app) watch(ctx context.Context, interval time.Duration, show func() err
 	}
 }
 
-// writeStatus writes the report as a table: one line per platform.
+// writeStatus writes the report as a table, one line per platform, and
+// then, for each platform that is not simply running, what it is doing and
+// why, in words.
 func writeStatus(w io.Writer, rep *status.Report) error {
 	fmt.Fprintf(w, "live workers: %d\n", rep.Workers)
 	for _, wk := range rep.Fleet {
-		fmt.Fprintf(w, "  %s  %s pid %d  fleetpace %s  up %s  seen %s ago\n", wk.ID, wk.Hostname, wk.PID, wk.Version,
-			roundDur(rep.At.Sub(wk.StartedAt)), roundDur(rep.At.Sub(wk.SeenAt)))
+		fmt.Fprintf(w, "  %s  %s pid %d  fleetpace %s  up %s  seen %s ago%s\n", wk.ID, wk.Hostname, wk.PID, wk.Version,
+			roundDur(rep.At.Sub(wk.StartedAt)), roundDur(rep.At.Sub(wk.SeenAt)), fmtInFlight(wk.InFlight))
+	}
+	if jobs := fmtJobs(rep.Jobs); jobs != "" {
+		fmt.Fprintf(w, "river jobs: %s\n", jobs)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLATFORM\tCEILING/S\tEFFECTIVE/S\tMULT\tSTATE\tDUE\tQUEUED\tFAILING\tLAST MIN\tSTALE MAX\tSTALE P95")
+	fmt.Fprintln(tw, "PLATFORM\tCEILING/S\tUSED/S (LAST MIN)\t429S/MIN\tIN FLIGHT\tSTATE\tDUE\tQUEUED\tFAILING\tSTALE MAX\tSTALE P95")
 	for _, p := range rep.Platforms {
 		c := p.Counts
-		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.RatePerSec,
-			fmtRate(p.Pace), fmt.Sprintf("%.3g", p.Pace.Multiplier), platformState(p), c.Due, c.Queued, c.Failing,
-			p.Recent.Total(), roundDur(c.StaleMax), roundDur(c.StaleP95))
+		fmt.Fprintf(tw, "%s\t%g\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Name, p.RatePerSec,
+			p.Use.Text(), strconv.FormatFloat(p.Use.RefusedPerMin, 'g', 3, 64), p.Use.InFlight, platformState(p.State),
+			c.Due, c.Queued, c.Failing, roundDur(c.StaleMax), roundDur(c.StaleP95))
 	}
-	return tw.Flush()
-}
-
-// fmtRate is the effective rate and, when it is not the ceiling, what
-// decides it.
-func fmtRate(s pacer.State) string {
-	r := fmt.Sprintf("%.3g", s.EffectiveRate)
-	switch s.PacedBy {
-	case pacer.PacedByPause, pacer.PacedByHold:
-		return "0"
-	case pacer.PacedByCeiling, "":
-		return r
+	if err := tw.Flush(); err != nil {
+		return err
 	}
-	return r + " (" + s.PacedBy + ")"
-}
-
-// maxReason is how much of a reason the status table shows.
-const maxReason = 28
-
-// platformState is what holds a platform back, compactly: "paused 4m
-// (maintenance)", "cooldown 14m ×2 (HTTP 429 Too Many …)", "hold 30s
-// (Retry-After)", else "ok". A pause comes first, then a cooldown, then a
-// hold (a cooldown is also a hold: shown once).
-func platformState(p status.Platform) string {
-	with := func(what, reason string) string {
-		if reason == "" {
-			return what
+	why := false
+	for _, p := range rep.Platforms {
+		for _, c := range p.State {
+			if c.Detail == "" && c.Reason == "" {
+				continue
+			}
+			if !why {
+				fmt.Fprintln(w, "\nwhy:")
+				why = true
+			}
+			fmt.Fprintf(w, "  %s: %s\n", p.Name, c)
+			writeDetail(w, "      ", c)
 		}
-		return what + " (" + truncate(reason, maxReason) + ")"
+	}
+	return nil
+}
+
+// writeDetail writes a condition's why indented, a line per clause
+// (split at "; " and before " → "), and the reason it came with, each at
+// most maxDetail runes.
+func writeDetail(w io.Writer, indent string, c status.Condition) {
+	if c.Detail != "" {
+		for _, clause := range strings.Split(c.Detail, "; ") {
+			for i, part := range strings.Split(clause, " → ") {
+				if i > 0 {
+					part = "→ " + part
+				}
+				fmt.Fprintf(w, "%s%s\n", indent, truncate(part, maxDetail))
+			}
+		}
+	}
+	switch {
+	case c.Reason == "":
+	case c.Kind == status.KindPaused:
+		fmt.Fprintf(w, "%sthe operator's reason: %s\n", indent, truncate(c.Reason, maxDetail))
+	default:
+		fmt.Fprintf(w, "%sthe answer: %s\n", indent, truncate(c.Reason, maxDetail))
+	}
+}
+
+// maxDetail is how much of one line of a condition's detail status shows.
+const maxDetail = 140
+
+// fmtJobs is the unfinished River jobs by state ("12 available, 3
+// running, 40 scheduled"), every kind together.
+func fmtJobs(jobs []queue.JobCount) string {
+	by := map[string]int64{}
+	for _, j := range jobs {
+		by[j.State] += j.Jobs
 	}
 	var parts []string
-	switch {
-	case p.Pace.PausedIndefinitely:
-		parts = append(parts, with("paused", p.Pace.PauseReason))
-	case p.Pace.Paused > 0:
-		parts = append(parts, with("paused "+roundDur(p.Pace.Paused), p.Pace.PauseReason))
-	}
-	switch {
-	case p.Cooldown != nil:
-		what := "cooldown " + roundDur(p.Cooldown.Remaining)
-		if p.Cooldown.Count > 1 {
-			what += fmt.Sprintf(" ×%d", p.Cooldown.Count)
+	for _, state := range []string{"available", "running", "scheduled", "retryable", "pending"} {
+		if n := by[state]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, state))
 		}
-		parts = append(parts, with(what, p.Cooldown.Reason))
-	case p.Pace.Hold > 0:
-		parts = append(parts, with("hold "+roundDur(p.Pace.Hold), p.Pace.HoldReason))
 	}
 	if len(parts) == 0 {
-		return "ok"
+		return ""
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fmtInFlight is a worker's fetches in flight, if any: "  in flight: feeds 3".
+func fmtInFlight(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(m))
+	for _, p := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", p, m[p]))
+	}
+	return "  in flight: " + strings.Join(parts, ", ")
+}
+
+// maxReason is how much of a pause's reason the status table shows.
+const maxReason = 28
+
+// platformState is what a platform is doing, compactly, most constraining
+// first: "paused by operator, 4m left (maintenance)", "cooling down: max
+// multiplier reached, 14m left", "holding for Retry-After, 7s left",
+// "throttled ×5.1", "backing off: estimate 9.6/s", "429s: 12 in the last
+// minute", "running".
+func platformState(cs []status.Condition) string {
+	parts := make([]string, 0, len(cs))
+	for _, c := range cs {
+		s := c.String()
+		if c.Kind == status.KindPaused && c.Reason != "" {
+			s += " (" + truncate(c.Reason, maxReason) + ")"
+		}
+		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -186,26 +239,7 @@ func truncate(s string, n int) string {
 // roundDur is a duration for people: milliseconds under a second, seconds
 // under an hour, minutes above, without zero units at the end ("1h", "2h5m",
 // "14m32s").
-func roundDur(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0s"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Hour:
-		d = d.Round(time.Second)
-	default:
-		d = d.Round(time.Minute)
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
+func roundDur(d time.Duration) string { return sources.HumanDuration(d) }
 
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.SortedFunc(maps.Keys(m), cmp.Compare[string])
