@@ -109,6 +109,13 @@ type Config struct {
 	// MaxWait is the longest pacer wait a job sleeps through; longer waits
 	// snooze the job. Default DefaultMaxWait.
 	MaxWait time.Duration
+	// LeaseTTL is how long a fetch's slot counts as an open request of a
+	// platform (or key) that caps them (max_in_flight) when the fetch is
+	// never reported — this process was killed: its capacity is back after
+	// this long (pacer.Config.LeaseTTL). Default: MaxWait + the fetch's
+	// timeout (HTTP.Timeout) + LeaseMargin, the longest a slot can stay
+	// open while this process lives.
+	LeaseTTL time.Duration
 
 	// MaxConns is the most PostgreSQL connections this process holds, all
 	// of them: the pacer's listener (none with PollOnly), the pacer's pool
@@ -215,6 +222,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// LeaseMargin is what the default LeaseTTL adds to the longest a slot can
+// stay open (its wait and its fetch): the report's round trip, a loaded
+// machine. MinLeaseTTL and MaxLeaseTTL bound a LeaseTTL given.
+const (
+	LeaseMargin = 5 * time.Second
+	MinLeaseTTL = time.Second
+	MaxLeaseTTL = time.Hour
+)
+
+// leaseTTL is LeaseTTL or its default.
+func (c Config) leaseTTL() time.Duration {
+	if c.LeaseTTL > 0 {
+		return c.LeaseTTL
+	}
+	return cmp.Or(c.MaxWait, DefaultMaxWait) + cmp.Or(c.HTTP.Timeout, fetch.DefaultTimeout) + LeaseMargin
+}
+
 // queueConfig is the River client's configuration.
 func (c Config) queueConfig(workers *river.Workers) queue.Config {
 	return queue.Config{
@@ -237,6 +261,8 @@ func (c Config) Validate() error {
 		return bad("SoftStop must be ≥ 0, got %s", c.SoftStop)
 	case c.MaxWait < 0 || c.MaxWait > MaxPacerWait:
 		return bad("MaxWait must be in [0, %s], got %s", MaxPacerWait, c.MaxWait)
+	case c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < MinLeaseTTL) || c.LeaseTTL > MaxLeaseTTL:
+		return bad("LeaseTTL must be in [%s, %s] (0: default), got %s", MinLeaseTTL, MaxLeaseTTL, c.LeaseTTL)
 	case c.Heartbeat < 0 || (c.Heartbeat > 0 && c.Heartbeat < MinHeartbeat) || c.Heartbeat > MaxHeartbeat:
 		return bad("Heartbeat must be in [%s, %s] (0: default), got %s", MinHeartbeat, MaxHeartbeat, c.Heartbeat)
 	case c.MinFleetSize < 0 || c.MinFleetSize > MaxFleetSize:
@@ -478,6 +504,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: cfg.PollOnly,
+		LeaseTTL:       cfg.leaseTTL(),
 		ConnectTimeout: cfg.ConnectTimeout, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err

@@ -40,10 +40,11 @@ func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
 	f.DurationVar(&c.JobTimeout, "job-timeout", queue.DefaultJobTimeout, "bound on one fetch job (River's job timeout)")
 	f.DurationVar(&c.RescueAfter, "rescue-after", queue.DefaultRescueAfter, "a job running this long counts as abandoned by a dead worker and runs again (River's leader checks every 30 s, so rescue takes up to 30 s more)")
 	f.DurationVar(&c.MaxWait, "max-pacer-wait", worker.DefaultMaxWait, "longest pacer wait a job sleeps through; longer waits snooze the job")
+	f.DurationVar(&c.LeaseTTL, "lease-ttl", 0, fmt.Sprintf("on platforms that cap open requests (--max-in-flight), how long a killed worker's open requests still count (0: --max-pacer-wait + --fetch-timeout + %s; %s to %s)", worker.LeaseMargin, worker.MinLeaseTTL, worker.MaxLeaseTTL))
 	f.IntVar(&c.MinFleetSize, "min-fleet-size", worker.DefaultMinFleetSize, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
 	f.IntVar(&c.MaxConns, "max-conns", worker.DefaultMaxConns, "PostgreSQL connections this process holds at most, every pool and listener included (size the server: workers × this ≤ max_connections, or use PgBouncer)")
 	f.BoolVar(&c.PollOnly, "poll-only", false, "no LISTEN at all (for PgBouncer in transaction mode): the pacer learns of slow-downs at its next reservation instead of within milliseconds; saves a connection (River always polls)")
-	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns")
+	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns", "lease-ttl")
 	addFetchFlags(f, &c.HTTP)
 }
 
