@@ -30,6 +30,10 @@ type Platform struct {
 	Cooldown *sources.Cooldown      // nil: not cooling down
 	Counts   sources.PlatformCounts // sources: due, queued, failing, staleness
 	Recent   Recent                 // fetches over the last RecentWindow, from the history
+	// Keys is the platform's keys in aggregate and its top keys under
+	// pressure (sources.KeyStats); nil when it has no key in use and no
+	// cap on open requests.
+	Keys *sources.PlatformKeys
 }
 
 // Recent is a platform's fetches over a recent window, from the fetch
@@ -89,6 +93,7 @@ type platformParts struct {
 	Cooldown *sources.Cooldown      `json:"cooldown,omitempty"`
 	Counts   sources.PlatformCounts `json:"counts"`
 	Recent   Recent                 `json:"recent"`
+	Keys     *sources.PlatformKeys  `json:"keys,omitempty"`
 }
 
 // MarshalJSON writes the platform's settings and, beside them, its pace,
@@ -99,7 +104,7 @@ func (p Platform) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent})
+	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent, p.Keys})
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +122,7 @@ func (p *Platform) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &parts); err != nil {
 		return err
 	}
-	p.Pace, p.Cooldown, p.Counts, p.Recent = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent
+	p.Pace, p.Cooldown, p.Counts, p.Recent, p.Keys = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent, parts.Keys
 	return nil
 }
 
@@ -138,8 +143,15 @@ type DB interface {
 // transaction so the numbers agree with each other. It runs the per-source
 // counts and staleness (sources.Counts), a scan of every source, and counts
 // the last RecentWindow of the fetch history (an index range per platform):
-// Cache shares one read between frequent callers.
+// Cache shares one read between frequent callers. Each platform's top keys
+// are at most sources.DefaultTopKeys (ReadTop sets how many).
 func Read(ctx context.Context, db DB) (*Report, error) {
+	return ReadTop(ctx, db, 0)
+}
+
+// ReadTop is Read with at most topKeys top keys per platform (0:
+// sources.DefaultTopKeys; negative: none).
+func ReadTop(ctx context.Context, db DB, topKeys int) (*Report, error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -172,6 +184,14 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 	if rep.Fleet, err = fleet.Live(ctx, tx); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
+	keyStats, err := sources.KeyStats(ctx, tx, topKeys)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	keys := make(map[string]*sources.PlatformKeys, len(keyStats))
+	for i := range keyStats {
+		keys[keyStats[i].Platform] = &keyStats[i]
+	}
 	rep.Workers = len(rep.Fleet)
 	pace := make(map[string]pacer.State, len(paces))
 	for _, s := range paces {
@@ -199,7 +219,8 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 		if !ok {
 			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
 		}
-		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r})
+		rep.Platforms = append(rep.Platforms, Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r,
+			Keys: keys[p.Name]})
 	}
 	return rep, nil
 }

@@ -189,6 +189,17 @@ var (
 	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, backoff, announced, hold, paused).", []string{"platform", "paced_by"}, nil)
 	descAnnounced  = prometheus.NewDesc("fleetpace_pacer_announced_rate", "Rate the destination's rate-limit headers allow now, requests per second (0: none announced).", []string{"platform"}, nil)
 	descHold       = prometheus.NewDesc("fleetpace_pacer_hold_remaining_seconds", "Remaining fleet-wide hold (Retry-After, exhausted quota, cooldown) per platform.", []string{"platform"}, nil)
+
+	// Keys: per-platform aggregates, and the top keys under pressure only
+	// (status.Cache.TopKeys per platform: bounded cardinality).
+	descKeysInUse    = prometheus.NewDesc("fleetpace_keys_in_use", "Keys of the platform with a pace row (reserved lately; idle ones are removed).", []string{"platform"}, nil)
+	descKeysHeld     = prometheus.NewDesc("fleetpace_keys_held", "Keys of the platform held now (a 429 with Retry-After or an exhausted quota for that key).", []string{"platform"}, nil)
+	descKeysSlowed   = prometheus.NewDesc("fleetpace_keys_slowed", "Keys of the platform paced more than 10 % under their rate.", []string{"platform"}, nil)
+	descKeysInFlight = prometheus.NewDesc("fleetpace_keys_in_flight", "Open requests (leases) of the platform's keys, where a per-key cap is in force.", []string{"platform"}, nil)
+	descInFlight     = prometheus.NewDesc("fleetpace_platform_in_flight", "Open requests (leases) to the platform, where its cap (max_in_flight) is in force.", []string{"platform"}, nil)
+	descKeyHold      = prometheus.NewDesc("fleetpace_key_hold_remaining_seconds", "Remaining hold of one of the platform's top keys under pressure.", []string{"platform", "key"}, nil)
+	descKeyEffective = prometheus.NewDesc("fleetpace_key_effective_rate", "Pace of one of the platform's top keys under pressure, requests per second.", []string{"platform", "key"}, nil)
+	descKeyInFlight  = prometheus.NewDesc("fleetpace_key_in_flight", "Open requests of one of the platform's top keys under pressure.", []string{"platform", "key"}, nil)
 )
 
 // stateCollector reports the fleet-wide state from a shared status report,
@@ -201,7 +212,8 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp,
-		descEffective, descAnnounced, descHold} {
+		descEffective, descAnnounced, descHold, descKeysInUse, descKeysHeld, descKeysSlowed, descKeysInFlight, descInFlight,
+		descKeyHold, descKeyEffective, descKeyInFlight} {
 		ch <- d
 	}
 }
@@ -235,6 +247,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDue, prometheus.GaugeValue, float64(p.Counts.Due), p.Name)
 		ch <- prometheus.MustNewConstMetric(descStaleMax, prometheus.GaugeValue, p.Counts.StaleMax.Seconds(), p.Name)
 		ch <- prometheus.MustNewConstMetric(descStaleP95, prometheus.GaugeValue, p.Counts.StaleP95.Seconds(), p.Name)
+		if k := p.Keys; k != nil {
+			ch <- prometheus.MustNewConstMetric(descKeysInUse, prometheus.GaugeValue, float64(k.InUse), p.Name)
+			ch <- prometheus.MustNewConstMetric(descKeysHeld, prometheus.GaugeValue, float64(k.Held), p.Name)
+			ch <- prometheus.MustNewConstMetric(descKeysSlowed, prometheus.GaugeValue, float64(k.Slowed), p.Name)
+			ch <- prometheus.MustNewConstMetric(descKeysInFlight, prometheus.GaugeValue, float64(k.InFlight), p.Name)
+			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(k.PlatformInFlight), p.Name)
+			for _, t := range k.Top {
+				ch <- prometheus.MustNewConstMetric(descKeyHold, prometheus.GaugeValue, t.Hold.Seconds(), p.Name, t.Key)
+				ch <- prometheus.MustNewConstMetric(descKeyEffective, prometheus.GaugeValue, t.EffectiveRate, p.Name, t.Key)
+				ch <- prometheus.MustNewConstMetric(descKeyInFlight, prometheus.GaugeValue, float64(t.InFlight), p.Name, t.Key)
+			}
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(descCooldowns, prometheus.GaugeValue, float64(active))
 }

@@ -182,6 +182,10 @@ type Config struct {
 	// MetricsMaxAge is how old the fleet-wide figures of /metrics and
 	// /status may be (see status.Cache). Default status.DefaultMaxAge.
 	MetricsMaxAge time.Duration
+	// TopKeys is how many keys per platform /metrics and /status name (the
+	// keys under the most pressure: held, slowed, open requests), which
+	// bounds the per-key series. 0: sources.DefaultTopKeys; negative: none.
+	TopKeys int
 
 	// Clock is what the worker sleeps and times on: the startup jitter and
 	// the scan loop (unless Poll.Clock is set), the heartbeat, the jobs'
@@ -267,6 +271,8 @@ func (c Config) Validate() error {
 		return bad("Heartbeat must be in [%s, %s] (0: default), got %s", MinHeartbeat, MaxHeartbeat, c.Heartbeat)
 	case c.MinFleetSize < 0 || c.MinFleetSize > MaxFleetSize:
 		return bad("MinFleetSize must be in [1, %d] (0: default), got %d", MaxFleetSize, c.MinFleetSize)
+	case c.TopKeys > sources.MaxTopKeys:
+		return bad("TopKeys must be at most %d, got %d", sources.MaxTopKeys, c.TopKeys)
 	case c.MetricsMaxAge < 0:
 		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
 	case c.MaxConns != 0 && c.MaxConns < MinMaxConns(c.PollOnly):
@@ -528,7 +534,9 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		rt.closers = append(rt.closers, closer(h.CloseIdleConnections))
 		fetcher = h
 	}
-	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
+	state := status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock)
+	state.TopKeys = cfg.TopKeys
+	rt.metrics = NewMetrics(state, rt.pacer, rt.recorder, cfg.Logger)
 	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: rt.pacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
 		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {

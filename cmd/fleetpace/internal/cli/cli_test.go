@@ -103,8 +103,8 @@ func TestSchemaApplyConcurrentProcesses(t *testing.T) {
 			t.Fatalf("process %d: %s", i, r)
 		}
 	}
-	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 9 {
-		t.Fatalf("fleetpace tables = %d, want 9", n)
+	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != 10 {
+		t.Fatalf("fleetpace tables = %d, want 10", n)
 	}
 	migrations := count(t, url, `SELECT count(*) FROM river_migration`)
 	distinct := count(t, url, `SELECT count(DISTINCT version) FROM river_migration`)

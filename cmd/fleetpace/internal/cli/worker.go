@@ -13,6 +13,7 @@ import (
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
@@ -139,6 +140,12 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 			if jitter == 0 {
 				cfg.Poll.JitterRatio = poller.NoJitter
 			}
+			switch {
+			case cfg.TopKeys < 0 || cfg.TopKeys > sources.MaxTopKeys:
+				return usagef("--top-keys: must be in [0, %d], got %d", sources.MaxTopKeys, cfg.TopKeys)
+			case cfg.TopKeys == 0:
+				cfg.TopKeys = -1 // none (worker.Config's 0 is the default)
+			}
 			if err := a.workerConfig(cmd, &cfg); err != nil {
 				return err
 			}
@@ -161,6 +168,7 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f.Float64Var(&jitter, "poll-jitter", poller.DefaultJitterRatio, "scan loop: every sleep is multiplied by U[1-j, 1+j] (0 disables)")
 	f.DurationVar(&startupJitter, "startup-jitter", 0, "sleep U[0, this] before starting (default: --poll-max; 0 disables)")
 	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when fleetpace scan runs from cron or a timer)")
+	f.IntVar(&cfg.TopKeys, "top-keys", sources.DefaultTopKeys, fmt.Sprintf("keys per platform named by /metrics and /status: those under the most pressure (held, slowed, open requests; 0 to %d; bounds the per-key series)", sources.MaxTopKeys))
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", worker.DefaultHeartbeat, "how often this worker announces itself (fleet size for degraded pacing)")
 	return cmd
 }
