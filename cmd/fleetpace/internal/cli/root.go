@@ -300,6 +300,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 			a.benchWorkerCmd(),
 			a.benchAdaptCmd(),
 			a.benchDashboardCmd(),
+			a.benchKeysCmd(),
 		),
 	)
 	a.addVersion(root)
