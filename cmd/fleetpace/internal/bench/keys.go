@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/internal/fakedest"
@@ -214,6 +215,11 @@ type KeysPath struct {
 	KeyBound     int     `json:"key_bound"`
 	WorstKey     string  `json:"worst_key"`
 	Met          bool    `json:"met"`
+	// What the workers did: the pacer's reservations granted and denied,
+	// jobs snoozed (all workers, the whole run).
+	Granted float64 `json:"granted"`
+	Denied  float64 `json:"denied"`
+	Snoozed float64 `json:"snoozed"`
 }
 
 // Keys runs the benchmark.
@@ -233,11 +239,11 @@ func Keys(ctx context.Context, cfg KeysConfig) (*KeysResult, error) {
 	}
 	defer release()
 	res := &KeysResult{Runs: cfg.Runs, Callers: cfg.Callers}
-	if err := keysReservations(ctx, cfg, pool, res); err != nil {
-		return nil, fmt.Errorf("bench keys: reservations: %w", err)
-	}
 	if err := keysIdle(ctx, cfg, pool, res); err != nil {
 		return nil, fmt.Errorf("bench keys: idle keys: %w", err)
+	}
+	if err := keysReservations(ctx, cfg, pool, res); err != nil {
+		return nil, fmt.Errorf("bench keys: reservations: %w", err)
 	}
 	if !cfg.SkipPath {
 		if res.Path, err = keysPath(ctx, cfg, pool, dir); err != nil {
@@ -336,8 +342,10 @@ func keysIdle(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, res *Keys
 	if _, err := pacer.PruneKeys(ctx, pool, time.Nanosecond, math.MaxInt32); err != nil {
 		return err
 	}
+	// VACUUM FULL: the table compacted (at its fillfactor), so the
+	// difference is the rows', not free space they filled.
 	size := func() (int64, error) {
-		if _, err := pool.Exec(ctx, `VACUUM fleetpace_pace`); err != nil {
+		if _, err := pool.Exec(ctx, `VACUUM FULL fleetpace_pace`); err != nil {
 			return 0, err
 		}
 		var n int64
@@ -354,10 +362,13 @@ func keysIdle(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, res *Keys
 	}
 	defer p.Close()
 	fmt.Fprintf(cfg.Progress, "bench keys: %d key rows\n", cfg.IdleKeys)
+	used := make(map[string]time.Time, cfg.IdleKeys) // each key's last use
 	for i := range cfg.IdleKeys {
-		if err := granted(p.ReserveKey(ctx, name, "idle-key-"+strconv.Itoa(i), time.Second)); err != nil {
+		key := "idle-key-" + strconv.Itoa(i)
+		if err := granted(p.ReserveKey(ctx, name, key, time.Second)); err != nil {
 			return err
 		}
+		used[key] = time.Now()
 	}
 	lastUse := time.Now()
 	after, err := size()
@@ -367,22 +378,36 @@ func keysIdle(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, res *Keys
 	res.IdleKeys = cfg.IdleKeys
 	res.BytesPer1000 = float64(after-before) / float64(cfg.IdleKeys) * 1000
 	res.Idle = cfg.Idle.String()
-	// Prune every 500 ms, as ticks would, from now until all are gone.
+	// Prune every 500 ms, as ticks would, from now until all are gone; a
+	// key gone before its own last use + the idle expiry went early.
 	batch := sources.DefaultPruneBatch
 	for {
-		n, err := pacer.PruneKeys(ctx, pool, cfg.Idle, batch)
-		if err != nil {
+		if _, err := pacer.PruneKeys(ctx, pool, cfg.Idle, batch); err != nil {
 			return err
 		}
 		res.PruneStatements++
 		since := time.Since(lastUse)
-		if since < cfg.Idle {
-			res.PrunedEarly += n
-		}
-		var left int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM fleetpace_pace WHERE platform = $1 AND key <> ''`, name).Scan(&left); err != nil {
+		rows, err := pool.Query(ctx, `SELECT key FROM fleetpace_pace WHERE platform = $1 AND key <> ''`, name)
+		if err != nil {
 			return err
 		}
+		still, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		present := make(map[string]bool, len(still))
+		for _, k := range still {
+			present[k] = true
+		}
+		for k, at := range used {
+			if !present[k] {
+				if time.Since(at) < cfg.Idle {
+					res.PrunedEarly++
+				}
+				delete(used, k)
+			}
+		}
+		left := len(still)
 		if left == 0 {
 			res.GoneAfterIdle = (since - cfg.Idle).Seconds()
 			return nil
@@ -434,13 +459,18 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 	args := []string{"worker", "--database-url", cfg.DatabaseURL, "-q", "--log-level", "info",
 		"--allow-private-networks", "--http-addr", "127.0.0.1:0", "--startup-jitter", "0",
 		"--concurrency", strconv.Itoa(cfg.Concurrency)}
-	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: filepath.Join(dir, "path"), N: cfg.Workers, Args: args})
+	logs := filepath.Join(dir, "path")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return nil, err
+	}
+	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: logs, N: cfg.Workers, Args: args})
 	if err != nil {
 		return nil, err
 	}
 	defer fleet.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // stopped below; this is the error path
 	start := time.Now()
-	if _, err := workerAddrs(ctx, fleet, 30*time.Second); err != nil {
+	addrs, err := workerAddrs(ctx, fleet, 30*time.Second)
+	if err != nil {
 		return nil, err
 	}
 	select {
@@ -450,6 +480,12 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 	}
 	if err := fleet.Exited(); err != nil {
 		return nil, err
+	}
+	for _, a := range addrs {
+		m := scrape(a)
+		out.Granted += m[`fleetpace_pacer_reservations_total{result="granted"}`]
+		out.Denied += m[`fleetpace_pacer_reservations_total{result="denied"}`]
+		out.Snoozed += m["fleetpace_job_snoozes_total"]
 	}
 	if err := fleet.Stop(ctx); err != nil {
 		cfg.Logger.Warn("bench keys: stopping the workers", "err", err)
@@ -501,6 +537,8 @@ func (r *KeysResult) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "\nwhole path: %d workers, %d keys at %g/s (burst 1) under %g/s (burst %d): delivered %.1f/s = %.3f × the ceiling (≥ %.2f); largest 1-s window %d (bound %d); largest 1-s window of a key %d (%s; bound %d): %s\n",
 			p.Workers, p.Keys, p.KeyRate, p.Rate, p.Burst, p.Delivered, p.Ratio, KeysDeliveredTarget, p.MaxWindow, p.Bound,
 			p.KeyMaxWindow, p.WorstKey, p.KeyBound, met[p.Met])
+		fmt.Fprintf(w, "  the workers' pacer granted %.0f reservations and denied %.0f over the run; %.0f jobs snoozed\n",
+			p.Granted, p.Denied, p.Snoozed)
 	}
 	return nil
 }
