@@ -114,8 +114,11 @@ func (n *naiveLimiters) wait(ctx context.Context, path string) (done func(), err
 
 // childResult is what a child reports.
 type childResult struct {
-	Sent int    `json:"sent"`
-	Err  string `json:"err,omitempty"`
+	Sent int `json:"sent"`
+	// NoSlot counts requests the Transport refused unsent (pacer.ErrNoSlot:
+	// no slot within the wait allowed), which the sender asks again.
+	NoSlot int    `json:"no_slot"`
+	Err    string `json:"err,omitempty"`
 }
 
 // TestKeysChild is not a test: it is the body of the child processes.
@@ -180,7 +183,10 @@ func transportChild() (childResult, error) {
 			resp, err := client.Do(req)
 			done()
 			if errors.Is(err, pacer.ErrNoSlot) {
-				continue // no slot within MaxWait: ask again
+				mu.Lock()
+				res.NoSlot++
+				mu.Unlock()
+				continue // no slot within the wait allowed: ask again
 			}
 			if err != nil {
 				if ctx.Err() == nil {
@@ -375,6 +381,7 @@ func fleet(t *testing.T, adapter, mode string) (*fakedest.Server, func()) {
 				t.Fatalf("process %d: %s", i, r.Err)
 			}
 		}
+		t.Logf("%s %s: per process %+v", adapter, mode, out)
 	}
 }
 
