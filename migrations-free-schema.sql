@@ -794,6 +794,37 @@ BEGIN
 END
 $$;
 
+-- Bounds of the nested limits (sources/bounds.go: MinRate, MaxRate,
+-- MaxBurst, MaxInFlight, MaxKeyBytes; sources.TestSchemaAgreesWithBounds):
+-- a platform's per-key rate is 0 (none) or a rate, its caps 0 (none) or
+-- at most MaxInFlight; a key's own limits are NULL (the platform's) or the
+-- same, on a key that is not empty.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'fleetpace_platform'::regclass AND conname = 'fleetpace_platform_key_rate_bounds') THEN
+        ALTER TABLE fleetpace_platform
+            ADD CONSTRAINT fleetpace_platform_key_rate_bounds
+                CHECK (key_rate = 0 OR (key_rate >= 1e-4 AND key_rate <= 1e9)),
+            ADD CONSTRAINT fleetpace_platform_key_burst_bounds
+                CHECK (key_burst >= 1 AND key_burst <= 1000000),
+            ADD CONSTRAINT fleetpace_platform_max_in_flight_bounds
+                CHECK (max_in_flight >= 0 AND max_in_flight <= 10000),
+            ADD CONSTRAINT fleetpace_platform_key_max_in_flight_bounds
+                CHECK (key_max_in_flight >= 0 AND key_max_in_flight <= 10000);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conrelid = 'fleetpace_key_limit'::regclass AND conname = 'fleetpace_key_limit_bounds') THEN
+        ALTER TABLE fleetpace_key_limit
+            ADD CONSTRAINT fleetpace_key_limit_bounds
+                CHECK (key <> '' AND octet_length(key) <= 200
+                       AND (rate IS NULL OR (rate >= 1e-4 AND rate <= 1e9))
+                       AND (burst IS NULL OR (burst >= 1 AND burst <= 1000000))
+                       AND (max_in_flight IS NULL OR (max_in_flight >= 0 AND max_in_flight <= 10000)));
+    END IF;
+END
+$$;
+
 -- platform_due: per platform, its head — the first due source in fair order
 -- (head_key is its COALESCE(last_checked_at, '-infinity'), head_id its id;
 -- NULL when nothing is due) — valid until valid_until, when a source that

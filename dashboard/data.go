@@ -244,6 +244,10 @@ type platformPage struct {
 	ChartWindow    time.Duration
 	ChartNote      string // why there is no chart, if there is none
 	MultiplierNote string
+	// Keys is a page of the platform's keys in use or with limits of their
+	// own (sources.ListKeys, from ?keys_after=); KeysPaged: not the first.
+	Keys      sources.KeyPage
+	KeysPaged bool
 }
 
 const overdueShown = 10
@@ -259,7 +263,11 @@ func (h *Handler) platform(ctx context.Context, r *http.Request, b *Base) (view,
 	if err != nil {
 		return nil, err
 	}
-	v := &platformPage{Base: b, ChartWindow: chartWindow, FailingPaged: r.URL.Query().Has("before")}
+	keysAfter := r.URL.Query().Get("keys_after")
+	if err := sources.ValidateKey(keysAfter); err != nil {
+		return nil, badf("keys_after must be a key from a next-page link: %v", err)
+	}
+	v := &platformPage{Base: b, ChartWindow: chartWindow, FailingPaged: r.URL.Query().Has("before"), KeysPaged: keysAfter != ""}
 	err = h.readTx(ctx, func(tx pgx.Tx) error {
 		p, err := sources.GetPlatform(ctx, tx, name)
 		if errors.Is(err, sources.ErrNotFound) {
@@ -293,6 +301,9 @@ func (h *Handler) platform(ctx context.Context, r *http.Request, b *Base) (view,
 			return err
 		}
 		if v.Overdue, err = pgx.CollectRows(q, scanSourceSummary); err != nil {
+			return err
+		}
+		if v.Keys, err = sources.ListKeys(ctx, tx, name, sources.KeyListOptions{After: keysAfter, Limit: min(n, sources.MaxKeyListLimit)}); err != nil {
 			return err
 		}
 		v.Chart, v.MultChart, v.ChartNote, err = h.platformChart(ctx, tx, v.Row)

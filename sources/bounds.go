@@ -3,6 +3,8 @@ package sources
 import (
 	"math"
 	"time"
+
+	"github.com/fleetpace/fleetpace/pacer"
 )
 
 // Bounds of the settings of platforms and sources. Each is checked in Go by
@@ -48,6 +50,16 @@ const (
 	// on (platform, url) well under PostgreSQL's limit on an index row
 	// (about 2,700 bytes), compressed or not.
 	MaxURLBytes = 2048
+
+	// MaxKeyBytes is the longest source key, in bytes: pacer.MaxKeyLen
+	// (the schema's fleetpace_source_key_bounds).
+	MaxKeyBytes = pacer.MaxKeyLen
+
+	// MaxInFlight is the largest cap on requests open at once (a platform's
+	// or a key's max_in_flight; 0: no cap). Each open request is a lease in
+	// its pace row: far more than any destination allows concurrently, and
+	// few enough that the row stays small.
+	MaxInFlight = 10_000
 
 	// MaxListLimit is the most sources one ListSources call returns.
 	MaxListLimit = 1_000_000

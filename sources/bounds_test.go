@@ -24,6 +24,7 @@ type boundProbe struct {
 	field string                   // FieldError.Field of Go's refusal
 	set   func(*sources.Platform)  // for platform settings
 	src   func(*sources.NewSource) // for source settings
+	check func() error             // for anything else: Go's validation
 	sql   string                   // UPDATE that sets the value on the probe's row
 	arg   any
 }
@@ -69,6 +70,37 @@ func TestSchemaAgreesWithBounds(t *testing.T) {
 		plat("backoff_factor", "backoff_factor", f, func(p *sources.Platform) { p.BackoffFactor = f })
 		plat("recovery_factor", "recovery_factor", f, func(p *sources.Platform) { p.RecoveryFactor = f })
 	}
+	for _, r := range []float64{0, sources.MinRate, down(sources.MinRate), sources.MaxRate, up(sources.MaxRate), math.NaN(), math.Inf(1), -1} {
+		plat("key_rate", "key_rate", r, func(p *sources.Platform) { p.KeyRate = r })
+	}
+	for _, b := range []int{1, 0, sources.MaxBurst, sources.MaxBurst + 1} {
+		plat("key_burst", "key_burst", b, func(p *sources.Platform) { p.KeyBurst = b })
+	}
+	for _, n := range []int{0, -1, sources.MaxInFlight, sources.MaxInFlight + 1} {
+		plat("max_in_flight", "max_in_flight", n, func(p *sources.Platform) { p.MaxInFlight = n })
+		plat("key_max_in_flight", "key_max_in_flight", n, func(p *sources.Platform) { p.KeyMaxInFlight = n })
+	}
+	for _, k := range []string{"", strings.Repeat("k", sources.MaxKeyBytes), strings.Repeat("k", sources.MaxKeyBytes+1),
+		strings.Repeat("é", sources.MaxKeyBytes/2), strings.Repeat("é", sources.MaxKeyBytes/2) + "k"} {
+		probes = append(probes, boundProbe{name: fmt.Sprintf("key of %d bytes", len(k)), field: "key",
+			src: func(s *sources.NewSource) { s.Key = k },
+			sql: `UPDATE fleetpace_source SET key = $1 WHERE id = $2`, arg: k})
+	}
+	// A key's own limits (fleetpace_key_limit), each field on its own.
+	keyLimit := func(field, column string, v any, u sources.KeyLimitUpdate) {
+		probes = append(probes, boundProbe{name: fmt.Sprintf("key limit %s=%v", field, v), field: field,
+			check: func() error { return u.Validate() },
+			sql:   `INSERT INTO fleetpace_key_limit (platform, key, ` + column + `) VALUES ('probe', 'k', $1)`, arg: v})
+	}
+	for _, r := range []float64{sources.MinRate, down(sources.MinRate), sources.MaxRate, up(sources.MaxRate), math.NaN(), 0} {
+		keyLimit("rate", "rate", r, sources.KeyLimitUpdate{Rate: &r})
+	}
+	for _, b := range []int{1, 0, sources.MaxBurst, sources.MaxBurst + 1} {
+		keyLimit("burst", "burst", b, sources.KeyLimitUpdate{Burst: &b})
+	}
+	for _, n := range []int{0, -1, sources.MaxInFlight, sources.MaxInFlight + 1} {
+		keyLimit("max_in_flight", "max_in_flight", n, sources.KeyLimitUpdate{MaxInFlight: &n})
+	}
 	for _, i := range []time.Duration{sources.MinInterval, sources.MinInterval - µs, sources.MaxInterval, sources.MaxInterval + µs} {
 		probes = append(probes, boundProbe{name: fmt.Sprintf("interval=%s", i), field: "interval",
 			src: func(s *sources.NewSource) { s.Interval = i },
@@ -77,11 +109,14 @@ func TestSchemaAgreesWithBounds(t *testing.T) {
 
 	for _, p := range probes {
 		var goErr error
-		if p.set != nil {
+		switch {
+		case p.check != nil:
+			goErr = p.check()
+		case p.set != nil:
 			pl := sources.Platform{Name: "probe", RatePerSec: 1}.WithDefaults()
 			p.set(&pl)
 			goErr = pl.Validate()
-		} else {
+		default:
 			s := sources.NewSource{Platform: "probe", URL: "https://probe.example/", Interval: time.Hour}
 			p.src(&s)
 			goErr = s.Validate()

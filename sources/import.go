@@ -24,8 +24,8 @@ type Format string
 // Import formats.
 const (
 	FormatAuto  Format = ""      // decided from the first non-blank byte: '{' is JSON lines, else CSV
-	FormatCSV   Format = "csv"   // header line naming platform, url and optionally interval
-	FormatJSONL Format = "jsonl" // one object per line: {"platform":..., "url":..., "interval":"30m"}
+	FormatCSV   Format = "csv"   // header line naming platform, url and optionally interval and key
+	FormatJSONL Format = "jsonl" // one object per line: {"platform":..., "url":..., "interval":"30m", "key":...}
 )
 
 // ImportOptions configures Import.
@@ -62,8 +62,8 @@ type ImportRow struct {
 // Import reads every row of r, validates all of them, and writes them in one
 // transaction only if every row is valid: one bad line means nothing is
 // written and the ImportError lists every bad line with its number and
-// reason. Rows already present (same platform and URL) are left unchanged, so
-// re-importing a file adds nothing.
+// reason. Rows already present (same platform and URL) are left unchanged
+// (their key too), so re-importing a file adds nothing.
 func Import(ctx context.Context, db Beginner, r io.Reader, opts ImportOptions) (*ImportResult, error) {
 	rows, badRows, err := parse(r, opts)
 	if err != nil {
@@ -105,9 +105,9 @@ func Import(ctx context.Context, db Beginner, r io.Reader, opts ImportOptions) (
 	if _, err := tx.Exec(ctx, importTempTableSQL); err != nil {
 		return nil, fmt.Errorf("import: %w", err)
 	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fleetpace_import"}, []string{"platform", "url", "check_interval"},
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fleetpace_import"}, []string{"platform", "url", "check_interval", "key"},
 		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			return []any{rows[i].Platform, rows[i].URL, rows[i].Interval}, nil
+			return []any{rows[i].Platform, rows[i].URL, rows[i].Interval, rows[i].Key}, nil
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("import: copy: %w", err)
@@ -125,12 +125,12 @@ func Import(ctx context.Context, db Beginner, r io.Reader, opts ImportOptions) (
 
 // Parse reads an import file without a database: it returns every row,
 // each valid on its own (NewSource.Validate: the platform's name, the URL,
-// the interval) with its line number, or an *ImportError that lists every
+// the interval, the key) with its line number, or an *ImportError that lists every
 // bad line. Whether the platforms exist is left to Import. Other errors
 // are the reader's.
 //
 // What it refuses, besides bad fields: in CSV, a header naming a column
-// other than platform, url and interval (or one twice), a row with more
+// other than platform, url, interval and key (or one twice), a row with more
 // fields than the header, and broken quoting (reported at the line where
 // the quoted field began); in JSON lines, anything but exactly one object
 // per line (two objects, trailing data), a key given twice, unknown keys
@@ -202,7 +202,7 @@ func sniff(br *bufio.Reader) Format {
 }
 
 // csvColumns are the columns an import's CSV header may name.
-var csvColumns = []string{"platform", "url", "interval"}
+var csvColumns = []string{"platform", "url", "interval", "key"}
 
 func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError, error) {
 	lr := &lineLimiter{r: r, max: MaxLineBytes, line: 1}
@@ -258,7 +258,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 	for _, need := range []string{"platform", "url"} {
 		if _, ok := col[need]; !ok {
 			return nil, []*LineError{{headerLine, &FieldError{Field: "header", Value: strings.Join(header, ","),
-				Reason: "must name the columns platform and url (and optionally interval)"}}}, nil
+				Reason: "must name the columns platform and url (and optionally interval and key)"}}}, nil
 		}
 	}
 	get := func(rec []string, name string) string {
@@ -295,7 +295,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 				Reason: fmt.Sprintf("has %d fields, more than the header's %d", len(rec), len(header))}})
 			continue
 		}
-		row, lerr := parseRow(line, get(rec, "platform"), get(rec, "url"), get(rec, "interval"), defInterval)
+		row, lerr := parseRow(line, get(rec, "platform"), get(rec, "url"), get(rec, "interval"), get(rec, "key"), defInterval)
 		if lerr != nil {
 			bad = append(bad, lerr)
 			continue
@@ -339,7 +339,7 @@ func (l *lineLimiter) Read(p []byte) (int, error) {
 }
 
 // jsonKeys are the keys of an import's JSON object.
-var jsonKeys = []string{"platform", "url", "interval"}
+var jsonKeys = []string{"platform", "url", "interval", "key"}
 
 func readJSONL(br *bufio.Reader, defInterval time.Duration) ([]ImportRow, []*LineError, error) {
 	var rows []ImportRow
@@ -358,7 +358,7 @@ func readJSONL(br *bufio.Reader, defInterval time.Duration) ([]ImportRow, []*Lin
 				bad = append(bad, lerr)
 				break
 			}
-			row, lerr := parseRow(line, fields["platform"], fields["url"], fields["interval"], defInterval)
+			row, lerr := parseRow(line, fields["platform"], fields["url"], fields["interval"], fields["key"], defInterval)
 			if lerr != nil {
 				bad = append(bad, lerr)
 				break
@@ -451,8 +451,8 @@ func parseJSONLine(line int, text []byte) (map[string]string, *LineError) {
 	return fields, nil
 }
 
-func parseRow(line int, platform, rawURL, interval string, def time.Duration) (ImportRow, *LineError) {
-	s := NewSource{Platform: platform, URL: rawURL, Interval: def}
+func parseRow(line int, platform, rawURL, interval, key string, def time.Duration) (ImportRow, *LineError) {
+	s := NewSource{Platform: platform, URL: rawURL, Interval: def, Key: key}
 	if interval != "" {
 		d, err := time.ParseDuration(interval)
 		if err != nil {

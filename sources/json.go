@@ -102,3 +102,26 @@ func (c *PlatformCounts) UnmarshalJSON(b []byte) error {
 	c.StaleMax, c.StaleP95 = seconds(j.StaleMax), seconds(j.StaleP95)
 	return nil
 }
+
+// MarshalJSON writes Hold as hold_s.
+func (k KeyState) MarshalJSON() ([]byte, error) {
+	type plain KeyState
+	return json.Marshal(struct {
+		plain
+		Hold float64 `json:"hold_s"`
+	}{plain(k), k.Hold.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (k *KeyState) UnmarshalJSON(b []byte) error {
+	type plain KeyState
+	j := struct {
+		*plain
+		Hold float64 `json:"hold_s"`
+	}{plain: (*plain)(k)}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	k.Hold = seconds(j.Hold)
+	return nil
+}

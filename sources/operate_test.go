@@ -28,7 +28,7 @@ func TestConfigurePlatformPartial(t *testing.T) {
 	if err != nil || created {
 		t.Fatalf("ConfigurePlatform: %v, created %v", err, created)
 	}
-	want := full
+	want := full.WithDefaults() // KeyBurst: 1
 	want.Burst = 3
 	got, err := sources.GetPlatform(f.ctx, f.pool, "feeds")
 	if err != nil {

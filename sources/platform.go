@@ -84,6 +84,18 @@ type Platform struct {
 	// after a slow-down (fleetpace before adaptive pacing; a benchmark
 	// baseline). Default: re-spaced fleet-wide at once.
 	NoRespace bool `json:"no_respace,omitempty"`
+
+	// Nested limits (docs/keys.md). KeyRate is the most requests per
+	// second of each key on the platform (a source's key: an account, a
+	// token's name), beside the platform's RatePerSec for all keys
+	// together; 0: no per-key rate. KeyBurst is each key's burst (default
+	// 1). A key's own limits (SetKeyLimit) override both.
+	KeyRate  float64 `json:"key_rate_per_sec"`
+	KeyBurst int     `json:"key_burst"`
+	// MaxInFlight caps the requests open at once to the platform, fleet-wide;
+	// KeyMaxInFlight those of each key. 0: no cap.
+	MaxInFlight    int `json:"max_in_flight"`
+	KeyMaxInFlight int `json:"key_max_in_flight"`
 }
 
 // WithDefaults fills the zero fields with their defaults.
@@ -108,6 +120,9 @@ func (p Platform) WithDefaults() Platform {
 	}
 	if p.Adapt == "" {
 		p.Adapt = AdaptEstimate
+	}
+	if p.KeyBurst == 0 {
+		p.KeyBurst = DefaultBurst
 	}
 	return p
 }
@@ -136,6 +151,14 @@ func (p Platform) Validate() error {
 		return &FieldError{Field: "recovery_factor", Value: fmtFloat(p.RecoveryFactor), Reason: fmt.Sprintf("must be in [%g, %g]", MinFactor, float64(MaxFactor))}
 	case p.Adapt != AdaptEstimate && p.Adapt != AdaptMultiplier:
 		return &FieldError{Field: "adapt", Value: p.Adapt, Reason: "must be " + AdaptEstimate + " or " + AdaptMultiplier}
+	case p.KeyRate != 0 && !(p.KeyRate >= MinRate && p.KeyRate <= MaxRate):
+		return &FieldError{Field: "key_rate", Value: fmtFloat(p.KeyRate), Reason: fmt.Sprintf("must be 0 (no per-key rate) or in [%g, %g] requests per second", MinRate, MaxRate)}
+	case p.KeyBurst < 1 || p.KeyBurst > MaxBurst:
+		return &FieldError{Field: "key_burst", Value: strconv.Itoa(p.KeyBurst), Reason: fmt.Sprintf("must be in [1, %d]", MaxBurst)}
+	case p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlight:
+		return &FieldError{Field: "max_in_flight", Value: strconv.Itoa(p.MaxInFlight), Reason: fmt.Sprintf("must be in [0, %d] (0: no cap)", MaxInFlight)}
+	case p.KeyMaxInFlight < 0 || p.KeyMaxInFlight > MaxInFlight:
+		return &FieldError{Field: "key_max_in_flight", Value: strconv.Itoa(p.KeyMaxInFlight), Reason: fmt.Sprintf("must be in [0, %d] (0: no cap)", MaxInFlight)}
 	}
 	return nil
 }
@@ -153,7 +176,8 @@ func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
 		return p, fmt.Errorf("platform: %w", err)
 	}
 	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown,
-		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace, p.Adapt)
+		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace, p.Adapt,
+		p.KeyRate, p.KeyBurst, p.MaxInFlight, p.KeyMaxInFlight)
 	if err != nil {
 		return p, fmt.Errorf("platform: set %s: %w", p.Name, err)
 	}
@@ -193,7 +217,8 @@ func scanPlatform(row pgx.CollectableRow) (Platform, error) {
 	var p Platform
 	var probe, headers, respace bool
 	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
-		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace, &p.Adapt)
+		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace, &p.Adapt,
+		&p.KeyRate, &p.KeyBurst, &p.MaxInFlight, &p.KeyMaxInFlight)
 	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }
@@ -213,6 +238,10 @@ type PlatformUpdate struct {
 	UseHeaders     *bool // false: Platform.IgnoreHeaders
 	Respace        *bool // false: Platform.NoRespace
 	Adapt          *string
+	KeyRate        *float64
+	KeyBurst       *int
+	MaxInFlight    *int
+	KeyMaxInFlight *int
 }
 
 // Apply returns p with the update's fields set.
@@ -226,6 +255,12 @@ func (u PlatformUpdate) Apply(p Platform) Platform {
 	set(&p.MaxMultiplier, u.MaxMultiplier)
 	set(&p.BackoffFactor, u.BackoffFactor)
 	set(&p.RecoveryFactor, u.RecoveryFactor)
+	set(&p.KeyRate, u.KeyRate)
+	for _, f := range []struct{ dst, v *int }{{&p.KeyBurst, u.KeyBurst}, {&p.MaxInFlight, u.MaxInFlight}, {&p.KeyMaxInFlight, u.KeyMaxInFlight}} {
+		if f.v != nil {
+			*f.dst = *f.v
+		}
+	}
 	if u.Burst != nil {
 		p.Burst = *u.Burst
 	}

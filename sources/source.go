@@ -47,6 +47,10 @@ type NewSource struct {
 	Platform string        `json:"platform"`
 	URL      string        `json:"url"`
 	Interval time.Duration `json:"interval"`
+	// Key is what the platform may limit separately (an account, a token's
+	// name, a tenant — never a secret): at most pacer.MaxKeyLen bytes of
+	// UTF-8 without NUL; "" for none.
+	Key string `json:"key,omitempty"`
 }
 
 // Validate checks the fields that can be checked without the database
@@ -64,6 +68,21 @@ func (s NewSource) Validate() error {
 	if s.Interval < MinInterval || s.Interval > MaxInterval {
 		return &FieldError{Field: "interval", Value: s.Interval.String(),
 			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
+	}
+	return ValidateKey(s.Key)
+}
+
+// ValidateKey accepts a source's key: "" (none), or at most MaxKeyBytes
+// bytes of valid UTF-8 without NUL (PostgreSQL's text cannot hold one).
+// The error is a FieldError on key.
+func ValidateKey(key string) error {
+	switch {
+	case len(key) > MaxKeyBytes:
+		return &FieldError{Field: "key", Value: key, Reason: fmt.Sprintf("must be at most %d bytes, got %d", MaxKeyBytes, len(key))}
+	case !utf8.ValidString(key):
+		return &FieldError{Field: "key", Value: strings.ToValidUTF8(key, "\ufffd"), Reason: "must be valid UTF-8"}
+	case strings.IndexByte(key, 0) >= 0:
+		return &FieldError{Field: "key", Value: strings.ReplaceAll(key, "\x00", "\\0"), Reason: "must not contain NUL"}
 	}
 	return nil
 }
@@ -105,7 +124,7 @@ func ValidateURL(raw string) error {
 }
 
 // AddSource adds one source. created is false when the platform already has a
-// source with that URL (nothing changes then).
+// source with that URL (nothing changes then, its key included).
 func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created bool, err error) {
 	if s.Interval == 0 {
 		s.Interval = DefaultInterval
@@ -113,7 +132,7 @@ func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created boo
 	if err := s.Validate(); err != nil {
 		return 0, false, fmt.Errorf("source: %w", err)
 	}
-	err = db.QueryRow(ctx, addSourceSQL, s.Platform, s.URL, s.Interval).Scan(&id, &created)
+	err = db.QueryRow(ctx, addSourceSQL, s.Platform, s.URL, s.Interval, s.Key).Scan(&id, &created)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
@@ -140,6 +159,9 @@ type ListFilter struct {
 	// Outcome keeps only sources whose last outcome is this one of Outcomes
 	// ("": no filter).
 	Outcome string
+	// Key keeps only sources of this key (nil: no filter; "" the sources
+	// without a key).
+	Key *string
 }
 
 // The outcomes of a check, as recorded (Check.Outcome, Source.LastOutcome).
@@ -166,6 +188,9 @@ func (f ListFilter) Validate() error {
 	case f.Platform != "" && !nameRE.MatchString(f.Platform):
 		return &FieldError{Field: "platform", Value: f.Platform, Reason: nameRule}
 	}
+	if f.Key != nil {
+		return ValidateKey(*f.Key)
+	}
 	return nil
 }
 
@@ -178,7 +203,7 @@ func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
 	if f.Limit == 0 {
 		f.Limit = DefaultListLimit
 	}
-	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit, f.MinFailures, f.Outcome)
+	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit, f.MinFailures, f.Outcome, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("source: list: %w", err)
 	}

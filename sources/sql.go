@@ -6,8 +6,9 @@ import "strings"
 
 const setPlatformSQL = `
 INSERT INTO fleetpace_platform (name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
-                                backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                                backoff_factor, recovery_factor, probe, use_headers, respace, adapt,
+                                key_rate, key_burst, max_in_flight, key_max_in_flight)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 ON CONFLICT (name) DO UPDATE SET
     rate_per_sec    = EXCLUDED.rate_per_sec,
     burst           = EXCLUDED.burst,
@@ -20,10 +21,15 @@ ON CONFLICT (name) DO UPDATE SET
     use_headers     = EXCLUDED.use_headers,
     respace         = EXCLUDED.respace,
     adapt           = EXCLUDED.adapt,
+    key_rate        = EXCLUDED.key_rate,
+    key_burst       = EXCLUDED.key_burst,
+    max_in_flight   = EXCLUDED.max_in_flight,
+    key_max_in_flight = EXCLUDED.key_max_in_flight,
     updated_at      = now()`
 
 const platformColumns = `name, rate_per_sec, burst, max_multiplier, decay_after, cooldown,
-    backoff_factor, recovery_factor, probe, use_headers, respace, adapt`
+    backoff_factor, recovery_factor, probe, use_headers, respace, adapt,
+    key_rate, key_burst, max_in_flight, key_max_in_flight`
 
 const listPlatformsSQL = `SELECT ` + platformColumns + ` FROM fleetpace_platform ORDER BY name`
 
@@ -33,8 +39,8 @@ const platformNamesSQL = `SELECT name FROM fleetpace_platform`
 
 const addSourceSQL = `
 WITH ins AS (
-    INSERT INTO fleetpace_source (platform, url, check_interval)
-    VALUES ($1, $2, $3)
+    INSERT INTO fleetpace_source (platform, url, check_interval, key)
+    VALUES ($1, $2, $3, $4)
     ON CONFLICT (platform, url) DO NOTHING
     RETURNING id
 )
@@ -89,6 +95,7 @@ WHERE ($1 = '' OR s.platform = $1)
   AND (NOT $2 OR (` + DueSQL + ` AND NOT ` + StoppedSQL("s.platform") + `))
   AND s.consecutive_failures >= $4
   AND ($5 = '' OR s.last_outcome = $5)
+  AND ($6::text IS NULL OR s.key = $6)
 ORDER BY s.last_checked_at ASC NULLS FIRST, s.id
 LIMIT $3`
 
@@ -146,12 +153,13 @@ const importTempTableSQL = `
 CREATE TEMP TABLE fleetpace_import (
     platform       text     NOT NULL,
     url            text     NOT NULL,
-    check_interval interval NOT NULL
+    check_interval interval NOT NULL,
+    key            text     NOT NULL
 ) ON COMMIT DROP`
 
 const importInsertSQL = `
-INSERT INTO fleetpace_source (platform, url, check_interval)
-SELECT platform, url, check_interval FROM fleetpace_import
+INSERT INTO fleetpace_source (platform, url, check_interval, key)
+SELECT platform, url, check_interval, key FROM fleetpace_import
 ON CONFLICT (platform, url) DO NOTHING`
 
 // recordSQL builds the statement that records checks, one definition for
@@ -384,3 +392,94 @@ const queuedJobsSQL = `SELECT queued_job_id FROM fleetpace_source WHERE id = ANY
 
 // countDisabledSQL counts the disabled sources among those in $1.
 const countDisabledSQL = `SELECT count(*) FROM fleetpace_source WHERE id = ANY($1::bigint[]) AND NOT enabled`
+
+// setKeyLimitSQL sets a key's own limits ($3 rate, $4 burst, $5
+// max_in_flight; NULL: unchanged, for a new row the platform's) and returns
+// them and whether the row is new. The schema's trigger brings the key's
+// pace row, if any, in step.
+const setKeyLimitSQL = `
+INSERT INTO fleetpace_key_limit AS l (platform, key, rate, burst, max_in_flight)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (platform, key) DO UPDATE SET
+    rate          = COALESCE(EXCLUDED.rate, l.rate),
+    burst         = COALESCE(EXCLUDED.burst, l.burst),
+    max_in_flight = COALESCE(EXCLUDED.max_in_flight, l.max_in_flight)
+RETURNING l.rate, l.burst, l.max_in_flight, (xmax = 0)`
+
+const deleteKeyLimitSQL = `DELETE FROM fleetpace_key_limit WHERE platform = $1 AND key = $2`
+
+// keyStateColumns reads, for each key k.key of platform $1, what is in
+// force (its pace row's settings when in use, else what its row would be
+// made with: fleetpace_pace_key_settings), its own limits, and its pace
+// row's state at n.now: hold left and why, the spacing of its last
+// reservation, the announced spacing in force, its open leases.
+const keyStateColumns = `
+    k.key, COALESCE(s.rate, c.rate), COALESCE(s.burst, c.burst), COALESCE(s.max_in_flight, c.max_in_flight),
+    l.key IS NOT NULL, l.rate, l.burst, l.max_in_flight, s.key IS NOT NULL,
+    COALESCE(GREATEST(s.hold_until - n.now, 0), 0), COALESCE(s.hold_reason, ''), COALESCE(s.last_interval, 0),
+    COALESCE(CASE WHEN n.now < s.announced_until THEN s.announced_interval END, 0),
+    COALESCE((SELECT count(*) FROM unnest(s.leases) AS x WHERE x > n.now), 0)::int`
+
+// listKeysSQL is a page of platform $1's keys after $2, at most $3: those
+// with a pace row (in use) or limits of their own, in key order. Both
+// tables are read by their primary key's range.
+const listKeysSQL = `
+WITH n AS (SELECT date_part('epoch', clock_timestamp()) AS now),
+k AS (
+    (SELECT key FROM fleetpace_pace WHERE platform = $1 AND key > $2 AND key <> '' ORDER BY key LIMIT $3)
+    UNION
+    (SELECT key FROM fleetpace_key_limit WHERE platform = $1 AND key > $2 ORDER BY key LIMIT $3)
+    ORDER BY key LIMIT $3
+)
+SELECT ` + keyStateColumns + `
+FROM k CROSS JOIN n
+LEFT JOIN fleetpace_pace AS s ON s.platform = $1 AND s.key = k.key
+LEFT JOIN fleetpace_key_limit AS l ON l.platform = $1 AND l.key = k.key
+CROSS JOIN LATERAL fleetpace_pace_key_settings($1, k.key) AS c
+ORDER BY k.key`
+
+// keyStatsSQL aggregates every platform's keys from the pace rows: keys in
+// use, held, slowed (paced more than $2 under their rate), their open
+// leases and the platform's, and the top $1 keys under pressure (held,
+// slowed or with open requests: held longest first, then slowed most, then
+// most open), as parallel arrays. Platforms without keys in use and
+// without a cap on open requests are left out.
+const keyStatsSQL = `
+WITH n AS (SELECT date_part('epoch', clock_timestamp()) AS now),
+r AS (
+    SELECT s.platform, s.key, s.rate, s.burst, s.max_in_flight,
+           GREATEST(s.hold_until - n.now, 0) AS hold, s.hold_reason,
+           COALESCE(LEAST(s.rate, 1 / NULLIF(GREATEST(s.last_interval,
+               CASE WHEN n.now < s.announced_until THEN s.announced_interval ELSE 0 END), 0)), s.rate) AS eff,
+           (SELECT count(*) FROM unnest(s.leases) AS x WHERE x > n.now)::int AS in_flight
+    FROM fleetpace_pace AS s, n
+),
+f AS (
+    SELECT r.*, r.key <> '' AND r.eff < r.rate * (1 - $2::float8) AS slowed FROM r
+),
+q AS (
+    SELECT f.*, f.key <> '' AND (f.hold > 0 OR f.slowed OR f.in_flight > 0) AS pressed FROM f
+),
+g AS (
+    SELECT q.*, row_number() OVER (PARTITION BY q.platform
+        ORDER BY q.pressed DESC, q.hold DESC, q.eff / NULLIF(q.rate, 0), q.in_flight DESC, q.key) AS rank
+    FROM q
+)
+SELECT g.platform,
+       count(*) FILTER (WHERE g.key <> ''),
+       count(*) FILTER (WHERE g.key <> '' AND g.hold > 0),
+       count(*) FILTER (WHERE g.slowed),
+       COALESCE(sum(g.in_flight) FILTER (WHERE g.key <> ''), 0),
+       COALESCE(sum(g.in_flight) FILTER (WHERE g.key = ''), 0),
+       COALESCE(array_agg(g.key ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.rate ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.burst ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.max_in_flight ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.hold ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.hold_reason ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.eff ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}'),
+       COALESCE(array_agg(g.in_flight ORDER BY g.rank) FILTER (WHERE g.pressed AND g.rank <= $1), '{}')
+FROM g
+GROUP BY g.platform
+HAVING count(*) FILTER (WHERE g.key <> '') > 0 OR bool_or(g.max_in_flight > 0)
+ORDER BY g.platform`

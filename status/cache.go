@@ -24,6 +24,9 @@ type Cache struct {
 	db     DB
 	maxAge time.Duration
 	clock  clock.Clock
+	// TopKeys is how many top keys per platform a read lists (ReadTop; 0:
+	// the default). Set it before the first Get.
+	TopKeys int
 
 	mu  sync.Mutex
 	rep *Report
@@ -49,7 +52,7 @@ func (c *Cache) Get(ctx context.Context) (*Report, error) {
 	if !c.at.IsZero() && c.clock.Since(c.at) < c.maxAge {
 		return c.rep, c.err
 	}
-	c.rep, c.err = Read(ctx, c.db)
+	c.rep, c.err = ReadTop(ctx, c.db, c.TopKeys)
 	c.at = c.clock.Now()
 	return c.rep, c.err
 }

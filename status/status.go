@@ -37,6 +37,10 @@ type Platform struct {
 	// Use is the rate used over the recent window against the pace and
 	// the ceiling, the 429s per minute and the fetches in flight.
 	Use Usage
+	// Keys is the platform's keys in aggregate and its top keys under
+	// pressure (sources.KeyStats); nil when it has no key in use and no
+	// cap on open requests.
+	Keys *sources.PlatformKeys
 }
 
 // Recent is a platform's fetches over a recent window, from the fetch
@@ -98,6 +102,7 @@ type platformParts struct {
 	Recent   Recent                 `json:"recent"`
 	State    []Condition            `json:"state"`
 	Use      Usage                  `json:"use"`
+	Keys     *sources.PlatformKeys  `json:"keys,omitempty"`
 }
 
 // MarshalJSON writes the platform's settings and, beside them, its pace,
@@ -108,7 +113,7 @@ func (p Platform) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent, p.State, p.Use})
+	parts, err := json.Marshal(platformParts{p.Pace, p.Cooldown, p.Counts, p.Recent, p.State, p.Use, p.Keys})
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +131,7 @@ func (p *Platform) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &parts); err != nil {
 		return err
 	}
-	p.Pace, p.Cooldown, p.Counts, p.Recent, p.State, p.Use = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent, parts.State, parts.Use
+	p.Pace, p.Cooldown, p.Counts, p.Recent, p.State, p.Use, p.Keys = parts.Pace, parts.Cooldown, parts.Counts, parts.Recent, parts.State, parts.Use, parts.Keys
 	return nil
 }
 
@@ -161,8 +166,15 @@ type DB interface {
 // transaction so the numbers agree with each other. It runs the per-source
 // counts and staleness (sources.Counts), a scan of every source, and counts
 // the last RecentWindow of the fetch history (an index range per platform):
-// Cache shares one read between frequent callers.
+// Cache shares one read between frequent callers. Each platform's top keys
+// are at most sources.DefaultTopKeys (ReadTop sets how many).
 func Read(ctx context.Context, db DB) (*Report, error) {
+	return ReadTop(ctx, db, 0)
+}
+
+// ReadTop is Read with at most topKeys top keys per platform (0:
+// sources.DefaultTopKeys; negative: none).
+func ReadTop(ctx context.Context, db DB, topKeys int) (*Report, error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -195,6 +207,14 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 	if rep.Fleet, err = fleet.Live(ctx, tx); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
+	keyStats, err := sources.KeyStats(ctx, tx, topKeys)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	keys := make(map[string]*sources.PlatformKeys, len(keyStats))
+	for i := range keyStats {
+		keys[keyStats[i].Platform] = &keyStats[i]
+	}
 	rep.Workers = len(rep.Fleet)
 	if rep.Jobs, err = queue.CountJobs(ctx, tx); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
@@ -226,7 +246,7 @@ func Read(ctx context.Context, db DB) (*Report, error) {
 		if !ok {
 			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
 		}
-		pp := Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r}
+		pp := Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r, Keys: keys[p.Name]}
 		pp.State = Conditions(p, pp.Pace, pp.Cooldown, r, inFlight[p.Name])
 		pp.Use = UsageOf(pp.Pace, r, inFlight[p.Name])
 		rep.Platforms = append(rep.Platforms, pp)

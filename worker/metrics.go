@@ -304,6 +304,17 @@ var (
 	descUsed       = prometheus.NewDesc("fleetpace_platform_used_rate", "Fetches per second fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
 	descRefused    = prometheus.NewDesc("fleetpace_platform_refused_per_minute", "429 and 503 answers per minute fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
 	descJobs       = prometheus.NewDesc("fleetpace_river_jobs", "Unfinished River jobs fleet-wide by kind and state (available, running, scheduled, retryable, pending).", []string{"kind", "state"}, nil)
+
+	// Keys: per-platform aggregates, and the top keys under pressure only
+	// (status.Cache.TopKeys per platform: bounded cardinality).
+	descKeysInUse    = prometheus.NewDesc("fleetpace_keys_in_use", "Keys of the platform with a pace row (reserved lately; idle ones are removed).", []string{"platform"}, nil)
+	descKeysHeld     = prometheus.NewDesc("fleetpace_keys_held", "Keys of the platform held now (a 429 with Retry-After or an exhausted quota for that key).", []string{"platform"}, nil)
+	descKeysSlowed   = prometheus.NewDesc("fleetpace_keys_slowed", "Keys of the platform paced more than 10 % under their rate.", []string{"platform"}, nil)
+	descKeysInFlight = prometheus.NewDesc("fleetpace_keys_in_flight", "Open requests (leases) of the platform's keys, where a per-key cap is in force.", []string{"platform"}, nil)
+	descLeases       = prometheus.NewDesc("fleetpace_platform_in_flight", "Open requests (leases) to the platform, where its cap (max_in_flight) is in force.", []string{"platform"}, nil)
+	descKeyHold      = prometheus.NewDesc("fleetpace_key_hold_remaining_seconds", "Remaining hold of one of the platform's top keys under pressure.", []string{"platform", "key"}, nil)
+	descKeyEffective = prometheus.NewDesc("fleetpace_key_effective_rate", "Pace of one of the platform's top keys under pressure, requests per second.", []string{"platform", "key"}, nil)
+	descKeyInFlight  = prometheus.NewDesc("fleetpace_key_in_flight", "Open requests of one of the platform's top keys under pressure.", []string{"platform", "key"}, nil)
 )
 
 // stateCollector reports the fleet-wide state from a shared status report,
@@ -316,7 +327,9 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMultiplier, descCeiling, descCooldown, descCooldowns, descQueued, descDue, descStaleMax, descStaleP95, descUp,
-		descEffective, descAnnounced, descHold, descCondition, descFleetIn, descUsed, descRefused, descJobs} {
+		descEffective, descAnnounced, descHold, descCondition, descFleetIn, descUsed, descRefused, descJobs,
+		descKeysInUse, descKeysHeld, descKeysSlowed, descKeysInFlight, descLeases,
+		descKeyHold, descKeyEffective, descKeyInFlight} {
 		ch <- d
 	}
 }
@@ -358,6 +371,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if !seen[c.Kind] {
 				seen[c.Kind] = true
 				ch <- prometheus.MustNewConstMetric(descCondition, prometheus.GaugeValue, 1, p.Name, c.Kind)
+			}
+		}
+		if k := p.Keys; k != nil {
+			ch <- prometheus.MustNewConstMetric(descKeysInUse, prometheus.GaugeValue, float64(k.InUse), p.Name)
+			ch <- prometheus.MustNewConstMetric(descKeysHeld, prometheus.GaugeValue, float64(k.Held), p.Name)
+			ch <- prometheus.MustNewConstMetric(descKeysSlowed, prometheus.GaugeValue, float64(k.Slowed), p.Name)
+			ch <- prometheus.MustNewConstMetric(descKeysInFlight, prometheus.GaugeValue, float64(k.InFlight), p.Name)
+			ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(k.PlatformInFlight), p.Name)
+			for _, t := range k.Top {
+				ch <- prometheus.MustNewConstMetric(descKeyHold, prometheus.GaugeValue, t.Hold.Seconds(), p.Name, t.Key)
+				ch <- prometheus.MustNewConstMetric(descKeyEffective, prometheus.GaugeValue, t.EffectiveRate, p.Name, t.Key)
+				ch <- prometheus.MustNewConstMetric(descKeyInFlight, prometheus.GaugeValue, float64(t.InFlight), p.Name, t.Key)
 			}
 		}
 	}

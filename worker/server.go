@@ -45,7 +45,7 @@ func startServer(ctx context.Context, cfg Config, pool *pgxpool.Pool, client *qu
 	ready := &snapshot[struct{}]{every: ReadyMaxAge, timeout: endpointTimeout, clock: cfg.Clock,
 		read: func(ctx context.Context) (struct{}, error) { return struct{}{}, pool.Ping(ctx) }}
 	report := &snapshot[*status.Report]{every: cmp.Or(cfg.MetricsMaxAge, status.DefaultMaxAge), timeout: endpointTimeout, clock: cfg.Clock,
-		read: func(ctx context.Context) (*status.Report, error) { return status.Read(ctx, pool) }}
+		read: func(ctx context.Context) (*status.Report, error) { return status.ReadTop(ctx, pool, cfg.TopKeys) }}
 	endpoints := []dashboard.Endpoint{
 		{Pattern: "GET /healthz", Open: true, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			fmt.Fprintln(w, "ok")

@@ -121,6 +121,13 @@ type Config struct {
 	// MaxWait is the longest pacer wait a job sleeps through; longer waits
 	// snooze the job. Default DefaultMaxWait.
 	MaxWait time.Duration
+	// LeaseTTL is how long a fetch's slot counts as an open request of a
+	// platform (or key) that caps them (max_in_flight) when the fetch is
+	// never reported — this process was killed: its capacity is back after
+	// this long (pacer.Config.LeaseTTL). Default: MaxWait + the fetch's
+	// timeout (HTTP.Timeout) + LeaseMargin, the longest a slot can stay
+	// open while this process lives.
+	LeaseTTL time.Duration
 
 	// MaxConns is the most PostgreSQL connections this process holds, all
 	// of them: the pacer's listener (none with PollOnly), the pacer's pool
@@ -214,6 +221,10 @@ type Config struct {
 	// MetricsMaxAge is how old the fleet-wide figures of /metrics and
 	// /status may be (see status.Cache). Default status.DefaultMaxAge.
 	MetricsMaxAge time.Duration
+	// TopKeys is how many keys per platform /metrics and /status name (the
+	// keys under the most pressure: held, slowed, open requests), which
+	// bounds the per-key series. 0: sources.DefaultTopKeys; negative: none.
+	TopKeys int
 
 	// Clock is what the worker sleeps and times on: the startup jitter and
 	// the scan loop (unless Poll.Clock is set), the heartbeat, the jobs'
@@ -254,6 +265,23 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// LeaseMargin is what the default LeaseTTL adds to the longest a slot can
+// stay open (its wait and its fetch): the report's round trip, a loaded
+// machine. MinLeaseTTL and MaxLeaseTTL bound a LeaseTTL given.
+const (
+	LeaseMargin = 5 * time.Second
+	MinLeaseTTL = time.Second
+	MaxLeaseTTL = time.Hour
+)
+
+// leaseTTL is LeaseTTL or its default.
+func (c Config) leaseTTL() time.Duration {
+	if c.LeaseTTL > 0 {
+		return c.LeaseTTL
+	}
+	return cmp.Or(c.MaxWait, DefaultMaxWait) + cmp.Or(c.HTTP.Timeout, fetch.DefaultTimeout) + LeaseMargin
+}
+
 // queueConfig is the River client's configuration.
 func (c Config) queueConfig(workers *river.Workers) queue.Config {
 	return queue.Config{
@@ -276,10 +304,14 @@ func (c Config) Validate() error {
 		return bad("SoftStop must be ≥ 0, got %s", c.SoftStop)
 	case c.MaxWait < 0 || c.MaxWait > MaxPacerWait:
 		return bad("MaxWait must be in [0, %s], got %s", MaxPacerWait, c.MaxWait)
+	case c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < MinLeaseTTL) || c.LeaseTTL > MaxLeaseTTL:
+		return bad("LeaseTTL must be in [%s, %s] (0: default), got %s", MinLeaseTTL, MaxLeaseTTL, c.LeaseTTL)
 	case c.Heartbeat < 0 || (c.Heartbeat > 0 && c.Heartbeat < MinHeartbeat) || c.Heartbeat > MaxHeartbeat:
 		return bad("Heartbeat must be in [%s, %s] (0: default), got %s", MinHeartbeat, MaxHeartbeat, c.Heartbeat)
 	case c.MinFleetSize < 0 || c.MinFleetSize > MaxFleetSize:
 		return bad("MinFleetSize must be in [1, %d] (0: default), got %d", MaxFleetSize, c.MinFleetSize)
+	case c.TopKeys > sources.MaxTopKeys:
+		return bad("TopKeys must be at most %d, got %d", sources.MaxTopKeys, c.TopKeys)
 	case c.MetricsMaxAge < 0:
 		return bad("MetricsMaxAge must be > 0 (0: default), got %s", c.MetricsMaxAge)
 	case c.Pooler != "" && c.Pooler != string(dbconn.PoolerAuto) && c.Pooler != string(dbconn.PoolerNone) && c.Pooler != string(dbconn.PoolerTransaction):
@@ -534,6 +566,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: pollOnly,
+		LeaseTTL:       cfg.leaseTTL(),
 		ConnectTimeout: cfg.ConnectTimeout, Latch: PacerLatch, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
@@ -557,7 +590,9 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		rt.closers = append(rt.closers, closer(h.CloseIdleConnections))
 		fetcher = h
 	}
-	rt.metrics = NewMetrics(status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock), rt.pacer, rt.recorder, cfg.Logger)
+	state := status.NewCache(rt.pool, cfg.MetricsMaxAge, cfg.Clock)
+	state.TopKeys = cfg.TopKeys
+	rt.metrics = NewMetrics(state, rt.pacer, rt.recorder, cfg.Logger)
 	var jobPacer Pacer = rt.pacer
 	if cfg.WrapPacer != nil {
 		jobPacer = cfg.WrapPacer(rt.pacer)

@@ -174,7 +174,7 @@ type PacerResult struct {
 const pacerBenchUpsertSQL = `
 INSERT INTO fleetpace_pace AS s (platform, cursor_at)
 VALUES ($1, date_part('epoch', clock_timestamp()))
-ON CONFLICT (platform) DO UPDATE SET cursor_at = GREATEST(s.cursor_at, EXCLUDED.cursor_at) + 0.000001
+ON CONFLICT (platform, key) DO UPDATE SET cursor_at = GREATEST(s.cursor_at, EXCLUDED.cursor_at) + 0.000001
 RETURNING s.cursor_at`
 
 // Pacer runs the pacer benchmark: latency and throughput of SELECT 1 (the

@@ -441,3 +441,60 @@ each worker's resident memory after the first minute and at the end.`,
 	zeroIsDefault(f, "workers", "concurrency", "platforms", "rate", "burst", "sources", "interval", "duration")
 	return cmd
 }
+
+func (a *app) benchKeysCmd() *cobra.Command {
+	var (
+		cfg    bench.KeysConfig
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "Nested limits: reservations of a key + its platform vs the platform alone, idle key rows, the whole path with thousands of keys",
+		Long: `Measures, side by side in one run:
+
+  - reservations of a key and its platform (one statement) against
+    reservations of the platform alone: p50 of one caller and throughput of
+    --callers, medians of --runs (targets: p50 ≤ 1.3 ×, throughput ≥ 0.8 ×);
+  - idle key rows: the database's bytes per 1,000 (--idle-keys rows made
+    as first uses make them), and their pruning with an idle expiry of
+    --idle as the scan tick prunes (none before it; all soon after);
+  - the whole path: --workers worker processes, --keys keys at --key-rate
+    (burst 1) under a platform at --rate, for --duration (targets: ≥ 0.95 ×
+    the platform's rate delivered, no 1-s window over rate + burst, and no
+    key over its rate + burst in any 1-s window at the destination);
+    --skip-path leaves it out.
+
+It prints the machine's load average: on a busy machine the figures are
+not comparable.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return a.runBench(cmd.Context(), asJSON, func(_ *pgxpool.Pool, url string) (benchResult, error) {
+				cfg.DatabaseURL = url
+				cfg.Progress = a.stderr
+				cfg.Logger = a.logger
+				return bench.Keys(cmd.Context(), cfg)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultKeysRuns, "runs of the reservation measurements; medians are reported")
+	f.IntVar(&cfg.Samples, "samples", bench.DefaultKeysSamples, "round trips of each kind per run for the p50")
+	f.DurationVar(&cfg.ThroughputDuration, "throughput-duration", bench.DefaultKeysThroughput, "length of each throughput measurement")
+	f.IntVar(&cfg.Callers, "callers", bench.DefaultKeysCallers, "concurrent callers of the throughput measurement")
+	f.IntVar(&cfg.IdleKeys, "idle-keys", bench.DefaultKeysIdleKeys, "key rows made for the memory measurement")
+	f.DurationVar(&cfg.Idle, "idle", bench.DefaultKeysIdle, "idle expiry the key rows are pruned with (the scan tick's is 10m)")
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultKeysWorkers, "worker processes of the whole path")
+	f.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultKeysConcurrency, "each worker's --concurrency")
+	f.IntVar(&cfg.Keys, "keys", bench.DefaultKeysKeys, "keys of the whole path")
+	f.Float64Var(&cfg.KeyRate, "key-rate", bench.DefaultKeysKeyRate, "each key's rate, requests/s (burst 1)")
+	f.Float64Var(&cfg.Rate, "rate", bench.DefaultKeysRate, "the platform's rate, requests/s (burst rate / 50)")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultKeysDuration, "length of the whole path (the first 8 s and the last second are not counted)")
+	f.BoolVar(&cfg.SkipPath, "skip-path", false, "leave the whole path out")
+	f.StringVar(&cfg.Executable, "worker-bin", "", "run the workers from this fleetpace binary (default: this one)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	zeroIsDefault(f, "runs", "samples", "throughput-duration", "callers", "idle-keys", "idle", "workers", "concurrency", "keys", "key-rate", "rate", "duration")
+	return cmd
+}

@@ -104,6 +104,10 @@ func (a *app) platformsCmd() *cobra.Command {
 				"rate-limit-headers": func() { u.UseHeaders = &headers },
 				"respace":            func() { u.Respace = &respace },
 				"adapt":              func() { u.Adapt = &p.Adapt },
+				"key-rate":           func() { u.KeyRate = &p.KeyRate },
+				"key-burst":          func() { u.KeyBurst = &p.KeyBurst },
+				"max-in-flight":      func() { u.MaxInFlight = &p.MaxInFlight },
+				"key-max-in-flight":  func() { u.KeyMaxInFlight = &p.KeyMaxInFlight },
 			} {
 				if f.Changed(flag) {
 					set()
@@ -129,9 +133,9 @@ func (a *app) platformsCmd() *cobra.Command {
 					adapting = fmt.Sprintf("adapt multiplier (backoff ×%g, recovery ÷%g per %d clean, probe %v)",
 						saved.BackoffFactor, saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe)
 				}
-				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, %s, rate-limit headers %v, respace %v\n",
+				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, %s, rate-limit headers %v, respace %v%s\n",
 					saved.Name, verb, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, adapting,
-					!saved.IgnoreHeaders, !saved.NoRespace)
+					!saved.IgnoreHeaders, !saved.NoRespace, fmtNested(saved))
 				return nil
 			})
 		},
@@ -148,6 +152,10 @@ func (a *app) platformsCmd() *cobra.Command {
 	f.BoolVar(&probe, "probe", true, "recover carefully: stop just short of where the last pressure began, then climb in small steps (false: the plain schedule)")
 	f.BoolVar(&headers, "rate-limit-headers", true, "pace the fleet by the destination's RateLimit / X-RateLimit-* headers (Retry-After is always honoured)")
 	f.BoolVar(&respace, "respace", true, "on a slow-down, re-space slots already granted, fleet-wide, at once (false: a benchmark baseline)")
+	f.Float64Var(&p.KeyRate, "key-rate", 0, fmt.Sprintf("each key's ceiling in requests per second, fleet-wide, under the platform's (0: none; else %g to %g; `keys set` overrides single keys)", sources.MinRate, sources.MaxRate))
+	f.IntVar(&p.KeyBurst, "key-burst", sources.DefaultBurst, fmt.Sprintf("each key's burst under --key-rate (1 to %d)", sources.MaxBurst))
+	f.IntVar(&p.MaxInFlight, "max-in-flight", 0, fmt.Sprintf("most requests open at once to the platform, fleet-wide (0: no cap; up to %d); a crashed worker's requests count until their lease expires", sources.MaxInFlight))
+	f.IntVar(&p.KeyMaxInFlight, "key-max-in-flight", 0, fmt.Sprintf("most requests open at once per key, fleet-wide (0: no cap; up to %d)", sources.MaxInFlight))
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -163,10 +171,11 @@ func (a *app) platformsCmd() *cobra.Command {
 					return writeJSON(a.stdout, ps)
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tBACKOFF\tRECOVERY\tDECAY AFTER\tPROBE\tHEADERS")
+				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tBACKOFF\tRECOVERY\tDECAY AFTER\tPROBE\tHEADERS\tKEY RATE/S\tKEY BURST\tMAX IN FLIGHT\tKEY MAX IN FLIGHT")
 				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t×%g\t÷%g\t%d\t%v\t%v\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown,
-						p.MaxMultiplier, p.BackoffFactor, p.RecoveryFactor, p.DecayAfter, !p.NoProbe, !p.IgnoreHeaders)
+					fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t×%g\t÷%g\t%d\t%v\t%v\t%s\t%d\t%s\t%s\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown,
+						p.MaxMultiplier, p.BackoffFactor, p.RecoveryFactor, p.DecayAfter, !p.NoProbe, !p.IgnoreHeaders,
+						zeroDash(p.KeyRate), p.KeyBurst, zeroDash(p.MaxInFlight), zeroDash(p.KeyMaxInFlight))
 				}
 				return tw.Flush()
 			})
@@ -183,13 +192,41 @@ var platformFlags = map[string]string{
 	"name": "NAME", "rate_per_sec": "--rate", "burst": "--burst", "cooldown": "--cooldown",
 	"max_multiplier": "--max-multiplier", "decay_after": "--decay-after",
 	"backoff_factor": "--backoff-factor", "recovery_factor": "--recovery-factor", "adapt": "--adapt",
+	"key_rate": "--key-rate", "key_burst": "--key-burst", "max_in_flight": "--max-in-flight", "key_max_in_flight": "--key-max-in-flight",
+}
+
+// fmtNested is what `platforms set` says of a platform's nested limits
+// ("" when it has none).
+func fmtNested(p sources.Platform) string {
+	var parts []string
+	if p.KeyRate > 0 {
+		parts = append(parts, fmt.Sprintf("per key %g/s burst %d", p.KeyRate, p.KeyBurst))
+	}
+	if p.MaxInFlight > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d in flight", p.MaxInFlight))
+	}
+	if p.KeyMaxInFlight > 0 {
+		parts = append(parts, fmt.Sprintf("at most %d in flight per key", p.KeyMaxInFlight))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(parts, ", ")
+}
+
+// zeroDash prints 0 (no limit) as "-".
+func zeroDash[N int | float64](n N) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
 }
 
 // sourceFlags names the flags of `sources` commands by the fields of their
 // validation errors.
 var sourceFlags = map[string]string{
 	"platform": "--platform", "url": "--url", "interval": "--interval", "limit": "--limit", "format": "--format",
-	"outcome": "--outcome", "min_failures": "--failing",
+	"outcome": "--outcome", "min_failures": "--failing", "key": "--key",
 }
 
 // sourceError renames the field of a sources validation error to its flag
@@ -236,6 +273,7 @@ func (a *app) sourcesCmd() *cobra.Command {
 	add.Flags().StringVar(&ns.Platform, "platform", "", "platform name (required)")
 	add.Flags().StringVar(&ns.URL, "url", "", fmt.Sprintf("absolute http or https URL, at most %d bytes (required)", sources.MaxURLBytes))
 	add.Flags().DurationVar(&ns.Interval, "interval", sources.DefaultInterval, fmt.Sprintf("how often to check the source (%s to %s)", sources.MinInterval, sources.MaxInterval))
+	add.Flags().StringVar(&ns.Key, "key", "", fmt.Sprintf("what the platform limits separately (an account, a token's name — never the secret itself; at most %d bytes; default none)", sources.MaxKeyBytes))
 
 	var (
 		format      string
@@ -243,10 +281,12 @@ func (a *app) sourcesCmd() *cobra.Command {
 	)
 	imp := &cobra.Command{
 		Use:   "import FILE",
-		Short: "Import sources from CSV (header: platform,url[,interval]) or JSON lines; all or nothing",
+		Short: "Import sources from CSV (header: platform,url[,interval][,key]) or JSON lines; all or nothing",
 		Long: `Import sources from a CSV file with a header line naming the columns platform,
-url and optionally interval (a duration such as 30m), or from JSON lines
-({"platform":"p","url":"https://…","interval":"30m"}). "-" reads stdin.
+url and optionally interval (a duration such as 30m) and key (what the
+platform limits separately: an account, a token's name), or from JSON lines
+({"platform":"p","url":"https://…","interval":"30m","key":"acct-1"}). "-"
+reads stdin.
 
 The import is all or nothing: every bad line is reported with its line
 number and nothing is written. Sources already present (same platform and
@@ -298,6 +338,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		filter  sources.ListFilter
 		failing int
 		asJSON  bool
+		key     string
 	)
 	list := &cobra.Command{
 		Use:   "list",
@@ -310,6 +351,9 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 					return err
 				}
 				filter.MinFailures = n
+			}
+			if cmd.Flags().Changed("key") {
+				filter.Key = &key
 			}
 			if err := filter.Validate(); err != nil {
 				return fmt.Errorf("sources list: %w", renameField(err, sourceFlags))
@@ -326,7 +370,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 					return writeJSON(a.stdout, list)
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tPLATFORM\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL\tREASON")
+				fmt.Fprintln(tw, "ID\tPLATFORM\tKEY\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL\tREASON")
 				for _, s := range list {
 					reason := "-"
 					if s.LastError != nil && s.LastOutcome != nil && (*s.LastOutcome == sources.OutcomeFailed || *s.LastOutcome == sources.OutcomeRateLimited) {
@@ -336,7 +380,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 					if !s.Enabled {
 						enabled = " (disabled)"
 					}
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s%s\t%s\n", s.ID, s.Platform, s.Interval,
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%v\t%s%s\t%s\n", s.ID, s.Platform, orDash(showKey(s.Key)), s.Interval,
 						fmtTime(s.LastCheckedAt), fmtInt(s.LastStatus), fmtStr(s.LastOutcome), s.ConsecutiveFailures, s.QueuedAt != nil,
 						s.URL, enabled, reason)
 				}
@@ -349,6 +393,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, fmt.Sprintf("at most this many (up to %d)", sources.MaxListLimit))
 	list.Flags().IntVar(&failing, "failing", 0, fmt.Sprintf("only sources failing more than N times in a row (0: failing now; up to %d)", sources.MaxFailures-1))
 	list.Flags().StringVar(&filter.Outcome, "outcome", "", "only sources whose last outcome is this: "+strings.Join(sources.Outcomes, ", "))
+	list.Flags().StringVar(&key, "key", "", "only sources of this key (--key '': those without one)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
 	remove := &cobra.Command{

@@ -209,6 +209,9 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "source\t%d\n", s.ID)
 	fmt.Fprintf(tw, "platform\t%s\n", s.Platform)
+	if s.Key != "" {
+		fmt.Fprintf(tw, "key\t%s\n", showKey(s.Key))
+	}
 	fmt.Fprintf(tw, "url\t%s\n", s.URL)
 	fmt.Fprintf(tw, "interval\t%s\n", s.Interval)
 	fmt.Fprintf(tw, "enabled\t%v\n", s.Enabled)

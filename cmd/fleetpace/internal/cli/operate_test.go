@@ -128,7 +128,7 @@ func TestPlatformsSetPartial(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 3, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier, KeyBurst: 1}
 	if len(ps) != 1 || ps[0] != want {
 		t.Fatalf("after --burst 3: %+v, want %+v", ps, want)
 	}

@@ -34,6 +34,7 @@ func (a *app) statusCmd() *cobra.Command {
 		asJSON   bool
 		watch    bool
 		interval time.Duration
+		topKeys  int
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -55,9 +56,15 @@ snapshots otherwise; Ctrl-C stops it.`,
 			if interval < MinWatchInterval || interval > MaxWatchInterval {
 				return usagef("--interval: must be in [%s, %s], got %s", MinWatchInterval, MaxWatchInterval, interval)
 			}
+			if topKeys < 0 || topKeys > sources.MaxTopKeys {
+				return usagef("--top-keys: must be in [0, %d], got %d", sources.MaxTopKeys, topKeys)
+			}
+			if topKeys == 0 {
+				topKeys = -1 // none (ReadTop's 0 is the default)
+			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
 				show := func() error {
-					rep, err := status.Read(cmd.Context(), pool)
+					rep, err := status.ReadTop(cmd.Context(), pool, topKeys)
 					if err != nil {
 						return dbError(err)
 					}
@@ -76,6 +83,7 @@ snapshots otherwise; Ctrl-C stops it.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (durations in seconds, under keys ending in _s)")
 	cmd.Flags().BoolVar(&watch, "watch", false, "refresh until Ctrl-C")
 	cmd.Flags().DurationVar(&interval, "interval", DefaultWatchInterval, fmt.Sprintf("with --watch: time between refreshes (%s to %s)", MinWatchInterval, MaxWatchInterval))
+	cmd.Flags().IntVar(&topKeys, "top-keys", sources.DefaultTopKeys, fmt.Sprintf("keys under the most pressure shown per platform (held, slowed, open requests; 0 to %d)", sources.MaxTopKeys))
 	return cmd
 }
 
@@ -145,6 +153,41 @@ func writeStatus(w io.Writer, rep *status.Report) error {
 			}
 			fmt.Fprintf(w, "  %s: %s\n", p.Name, c)
 			writeDetail(w, "      ", c)
+		}
+	}
+	return writeKeys(w, rep)
+}
+
+// writeKeys writes, for each platform with keys in use or a cap on open
+// requests, its keys in aggregate and its top keys under pressure.
+func writeKeys(w io.Writer, rep *status.Report) error {
+	header := false
+	for _, p := range rep.Platforms {
+		k := p.Keys
+		if k == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nkeys (per platform: in use, held, slowed, open requests; the top keys under pressure):")
+			header = true
+		}
+		inFlight := fmt.Sprintf("%d", k.InFlight)
+		if p.MaxInFlight > 0 {
+			inFlight += fmt.Sprintf(", platform %d/%d", k.PlatformInFlight, p.MaxInFlight)
+		}
+		fmt.Fprintf(w, "  %s: %d in use, %d held, %d slowed, in flight %s\n", p.Name, k.InUse, k.Held, k.Slowed, inFlight)
+		for _, t := range k.Top {
+			var parts []string
+			if t.Hold > 0 {
+				parts = append(parts, "held "+roundDur(t.Hold))
+			}
+			if t.Slowed {
+				parts = append(parts, fmt.Sprintf("slowed to %.3g/s of %g/s", t.EffectiveRate, t.Rate))
+			}
+			if t.InFlight > 0 {
+				parts = append(parts, fmt.Sprintf("%d in flight", t.InFlight))
+			}
+			fmt.Fprintf(w, "    %s: %s\n", showKey(t.Key), strings.Join(parts, ", "))
 		}
 	}
 	return nil

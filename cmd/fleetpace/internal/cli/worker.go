@@ -15,6 +15,7 @@ import (
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
@@ -42,11 +43,12 @@ func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
 	f.DurationVar(&c.JobTimeout, "job-timeout", queue.DefaultJobTimeout, "bound on one fetch job (River's job timeout)")
 	f.DurationVar(&c.RescueAfter, "rescue-after", queue.DefaultRescueAfter, "a job running this long counts as abandoned by a dead worker and runs again (River's leader checks every 30 s, so rescue takes up to 30 s more)")
 	f.DurationVar(&c.MaxWait, "max-pacer-wait", worker.DefaultMaxWait, "longest pacer wait a job sleeps through; longer waits snooze the job")
+	f.DurationVar(&c.LeaseTTL, "lease-ttl", 0, fmt.Sprintf("on platforms that cap open requests (--max-in-flight), how long a killed worker's open requests still count (0: --max-pacer-wait + --fetch-timeout + %s; %s to %s)", worker.LeaseMargin, worker.MinLeaseTTL, worker.MaxLeaseTTL))
 	f.IntVar(&c.MinFleetSize, "min-fleet-size", worker.DefaultMinFleetSize, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
 	f.IntVar(&c.MaxConns, "max-conns", worker.DefaultMaxConns, "PostgreSQL connections this process holds at most, every pool and listener included (size the server: workers × this ≤ max_connections, or use PgBouncer)")
 	f.BoolVar(&c.RecorderAsyncCommit, "recorder-async-commit", false, "record checks with synchronous_commit off: faster on a database whose commits wait for the disk or a synchronous standby; a check lost in a crash or failover is fetched again (default: the server's setting)")
 	f.BoolVar(&c.PollOnly, "poll-only", false, "no LISTEN at all (for PgBouncer in transaction mode): the pacer learns of slow-downs at its next reservation instead of within milliseconds; saves a connection (River always polls)")
-	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns")
+	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns", "lease-ttl")
 	addFetchFlags(f, &c.HTTP)
 }
 
@@ -142,6 +144,12 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 			if jitter == 0 {
 				cfg.Poll.JitterRatio = poller.NoJitter
 			}
+			switch {
+			case cfg.TopKeys < 0 || cfg.TopKeys > sources.MaxTopKeys:
+				return usagef("--top-keys: must be in [0, %d], got %d", sources.MaxTopKeys, cfg.TopKeys)
+			case cfg.TopKeys == 0:
+				cfg.TopKeys = -1 // none (worker.Config's 0 is the default)
+			}
 			if err := a.workerConfig(cmd, &cfg); err != nil {
 				return err
 			}
@@ -164,6 +172,7 @@ SIGTERM or SIGINT: stop taking jobs, let running fetches finish within
 	f.Float64Var(&jitter, "poll-jitter", poller.DefaultJitterRatio, "scan loop: every sleep is multiplied by U[1-j, 1+j] (0 disables)")
 	f.DurationVar(&startupJitter, "startup-jitter", 0, "sleep U[0, this] before starting (default: --poll-max; 0 disables)")
 	f.BoolVar(&cfg.DisableScan, "no-scan", false, "do not run the scan loop (when fleetpace scan runs from cron or a timer)")
+	f.IntVar(&cfg.TopKeys, "top-keys", sources.DefaultTopKeys, fmt.Sprintf("keys per platform named by /metrics and /status: those under the most pressure (held, slowed, open requests; 0 to %d; bounds the per-key series)", sources.MaxTopKeys))
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", worker.DefaultHeartbeat, "how often this worker announces itself (fleet size for degraded pacing)")
 	addBenchLocalPacer(f, &cfg)
 	return cmd
