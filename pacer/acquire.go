@@ -112,11 +112,12 @@ func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string,
 			return res, err
 		}
 		if !res.Granted {
-			if (res.Retry || res.Degraded && !res.Paused) && res.Wait <= left {
+			if !res.Paused && res.Wait <= left {
 				// Denied for a moment (the key's next slot, an open-request
-				// cap), or no rate known while the database is unreachable:
-				// ask again after the wait, as Wait does.
-				if err := clock.Sleep(ctx, c, res.Wait); err != nil {
+				// cap, a key's hold that ends within the wait, no rate known
+				// while the database is unreachable): ask again after the
+				// wait, as Wait does.
+				if err := clock.Sleep(ctx, c, max(res.Wait, time.Millisecond)); err != nil {
 					return res, fmt.Errorf("pacer: acquire %s: %w", platform, err)
 				}
 				continue

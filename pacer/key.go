@@ -243,21 +243,111 @@ func (p *Pacer) giveBackKey(st *localState) {
 
 // AcquireKey is Acquire for a request of platform's key (ReserveKey); key
 // "" is Acquire.
+//
+// A process's callers of one key take turns: while one waits for the key's
+// next slot (a Retry: nothing is booked for it), the others queue behind it
+// rather than each waiting for the same slot and racing for it; a caller
+// that would queue longer than maxWait (the callers ahead × the key's
+// spacing) is denied at once with that wait — a River job snoozes instead
+// of holding a worker a hot key's queue would keep busy, and other keys'
+// jobs get the workers.
 func (p *Pacer) AcquireKey(ctx context.Context, platform, key string, maxWait time.Duration) (Reservation, error) {
-	return AcquireFrom(ctx, keySlotter{p, key}, p.clock, platform, maxWait)
+	if key == "" {
+		return p.Acquire(ctx, platform, maxWait)
+	}
+	k := &keySlotter{p: p, key: key, turn: p.keyTurn(rowName(platform, key))}
+	defer k.done()
+	return AcquireFrom(ctx, k, p.clock, platform, maxWait)
 }
 
-// keySlotter reserves for one key.
+// keyTurn is one key's turnstile in this process: turn is held by the
+// caller whose turn it is to reserve; users counts the callers holding or
+// waiting for it (under Pacer.mu; the entry goes when it is 0).
+type keyTurn struct {
+	row   string
+	turn  chan struct{}
+	users int
+}
+
+// keyTurn returns row's turnstile, counting the caller in.
+func (p *Pacer) keyTurn(row string) *keyTurn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.turns[row]
+	if t == nil {
+		t = &keyTurn{row: row, turn: make(chan struct{}, 1)}
+		p.turns[row] = t
+	}
+	t.users++
+	return t
+}
+
+// keySlotter reserves for one key, in its turn.
 type keySlotter struct {
-	p   *Pacer
-	key string
+	p    *Pacer
+	key  string
+	turn *keyTurn
+	held bool // this caller holds the turn
 }
 
-func (k keySlotter) Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
-	return k.p.ReserveKey(ctx, platform, k.key, maxWait)
+func (k *keySlotter) Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
+	row := rowName(platform, k.key)
+	if !k.held {
+		if w := k.queueWait(row); w > maxWait {
+			k.p.denied.Add(1)
+			return Reservation{Platform: platform, Key: k.key, Wait: w}, nil
+		}
+		t := k.p.clock.NewTimer(maxWait)
+		select {
+		case k.turn.turn <- struct{}{}:
+			t.Stop()
+			k.held = true
+		case <-t.Chan():
+			k.p.denied.Add(1)
+			return Reservation{Platform: platform, Key: k.key, Wait: max(k.queueWait(row), maxWait+time.Millisecond)}, nil
+		case <-ctx.Done():
+			t.Stop()
+			return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, ctx.Err())
+		}
+	}
+	res, err := k.p.ReserveKey(ctx, platform, k.key, maxWait)
+	if err != nil || !res.Retry {
+		k.release() // granted, or denied for longer: the next caller's turn
+	}
+	return res, err
 }
 
-func (k keySlotter) Sleep(ctx context.Context, res *Reservation) error { return k.p.Sleep(ctx, res) }
+// queueWait is how long the callers ahead of this one will take at the
+// key's spacing (0: unknown yet).
+func (k *keySlotter) queueWait(row string) time.Duration {
+	k.p.mu.Lock()
+	defer k.p.mu.Unlock()
+	ahead := k.turn.users - 1
+	st := k.p.local[row]
+	if ahead <= 0 || st == nil || st.interval <= 0 {
+		return 0
+	}
+	return secondsToDuration(float64(ahead) * st.interval)
+}
+
+func (k *keySlotter) release() {
+	if k.held {
+		k.held = false
+		<-k.turn.turn
+	}
+}
+
+// done releases the turn if held and counts the caller out.
+func (k *keySlotter) done() {
+	k.release()
+	k.p.mu.Lock()
+	defer k.p.mu.Unlock()
+	if k.turn.users--; k.turn.users == 0 {
+		delete(k.p.turns, k.turn.row)
+	}
+}
+
+func (k *keySlotter) Sleep(ctx context.Context, res *Reservation) error { return k.p.Sleep(ctx, res) }
 
 // release gives back res's lease, if it took one (rows that cap open
 // requests), at once: a report waits for no batch to do it. When the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -232,5 +233,122 @@ func TestPruneIdleKeys(t *testing.T) {
 	}
 	if r, err := p.ReserveKey(ctx, "pk", "old", time.Minute); err != nil || !r.Granted {
 		t.Fatalf("the pruned key again: %+v %v", r, err)
+	}
+}
+
+// A process's callers of one hot key take turns: with the key at 2/s and a
+// bound of 1 s, of six callers at once two can be served within the bound
+// behind the one whose turn it is; the other three are denied at once (a
+// River job snoozes instead of holding a worker), without waiting and
+// without a round trip each. The ones served get the key's slots 500 ms
+// apart. Another key is served meanwhile at once.
+func TestHotKeyCallersTakeTurns(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "hk", rate: 100, adapt: "estimate"})
+	setKeyLimits(t, pool, "hk", 2, 1, 0, 0)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	if r, err := p.AcquireKey(ctx, "hk", "hot", time.Second); err != nil || !r.Granted {
+		t.Fatalf("the first: %+v %v", r, err)
+	}
+	type result struct {
+		r   Reservation
+		err error
+	}
+	results := make(chan result, 6)
+	for range 6 {
+		go func() {
+			r, err := p.AcquireKey(ctx, "hk", "hot", time.Second)
+			results <- result{r, err}
+		}()
+	}
+	denied := 0
+	for denied < 3 {
+		var res result
+		select {
+		case res = <-results:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d callers denied at once, want 3: the others wait in line past their bound", denied)
+		}
+		var we *WaitError
+		if !errors.As(res.err, &we) || we.Wait < time.Second {
+			t.Fatalf("a caller served before the clock moved: %+v %v, want three denied at once for ≥ 1 s", res.r, res.err)
+		}
+		denied++
+	}
+	if r, err := p.ReserveKey(ctx, "hk", "cold", time.Second); err != nil || !r.Granted || r.Wait > 20*time.Millisecond {
+		t.Fatalf("another key meanwhile: %+v %v, want served at once", r, err)
+	}
+	done := make(chan result, 3)
+	go func() {
+		for range 3 {
+			done <- <-results
+		}
+	}()
+	var slots []time.Time
+	for res := range stepUntil(t, clk, 3, 10*time.Millisecond, done) {
+		if res.err != nil {
+			var we *WaitError
+			if errors.As(res.err, &we) {
+				continue // the last in line may find the turn past its bound
+			}
+			t.Fatal(res.err)
+		}
+		slots = append(slots, res.r.Slot)
+	}
+	if len(slots) < 2 {
+		t.Fatalf("%d of the queued callers served within the bound, want 2 or 3", len(slots))
+	}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i].Sub(slots[i-1]); gap < 490*time.Millisecond {
+			t.Errorf("slots %v apart, want the key's spacing (500 ms)", gap)
+		}
+	}
+	p.mu.Lock()
+	left := len(p.turns)
+	p.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d turnstiles left after every caller returned", left)
+	}
+}
+
+// A held key's caller whose bound reaches past the hold waits it out and
+// is served (Transport's callers wait by default; they do not fail at
+// once); one whose bound ends before is denied with the hold's wait.
+func TestHeldKeyWaitsWithinItsBound(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "hw", rate: 100, adapt: "estimate"})
+	setKeyLimits(t, pool, "hw", 10, 1, 0, 0)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	r, err := p.ReserveKey(ctx, "hw", "k", time.Minute)
+	if err != nil || !r.Granted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, err := p.Report(ctx, "hw", r, Feedback{Kind: Pressure, RetryAfter: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	var we *WaitError
+	if _, err := p.AcquireKey(ctx, "hw", "k", time.Second); !errors.As(err, &we) || we.Wait < 1900*time.Millisecond {
+		t.Fatalf("a bound short of the hold: %v, want a WaitError of ~2 s", err)
+	}
+	done := make(chan Reservation, 1)
+	go func() {
+		r, err := p.AcquireKey(ctx, "hw", "k", time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	start := clk.Now()
+	for r := range stepUntil(t, clk, 1, 50*time.Millisecond, done) {
+		if !r.Granted || clk.Now().Sub(start) < 1900*time.Millisecond {
+			t.Fatalf("served %s into a 2-s hold: %+v", clk.Now().Sub(start), r)
+		}
 	}
 }

@@ -71,6 +71,10 @@ const (
 	ScopePlatform
 )
 
+// ScopeFor is whose limit f speaks of for the request of res: ScopeKey or
+// ScopePlatform (never ScopeAuto).
+func (f Feedback) ScopeFor(res Reservation) Scope { return f.scope(res) }
+
 // scope decides whose limit f speaks of for res.
 func (f Feedback) scope(res Reservation) Scope {
 	switch {

@@ -63,6 +63,7 @@ type Pacer struct {
 
 	mu      sync.Mutex
 	local   map[string]*localState
+	turns   map[string]*keyTurn      // per key row: its callers' turnstile (AcquireKey)
 	pending map[string]*pendingClean // clean reports not sent yet
 	closing bool                     // Close has begun: no new clean-report timers
 	closed  bool                     // Close has flushed: nothing more is sent
@@ -155,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 			return nil, fmt.Errorf("pacer: Config.DatabaseURL: %w", err)
 		}
 	}
-	p := &Pacer{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, local: map[string]*localState{}, pending: map[string]*pendingClean{},
+	p := &Pacer{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, local: map[string]*localState{}, turns: map[string]*keyTurn{}, pending: map[string]*pendingClean{},
 		latch: latch{clock: cfg.Clock, period: cfg.Latch}, tuning: defaultTuning(cfg.LateBudget)}
 	p.tune = p.tuning.array()
 	p.fleet.Store(1)

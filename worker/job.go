@@ -273,7 +273,11 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		check.Error = r.Reason // every check that is not OK says why
 	}
 	w.logOutcome(args, outcome, r)
-	if outcome != fetch.RateLimited {
+	// A key's stop is the key's: the pacer holds the key fleet-wide (its
+	// Retry-After, at most a day) and the platform's other keys go on; a
+	// platform's stop cools the whole platform down.
+	keyStop := outcome == fetch.RateLimited && out.Kind == pacer.Pressure && out.ScopeFor(res) == pacer.ScopeKey
+	if outcome != fetch.RateLimited || keyStop {
 		// Without a Recorder: one autocommit statement, then River completes
 		// the job in its batched completer; should the process die in
 		// between, the job is rescued and the source fetched once more. With
