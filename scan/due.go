@@ -49,7 +49,18 @@ type DueOptions struct {
 // scan`, which times and explains it apart from the rest of a tick (a tick
 // runs the same statements, through the same code), and for the tests;
 // nothing in the worker uses it.
-type DueQuery struct{ args dueArgs }
+type DueQuery struct {
+	args  dueArgs
+	stats DueStats
+}
+
+// DueStats tells what the last run of a DueQuery read.
+type DueStats struct {
+	Statements int `json:"statements"` // statements run (the refresh included)
+	Candidates int `json:"candidates"` // platforms read in the order of their heads
+	Keys       int `json:"keys"`       // keys' heads read
+	Sources    int `json:"sources"`    // due sources read past keys' heads
+}
 
 // PrepareDue works out the due query's arguments for opts in tx. Like a
 // tick, it takes the tick lock (waiting for a tick in progress) and sets
@@ -73,13 +84,16 @@ func PrepareDue(ctx context.Context, tx pgx.Tx, opts DueOptions) (*DueQuery, err
 // starve the others. The order is fair order across platforms (see
 // selectDue).
 func (q *DueQuery) Run(ctx context.Context, tx pgx.Tx) ([]Due, error) {
-	return selectDue(ctx, tx, q.args)
+	q.stats = DueStats{}
+	return selectDue(ctx, tx, q.args, &q.stats)
 }
+
+// Stats tells what the last Run read.
+func (q *DueQuery) Stats() DueStats { return q.stats }
 
 // Explain brings the heads up to date and returns the plans of the due
 // query's statements as EXPLAIN (ANALYZE, BUFFERS) prints them (they run):
-// the refresh of the keys' heads, the candidates and the first round of
-// reads.
+// the refresh of the heads, the candidates and the first round of reads.
 func (q *DueQuery) Explain(ctx context.Context, tx pgx.Tx) (string, error) {
 	var out []string
 	explain := func(name, sql string, args ...any) error {
@@ -94,34 +108,14 @@ func (q *DueQuery) Explain(ctx context.Context, tx pgx.Tx) (string, error) {
 		out = append(out, name+":", strings.Join(lines, "\n"))
 		return nil
 	}
-	// The keys' refresh runs once to learn which platforms it touches (in
-	// a savepoint, rolled back), then again under EXPLAIN.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return "", fmt.Errorf("due: explain: %w", err)
-	}
-	rows, err := sp.Query(ctx, refreshSQL)
-	if err != nil {
-		return "", fmt.Errorf("due: refresh: %w", err)
-	}
-	platforms, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", fmt.Errorf("due: refresh: %w", err)
-	}
-	if err := sp.Rollback(ctx); err != nil {
-		return "", fmt.Errorf("due: explain: %w", err)
-	}
-	if err := explain("refresh (keys' heads)", refreshSQL); err != nil {
-		return "", err
-	}
-	if err := explain("refresh (platforms' heads)", refreshPlatformsSQL, platforms); err != nil {
+	if err := explain("refresh", refreshSQL); err != nil {
 		return "", err
 	}
 	if len(q.args.names) == 0 {
 		return strings.Join(out, "\n"), nil
 	}
 	r := newDueRun(q.args)
-	heads := []any{q.args.names, r.candAfter.fair, r.candAfter.ID, q.args.limit}
+	heads := []any{q.args.out, r.candAfter.fair, r.candAfter.ID, q.args.limit}
 	if err := explain("candidates", platformHeadsSQL, heads...); err != nil {
 		return "", err
 	}
@@ -140,6 +134,7 @@ type dueArgs struct {
 	limit  int
 	names  []string       // the platforms taking part, in name order
 	caps   map[string]int // their caps, at most limit
+	out    []string       // the platforms known to take no part
 	keyCap map[string]int // per platform, the cap of keys not in keyCaps
 	keys   map[KeyRef]int // single keys' caps
 }
@@ -152,6 +147,8 @@ func (a *dueArgs) add(name string, limit int) {
 	if limit > 0 {
 		a.names = append(a.names, name)
 		a.caps[name] = min(limit, a.limit)
+	} else {
+		a.out = append(a.out, name)
 	}
 }
 
@@ -195,17 +192,32 @@ func optionArgs(ctx context.Context, db sources.DBTX, opts DueOptions) (dueArgs,
 	if err != nil {
 		return dueArgs{}, fmt.Errorf("due: platforms: %w", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	type platform struct {
+		name    string
+		stopped bool
+	}
+	var platforms []platform
+	for rows.Next() {
+		var p platform
+		if err := rows.Scan(&p.name, &p.stopped); err != nil {
+			rows.Close()
+			return dueArgs{}, fmt.Errorf("due: platforms: %w", err)
+		}
+		platforms = append(platforms, p)
+	}
+	if err := rows.Err(); err != nil {
 		return dueArgs{}, fmt.Errorf("due: platforms: %w", err)
 	}
 	args := newDueArgs(opts.Limit)
-	for _, name := range names {
-		limit, ok := opts.Caps[name]
+	for _, p := range platforms {
+		limit, ok := opts.Caps[p.name]
 		if !ok {
 			limit = opts.DefaultCap
 		}
-		args.add(name, limit)
+		if p.stopped {
+			limit = 0
+		}
+		args.add(p.name, limit)
 	}
 	for p, c := range opts.KeyCap {
 		args.keyCap[p] = c
@@ -290,6 +302,7 @@ type dueRun struct {
 	candAfter dueRow // the place after which the next candidates come
 	candOpen  bool   // more candidates may follow
 	candRead  int    // candidates read
+	stats     *DueStats
 }
 
 func newDueRun(args dueArgs) *dueRun {
@@ -298,6 +311,7 @@ func newDueRun(args dueArgs) *dueRun {
 		byName:    map[string]*platformStream{},
 		candAfter: dueRow{Due: Due{ID: math.MinInt64}, fair: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}},
 		candOpen:  true,
+		stats:     &DueStats{},
 	}
 }
 
@@ -317,14 +331,16 @@ func newDueRun(args dueArgs) *dueRun {
 // platform not read yet after the last candidate's head; the rounds end
 // when none of those can come among the first limit. The caller holds the
 // tick lock.
-func selectDue(ctx context.Context, db sources.DBTX, args dueArgs) ([]Due, error) {
+func selectDue(ctx context.Context, db sources.DBTX, args dueArgs, stats *DueStats) ([]Due, error) {
 	if len(args.names) == 0 {
 		return nil, nil
 	}
 	if err := refresh(ctx, db); err != nil {
 		return nil, err
 	}
+	stats.Statements++
 	r := newDueRun(args)
+	r.stats = stats
 	if err := r.candidates(ctx, db); err != nil {
 		return nil, err
 	}
@@ -345,21 +361,25 @@ func selectDue(ctx context.Context, db sources.DBTX, args dueArgs) ([]Due, error
 	}
 }
 
-// refresh brings the keys' heads up to date, then their platforms'.
+// analyzeAfter is how many keys' rows a refresh adds or removes, at least,
+// before it analyzes fleetpace_platform_due: that many, and a tenth of
+// the rows the planner counts.
+const analyzeAfter = 1000
+
+// refresh brings the heads up to date (refreshSQL), and the planner's
+// statistics of them after a large change (analyzeDueSQL).
 func refresh(ctx context.Context, db sources.DBTX) error {
-	rows, err := db.Query(ctx, refreshSQL)
-	if err != nil {
+	var (
+		changed int64
+		tuples  float64
+	)
+	if err := db.QueryRow(ctx, refreshSQL).Scan(&changed, &tuples); err != nil {
 		return fmt.Errorf("due: refresh: %w", err)
 	}
-	platforms, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("due: refresh: %w", err)
-	}
-	if len(platforms) == 0 {
-		return nil
-	}
-	if _, err := db.Exec(ctx, refreshPlatformsSQL, platforms); err != nil {
-		return fmt.Errorf("due: refresh platforms: %w", err)
+	if changed >= analyzeAfter && float64(changed) > tuples/10 {
+		if _, err := db.Exec(ctx, analyzeDueSQL); err != nil {
+			return fmt.Errorf("due: analyze: %w", err)
+		}
 	}
 	return nil
 }
@@ -369,7 +389,7 @@ func refresh(ctx context.Context, db sources.DBTX) error {
 // of them bounds where the first limit sources can be), and schedules each
 // one's first read: a batch of its keys, its share of twice the limit.
 func (r *dueRun) candidates(ctx context.Context, db sources.DBTX) error {
-	rows, err := db.Query(ctx, platformHeadsSQL, r.args.names, r.candAfter.fair, r.candAfter.ID, r.args.limit)
+	rows, err := db.Query(ctx, platformHeadsSQL, r.args.out, r.candAfter.fair, r.candAfter.ID, r.args.limit)
 	if err != nil {
 		return fmt.Errorf("due: candidates: %w", err)
 	}
@@ -402,6 +422,8 @@ func (r *dueRun) candidates(ctx context.Context, db sources.DBTX) error {
 	}
 	r.candOpen = n == r.args.limit
 	r.candRead += n
+	r.stats.Statements++
+	r.stats.Candidates += n
 	batch := max(2, (2*r.args.limit+r.candRead-1)/max(r.candRead, 1))
 	for _, p := range fresh {
 		p.wantKeys = min(p.cap, batch)
@@ -461,6 +483,7 @@ func (r *dueRun) read(ctx context.Context, db sources.DBTX) error {
 	if err != nil {
 		return fmt.Errorf("due: %w", err)
 	}
+	r.stats.Statements++
 	type keyRows struct {
 		p    *platformStream
 		key  string
@@ -490,7 +513,9 @@ func (r *dueRun) read(ctx context.Context, db sources.DBTX) error {
 		if isHead {
 			h := row
 			kr.head = &h
+			r.stats.Keys++
 		} else {
+			r.stats.Sources++
 			kr.rows = append(kr.rows, row)
 		}
 	}

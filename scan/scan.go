@@ -173,7 +173,7 @@ func Tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	if err != nil {
 		return nil, err
 	}
-	due, err := selectDue(ctx, tx, args)
+	due, err := selectDue(ctx, tx, args, &DueStats{})
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
 	}
@@ -266,9 +266,11 @@ func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args d
 		switch {
 		case cooling:
 			res.CoolingDown = append(res.CoolingDown, name)
+			args.add(name, 0)
 			continue
 		case paused:
 			res.Paused = append(res.Paused, name)
+			args.add(name, 0)
 			continue
 		}
 		s := share(rate, queued)

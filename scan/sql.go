@@ -33,9 +33,9 @@ const tickLockSQL = `SELECT pg_advisory_xact_lock($1), ` + tickSettings
 // and compiling costs far more than the statements take to run.
 const tickSettings = `set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)`
 
-// platformNamesSQL lists the platforms that take new jobs now (neither
-// cooling down nor paused): DueOptions' platforms.
-var platformNamesSQL = `SELECT p.name FROM fleetpace_platform p WHERE NOT ` + sources.StoppedSQL("p.name") + ` ORDER BY p.name`
+// platformNamesSQL lists the platforms and whether each is stopped
+// (cooling down or paused): DueOptions' platforms.
+var platformNamesSQL = `SELECT p.name, ` + sources.StoppedSQL("p.name") + ` FROM fleetpace_platform p ORDER BY p.name`
 
 // planSQL reads, per platform, its rate, how many of its sources are
 // queued, whether it is cooling down, whether an operator paused it and its
@@ -82,35 +82,50 @@ JOIN fleetpace_platform p ON p.name = COALESCE(q.platform, l.platform)`
 // id), so a walk of one key from a place on is an index range.
 const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 
-// refreshSQL brings the keys' heads in fleetpace_platform_due up to date, in
-// one statement: it consumes the change log, lowers valid_until for keys
-// whose sources fall due later, and recomputes the head of every key whose
-// head may have moved (a change due now, or valid_until passed). A
-// recomputation reads the key's first source in fair order; only when that
-// one is not due does it walk on to the first due one and take the
-// earliest due_at of the sources it passed (the head is valid until then).
-// A key left with no enabled, unqueued source loses its row; a key seen for
-// the first time gets one. It costs about a probe per key touched since the
-// last tick, not per key or platform. It returns the platforms whose keys
-// it changed: their own heads are refreshed next (refreshPlatformsSQL; a
-// statement sees none of its own changes).
+// refreshSQL brings the heads in fleetpace_platform_due up to date, in one
+// statement; it returns how many keys' rows it added or removed and the
+// planner's row count of the table. It consumes the change log, lowers valid_until for keys whose
+// sources fall due later, and recomputes the head of every key whose head
+// may have moved (a change due now, or valid_until passed): its first
+// source in fair order; only when that one is not due does it walk on to
+// the first due one and take the earliest due_at of the sources it passed
+// (the head is valid until then). A key left with no enabled, unqueued
+// source loses its row; a key seen for the first time gets one. Then each
+// platform of those keys gets the first of its keys' heads: the least of
+// the heads just computed and of its first key not touched (a statement
+// sees none of its own changes, so the keys just written are skipped in
+// fleetpace_platform_due_key_head_idx).
+//
+// It costs a few probes per key touched since the last tick and one per
+// platform of theirs, never a pass over every key or platform: every row
+// is found by a lateral probe of the primary key (LIMIT 1 keeps the
+// planner from turning it into a join, which it did, hashing all 100,000
+// keys' rows: 50 ms) and written through its ctid, fetched by TID (a join
+// on the keys became a hash of the whole table too).
 var refreshSQL = `
 WITH change AS (DELETE FROM fleetpace_due_change RETURNING platform, key, due_at),
 todo AS (
     SELECT platform, key, min(until) AS until FROM (
         SELECT platform, key, due_at FROM change
         UNION ALL
-        SELECT platform, key, valid_until FROM fleetpace_platform_due WHERE per_key AND valid_until <= now()
+        SELECT platform, key, valid_until FROM fleetpace_platform_due
+        WHERE per_key AND valid_until < 'infinity' AND valid_until <= now()
     ) t (platform, key, until)
     GROUP BY platform, key
 ),
 fresh AS (
-    SELECT t.platform, t.key, t.until, t.until <= now() AS recompute,
+    SELECT t.platform, t.key, c.row,
            t.until <= now() AND f.id IS NULL AS empty,
-           CASE WHEN f.due_at <= now() THEN f.k ELSE h.k END AS k,
-           CASE WHEN f.due_at <= now() THEN f.id ELSE h.id END AS id,
-           CASE WHEN f.due_at <= now() OR f.id IS NULL THEN 'infinity' ELSE u.due_at END AS valid_until
+           CASE WHEN t.until > now() THEN c.head_key WHEN f.due_at <= now() THEN f.k ELSE h.k END AS k,
+           CASE WHEN t.until > now() THEN c.head_id WHEN f.due_at <= now() THEN f.id ELSE h.id END AS id,
+           CASE WHEN t.until > now() THEN LEAST(c.valid_until, t.until)
+                WHEN f.due_at <= now() OR f.id IS NULL THEN 'infinity'
+                ELSE u.due_at END AS valid_until
     FROM todo t
+    LEFT JOIN LATERAL (
+        SELECT d.ctid AS row, d.head_key, d.head_id, d.valid_until FROM fleetpace_platform_due d
+        WHERE d.platform = t.platform AND d.per_key AND d.key = t.key
+        LIMIT 1) c ON true
     LEFT JOIN LATERAL (
         SELECT ` + fairKey + ` AS k, s.id, s.due_at FROM fleetpace_source s
         WHERE t.until <= now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
@@ -128,55 +143,77 @@ fresh AS (
             ORDER BY ` + fairKey + `, s.id) p) u ON true
 ),
 gone AS (
-    DELETE FROM fleetpace_platform_due d USING fresh f
-    WHERE d.per_key AND d.platform = f.platform AND d.key = f.key AND f.empty
-    RETURNING d.platform
+    DELETE FROM fleetpace_platform_due d
+    WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE f.empty AND f.row IS NOT NULL))
+    RETURNING 1
 ),
 moved AS (
-    UPDATE fleetpace_platform_due d SET
-        head_key    = CASE WHEN f.recompute THEN f.k ELSE d.head_key END,
-        head_id     = CASE WHEN f.recompute THEN f.id ELSE d.head_id END,
-        valid_until = CASE WHEN f.recompute THEN f.valid_until ELSE LEAST(d.valid_until, f.until) END
+    UPDATE fleetpace_platform_due d SET head_key = f.k, head_id = f.id, valid_until = f.valid_until
     FROM fresh f
-    WHERE d.per_key AND d.platform = f.platform AND d.key = f.key AND NOT f.empty
-    RETURNING d.platform
+    WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE NOT f.empty AND f.row IS NOT NULL))
+      AND d.ctid = f.row AND NOT f.empty
+      AND (d.head_key, d.head_id, d.valid_until) IS DISTINCT FROM (f.k, f.id, f.valid_until)
 ),
 added AS (
     INSERT INTO fleetpace_platform_due (platform, per_key, key, head_key, head_id, valid_until)
-    SELECT f.platform, true, f.key,
-           CASE WHEN f.recompute THEN f.k END, CASE WHEN f.recompute THEN f.id END,
-           CASE WHEN f.recompute THEN f.valid_until ELSE f.until END
+    SELECT f.platform, true, f.key, f.k, f.id, f.valid_until
     FROM fresh f
-    WHERE NOT f.empty
-      AND NOT EXISTS (SELECT 1 FROM fleetpace_platform_due d WHERE d.per_key AND d.platform = f.platform AND d.key = f.key)
+    WHERE f.row IS NULL AND NOT f.empty
       AND EXISTS (SELECT 1 FROM fleetpace_platform p WHERE p.name = f.platform)
-    RETURNING platform
+    RETURNING 1
+),
+least AS (
+    SELECT DISTINCT ON (platform) platform, CASE WHEN NOT empty THEN k END AS k, CASE WHEN NOT empty THEN id END AS id
+    FROM fresh
+    ORDER BY platform, empty OR id IS NULL, k, id
+),
+heads AS (
+    SELECT p.row,
+           CASE WHEN l.id IS NULL OR (o.id IS NOT NULL AND (o.k, o.id) < (l.k, l.id)) THEN o.k ELSE l.k END AS k,
+           CASE WHEN l.id IS NULL OR (o.id IS NOT NULL AND (o.k, o.id) < (l.k, l.id)) THEN o.id ELSE l.id END AS id
+    FROM least l
+    JOIN LATERAL (
+        SELECT d.ctid AS row FROM fleetpace_platform_due d
+        WHERE d.platform = l.platform AND NOT d.per_key AND d.key = ''
+        LIMIT 1) p ON true
+    LEFT JOIN LATERAL (
+        SELECT d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
+        WHERE d.per_key AND d.platform = l.platform AND d.head_id IS NOT NULL
+          AND (d.platform, d.key) NOT IN (SELECT t.platform, t.key FROM todo t)
+        ORDER BY d.head_key, d.head_id
+        LIMIT 1) o ON true
+),
+platforms AS (
+    UPDATE fleetpace_platform_due d SET head_key = h.k, head_id = h.id
+    FROM heads h
+    WHERE d.ctid = ANY (ARRAY(SELECT h.row FROM heads h)) AND d.ctid = h.row
+      AND (d.head_key, d.head_id) IS DISTINCT FROM (h.k, h.id)
 )
-SELECT DISTINCT platform FROM (
-    SELECT platform FROM gone UNION ALL SELECT platform FROM moved UNION ALL SELECT platform FROM added
-) x`
+SELECT (SELECT count(*) FROM added) + (SELECT count(*) FROM gone),
+       (SELECT c.reltuples FROM pg_class c WHERE c.oid = 'fleetpace_platform_due'::regclass)`
 
-// refreshPlatformsSQL sets the head of each platform of $1 to the first of
-// its keys' heads: one probe of fleetpace_platform_due_key_head_idx each.
-const refreshPlatformsSQL = `
-UPDATE fleetpace_platform_due d SET (head_key, head_id) = (
-    SELECT k.head_key, k.head_id FROM fleetpace_platform_due k
-    WHERE k.per_key AND k.platform = d.platform AND k.head_id IS NOT NULL
-    ORDER BY k.head_key, k.head_id
-    LIMIT 1)
-WHERE NOT d.per_key AND d.platform = ANY($1::text[])`
+// analyzeDueSQL refreshes the planner's statistics of
+// fleetpace_platform_due after a refresh that added or removed many keys
+// (analyzeAfter). The walks of the due query rely on them: with the
+// statistics of a table of 10,000 platforms and no key (after an upgrade,
+// a large import, a truncation), the planner walked a platform's keys
+// through another index and sorted them (it took a whole walk of an index
+// of every key per platform: 3 s a tick at 10,000 platforms, until
+// autovacuum came by).
+const analyzeDueSQL = `ANALYZE fleetpace_platform_due`
 
-// platformHeadsSQL reads the due query's candidates: the platforms of $1
-// (those taking part: a cap > 0, not stopped) in the order of their heads,
-// after the head ($2, $3), at most $4 of them — a walk of
-// fleetpace_platform_due_platform_head_idx that stops at the limit, the
-// membership in $1 tested by hashing (the plan is custom: $1 is a constant
-// array). Each row: the platform and its head.
+// platformHeadsSQL reads the due query's candidates: the platforms in the
+// order of their heads, after the head ($2, $3), at most $4 of them,
+// leaving out those of $1 (the platforms that take no part: stopped, or no
+// cap left) — a walk of fleetpace_platform_due_platform_head_idx that stops
+// at the limit, $1 a hashed subplan built once. Each row: the platform and
+// its head. It costs the limit and the platforms left out before it, not
+// the platforms.
 const platformHeadsSQL = `
 SELECT d.platform, d.head_key, d.head_id FROM fleetpace_platform_due d
 WHERE NOT d.per_key AND d.head_id IS NOT NULL
   AND (d.head_key, d.head_id) > ($2::timestamptz, $3::bigint)
-  AND d.platform = ANY($1::text[])
+  AND d.platform NOT IN (SELECT x.platform FROM unnest($1::text[]) AS x (platform))
 ORDER BY d.head_key, d.head_id
 LIMIT $4`
 
