@@ -280,17 +280,17 @@ func (k *keyStream) got(rows []dueRow, asked int) {
 // from what was read; low is the least place any source of the selection
 // outside turn can have (nil: none can be outside).
 type platformStream struct {
-	name      string
-	cap       int
-	keys      []*keyStream // in head order, those with a cap > 0
-	byKey     map[string]*keyStream
-	keysRead  int    // key rows read, those left out included
-	lastKey   dueRow // the place of the last key row read
-	keysOpen  bool   // more keys may follow
-	wantKeys  int    // how many keys the next round reads (0: none)
-	turn      []dueRow
-	low       *dueRow
-	firstRead bool // its first read is done
+	name     string
+	cap      int
+	keys     []*keyStream // in head order, those with a cap > 0
+	byKey    map[string]*keyStream
+	keysRead int    // key rows read, those left out included
+	lastKey  dueRow // the place of the last key row read
+	keysOpen bool   // more keys may follow
+	wantKeys int    // how many keys the next round reads (0: none)
+	wantSrc  int    // and how many sources it asks of them, if that is all its keys
+	turn     []dueRow
+	low      *dueRow
 }
 
 // dueRun is one run of the due query: the candidates read so far and where
@@ -384,6 +384,9 @@ func refresh(ctx context.Context, db sources.DBTX) error {
 	return nil
 }
 
+// firstKeys is how many keys a candidate's first read asks for, at least.
+const firstKeys = 8
+
 // candidates reads the next platforms in the order of their heads: as many
 // as the limit (each gives at least its first source, so the limit's worth
 // of them bounds where the first limit sources can be), and schedules each
@@ -426,7 +429,9 @@ func (r *dueRun) candidates(ctx context.Context, db sources.DBTX) error {
 	r.stats.Candidates += n
 	batch := max(2, (2*r.args.limit+r.candRead-1)/max(r.candRead, 1))
 	for _, p := range fresh {
-		p.wantKeys = min(p.cap, batch)
+		// A platform of one key costs the same whatever the keys asked
+		// for; one of a few keys gets them all at once.
+		p.wantKeys, p.wantSrc = min(p.cap, max(batch, firstKeys)), min(p.cap, batch)
 	}
 	return nil
 }
@@ -452,7 +457,7 @@ func (r *dueRun) readArgs() []any {
 		kp          = []string{}
 		kk          = []pgtype.Timestamptz{}
 		kid         = []int64{}
-		kn          = []int32{}
+		kn, ks      = []int32{}, []int32{}
 		wp, wk      = []string{}, []string{}
 		wf          = []pgtype.Timestamptz{}
 		wid         = []int64{}
@@ -461,7 +466,8 @@ func (r *dueRun) readArgs() []any {
 	)
 	for _, p := range r.platforms {
 		if p.wantKeys > 0 {
-			kp, kk, kid, kn = append(kp, p.name), append(kk, p.lastKey.fair), append(kid, p.lastKey.ID), append(kn, int32(p.wantKeys))
+			kp, kk, kid = append(kp, p.name), append(kk, p.lastKey.fair), append(kid, p.lastKey.ID)
+			kn, ks = append(kn, int32(p.wantKeys)), append(ks, int32(p.wantSrc))
 		}
 		for _, k := range p.keys {
 			if k.want > 0 {
@@ -470,7 +476,7 @@ func (r *dueRun) readArgs() []any {
 			}
 		}
 	}
-	return []any{kp, kk, kid, kn, spentP, spK, wp, wk, wf, wid, wn}
+	return []any{kp, kk, kid, kn, ks, spentP, spK, wp, wk, wf, wid, wn}
 }
 
 // read runs the reads scheduled (dueReadSQL, one statement) and adds what
@@ -536,15 +542,15 @@ func (r *dueRun) read(ctx context.Context, db sources.DBTX) error {
 		}
 		asked, got := p.wantKeys, heads[p]
 		slices.SortFunc(got, func(a, b *keyRows) int { return compareFair(*a.head, *b.head) })
-		p.wantKeys, p.firstRead = 0, true
 		p.keysRead += len(got)
 		p.keysOpen = len(got) == asked
-		// Each key read was walked on by ceil(asked / keys) − 1 when the
+		// Each key read was walked on by ceil(sources / keys) − 1 when the
 		// platform had fewer keys than asked for.
 		depth := 0
 		if len(got) > 0 && len(got) < asked {
-			depth = (asked+len(got)-1)/len(got) - 1
+			depth = (p.wantSrc+len(got)-1)/len(got) - 1
 		}
+		p.wantKeys, p.wantSrc = 0, 0
 		for _, kr := range got {
 			p.lastKey = *kr.head
 			k := &keyStream{key: kr.key, cap: r.args.capOf(p.name, kr.key), rows: []dueRow{*kr.head}}
@@ -659,10 +665,11 @@ func (p *platformStream) nextOf(k *keyStream, n int, lower func(dueRow)) {
 // the turn order known (at least 4 more), within its cap.
 func (p *platformStream) schedule() {
 	if p.keysOpen {
-		p.wantKeys = min(p.cap, max(p.keysRead, 4))
+		p.wantKeys = min(p.cap, max(3*p.keysRead, firstKeys))
+		p.wantSrc = p.wantKeys
 		return
 	}
-	target := min(p.cap, max(2*len(p.turn), len(p.turn)+4))
+	target := min(p.cap, max(4*len(p.turn), len(p.turn)+8))
 	// The smallest depth whose turns hold target sources, counting an open
 	// key's unknown sources as there.
 	count := func(depth int) int {

@@ -235,38 +235,39 @@ func walk(q, n string) string {
 // dueReadSQL is one round of the due query's reads, for every platform and
 // key that needs more:
 //   - keys of platforms in head order ($1 the platforms, $2 and $3 the
-//     head after which to read, $4 how many): a walk of
-//     fleetpace_platform_due_key_head_idx, leaving out the keys $5/$6
+//     head after which to read, $4 how many, $5 how many sources the
+//     platform is asked for): a walk of
+//     fleetpace_platform_due_key_head_idx, leaving out the keys $6/$7
 //     (platforms and keys whose cap is spent; hashed). When a platform
 //     has fewer keys than asked for, each key read is walked on too, far
-//     enough for the platform to give as many sources as asked for
-//     (ceil(n / keys) − 1 past its head): a platform of one key (key "")
-//     gets its batch in the same round;
-//   - further due sources of single keys ($7 the platforms, $8 the keys,
-//     $9 and $10 the last source read, $11 how many).
+//     enough for the platform to give the sources asked for
+//     (ceil(sources / keys) − 1 past its head): a platform of one key
+//     (key "") gets its batch in the same round;
+//   - further due sources of single keys ($8 the platforms, $9 the keys,
+//     $10 and $11 the last source read, $12 how many).
 //
 // Each row: whether it is a key's head, the platform, the key, the source's
 // fair key and id.
 var dueReadSQL = `
 WITH u AS (
-    SELECT q.platform, q.n, x.key, x.k, x.id, count(*) OVER (PARTITION BY q.platform) AS got
-    FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[]) AS q (platform, k, id, n)
+    SELECT q.platform, q.n, q.s, x.key, x.k, x.id, count(*) OVER (PARTITION BY q.platform) AS got
+    FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::int[]) AS q (platform, k, id, n, s)
     CROSS JOIN LATERAL (
         SELECT d.key, d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
         WHERE d.per_key AND d.platform = q.platform AND d.head_id IS NOT NULL
           AND (d.head_key, d.head_id) > (q.k, q.id)
-          AND (d.platform, d.key) NOT IN (SELECT z.platform, z.key FROM unnest($5::text[], $6::text[]) AS z (platform, key))
+          AND (d.platform, d.key) NOT IN (SELECT z.platform, z.key FROM unnest($6::text[], $7::text[]) AS z (platform, key))
         ORDER BY d.head_key, d.head_id
         LIMIT q.n) x
 )
 SELECT true, u.platform, u.key, u.k, u.id FROM u
 UNION ALL
 SELECT false, u.platform, u.key, r.k, r.id FROM u
-CROSS JOIN LATERAL (` + walk("u", "(u.n + u.got - 1) / u.got - 1") + `) r
+CROSS JOIN LATERAL (` + walk("u", "(u.s + u.got - 1) / u.got - 1") + `) r
 WHERE u.got < u.n
 UNION ALL
 SELECT false, w.platform, w.key, r.k, r.id
-FROM unnest($7::text[], $8::text[], $9::timestamptz[], $10::bigint[], $11::int[]) AS w (platform, key, k, id, n)
+FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::bigint[], $12::int[]) AS w (platform, key, k, id, n)
 CROSS JOIN LATERAL (` + walk("w", "w.n") + `) r`
 
 // claimSQL locks the sources to enqueue that are enabled and not queued yet.
