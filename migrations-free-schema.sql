@@ -779,20 +779,17 @@ END
 $$;
 
 -- platform_due: the heads the due query (package scan) reads instead of
--- probing every platform and key. Two kinds of rows:
---   per_key    one row per key of a platform that has enabled, unqueued
---              sources (key '' included): its head — the key's first due
---              source in fair order (head_key is its COALESCE(last_checked_at,
---              '-infinity'), head_id its id; NULL when none is due) — valid
---              until valid_until, when a source of the key that would come
---              before the head falls due;
---   NOT per_key one row per platform (key ''): the first of its keys' heads
---              (its first due source over all keys), kept by the same
---              refresh; valid_until unused.
--- The scan keeps them (refreshSQL, refreshPlatformsSQL) from the change log
--- below. With 10,000 platforms, or 100,000 keys on one, the due query reads
--- platforms in the order of their heads, and a platform's keys in the order
--- of theirs, as far as the tick needs.
+-- probing every platform and key: one row per key of a platform that has
+-- enabled, unqueued sources (key '' included), with its head — the key's
+-- first due source in fair order (head_key is its COALESCE(last_checked_at,
+-- '-infinity'), head_id its id; NULL when none is due) — valid until
+-- valid_until, when a source of the key that would come before the head
+-- falls due. first marks each platform's key with the first head: the
+-- platform's first due source over all its keys. The scan keeps them
+-- (refreshSQL) from the change log below. With 10,000 platforms, or
+-- 100,000 keys on one, the due query reads platforms in the order of their
+-- first keys' heads, and a platform's keys in the order of theirs, as far
+-- as the tick needs.
 CREATE TABLE IF NOT EXISTS fleetpace_platform_due (
     platform    text        PRIMARY KEY REFERENCES fleetpace_platform (name) ON DELETE CASCADE,
     head_key    timestamptz,
@@ -811,54 +808,44 @@ CREATE TABLE IF NOT EXISTS fleetpace_due_change (
 );
 ALTER TABLE fleetpace_due_change ADD COLUMN IF NOT EXISTS key text NOT NULL DEFAULT '';
 
--- Added with keys: the per-key rows. The table's key becomes (platform,
--- per_key, key); the rows there were are the platforms' rows. Every key of
--- every source is logged once as changed, so the next tick computes every
--- key's head (a scan of the sources, once).
+-- Added with keys: a row per key instead of one per platform. The
+-- platforms' rows go (the keys' rows replace them), the table's key
+-- becomes (platform, key), and every key of every source is logged once as
+-- changed, so the next tick computes every key's head (a scan of the
+-- sources, once).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                   WHERE attrelid = 'fleetpace_platform_due'::regclass AND attname = 'per_key' AND NOT attisdropped) THEN
+                   WHERE attrelid = 'fleetpace_platform_due'::regclass AND attname = 'key' AND NOT attisdropped) THEN
+        DELETE FROM fleetpace_platform_due;
         ALTER TABLE fleetpace_platform_due
-            ADD COLUMN per_key boolean NOT NULL DEFAULT false,
-            ADD COLUMN key     text    NOT NULL DEFAULT '',
+            ADD COLUMN key   text    NOT NULL DEFAULT '',
+            ADD COLUMN first boolean NOT NULL DEFAULT false,
             DROP CONSTRAINT fleetpace_platform_due_pkey,
-            ADD PRIMARY KEY (platform, per_key, key);
+            ADD PRIMARY KEY (platform, key);
         INSERT INTO fleetpace_due_change (platform, key, due_at)
         SELECT DISTINCT platform, key, '-infinity'::timestamptz FROM fleetpace_source
         WHERE enabled AND queued_at IS NULL;
     END IF;
 END
 $$;
+DROP TRIGGER IF EXISTS fleetpace_platform_due_init ON fleetpace_platform;
+DROP FUNCTION IF EXISTS fleetpace_platform_due_init();
 
--- Platforms in the order of their heads (the due query's candidates).
-CREATE INDEX IF NOT EXISTS fleetpace_platform_due_platform_head_idx
-    ON fleetpace_platform_due (head_key, head_id) WHERE NOT per_key AND head_id IS NOT NULL;
+-- Platforms in the order of their first keys' heads (the due query's
+-- candidates).
+CREATE INDEX IF NOT EXISTS fleetpace_platform_due_first_idx
+    ON fleetpace_platform_due (head_key, head_id) WHERE first;
 DROP INDEX IF EXISTS fleetpace_platform_due_head_idx;
 -- A platform's keys in the order of their heads.
 CREATE INDEX IF NOT EXISTS fleetpace_platform_due_key_head_idx
-    ON fleetpace_platform_due (platform, head_key, head_id) WHERE per_key AND head_id IS NOT NULL;
--- Keys whose head has expired (a source before it fell due). Only keys
--- whose head expires at all are in it: an index of every key would be a
--- way to walk a platform's keys the planner takes when its statistics
--- count few keys (one full walk per platform).
+    ON fleetpace_platform_due (platform, head_key, head_id) WHERE head_id IS NOT NULL;
+-- Keys whose head expires (a source before it falls due). Only those are
+-- in it: an index of every key would be a way to walk a platform's keys
+-- the planner takes when its statistics count few keys (one full walk per
+-- platform).
 CREATE INDEX IF NOT EXISTS fleetpace_platform_due_expiry_idx
-    ON fleetpace_platform_due (valid_until) WHERE per_key AND valid_until < 'infinity';
-
-CREATE OR REPLACE FUNCTION fleetpace_platform_due_init() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO fleetpace_platform_due (platform) VALUES (NEW.name) ON CONFLICT (platform, per_key, key) DO NOTHING;
-    RETURN NULL;
-END
-$$;
-
-CREATE OR REPLACE TRIGGER fleetpace_platform_due_init
-    AFTER INSERT ON fleetpace_platform
-    FOR EACH ROW EXECUTE FUNCTION fleetpace_platform_due_init();
-
-INSERT INTO fleetpace_platform_due (platform) SELECT name FROM fleetpace_platform
-ON CONFLICT (platform, per_key, key) DO NOTHING;
+    ON fleetpace_platform_due (valid_until) WHERE valid_until < 'infinity';
 
 -- One function for every statement trigger on fleetpace_source: inserted or
 -- updated sources that are enabled and unqueued may become their key's head
@@ -868,8 +855,7 @@ CREATE OR REPLACE FUNCTION fleetpace_source_due_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
-        DELETE FROM fleetpace_platform_due WHERE per_key;
-        UPDATE fleetpace_platform_due SET head_key = NULL, head_id = NULL WHERE head_id IS NOT NULL;
+        DELETE FROM fleetpace_platform_due;
         RETURN NULL;
     END IF;
     IF TG_OP <> 'DELETE' THEN

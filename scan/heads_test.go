@@ -54,6 +54,28 @@ SELECT sel.id FROM places JOIN sel ON sel.platform = places.platform AND sel.pos
 WHERE places.g <= $1
 ORDER BY places.g`
 
+// headsCheckSQL counts the keys whose row in fleetpace_platform_due does not
+// hold their first due source (a key with due sources and no row counts;
+// a key whose head expired is not checked: the next refresh recomputes
+// it), and the platforms whose first key is not the one with the first
+// head.
+const headsCheckSQL = `
+WITH truth AS (
+    SELECT DISTINCT ON (s.platform, s.key) s.platform, s.key,
+           COALESCE(s.last_checked_at, '-infinity'::timestamptz) AS k, s.id
+    FROM fleetpace_source s
+    WHERE s.enabled AND s.queued_at IS NULL AND s.due_at <= now()
+    ORDER BY s.platform, s.key, 3, s.id
+)
+SELECT (SELECT count(*) FROM truth t FULL JOIN fleetpace_platform_due d ON d.platform = t.platform AND d.key = t.key
+        WHERE (d.valid_until IS NULL OR d.valid_until > now())
+          AND (t.id IS DISTINCT FROM d.head_id OR t.k IS DISTINCT FROM d.head_key)),
+       (SELECT count(*) FROM (
+            SELECT d.first, d.head_id IS NOT NULL AND row_number() OVER (
+                       PARTITION BY d.platform ORDER BY d.head_id IS NULL, d.head_key, d.head_id) = 1 AS least
+            FROM fleetpace_platform_due d) x
+        WHERE x.first <> x.least)`
+
 // keyOf is the key of a source of the random walk, from the number of its
 // platform (i) and its own (g): platforms 0–9 mix four keys and none,
 // 10–19 have 23 keys each, the rest none.
@@ -247,6 +269,15 @@ func compareWithOracle(t *testing.T, f *fixture, opts scan.DueOptions) (got, wan
 	}
 	for r, c := range opts.KeyCaps {
 		kp, kk, kc = append(kp, r.Platform), append(kk, r.Key), append(kc, int32(c))
+	}
+	// The heads the due query refreshed are every key's first due source,
+	// and each platform's first key is the one with the first head.
+	var wrongHeads, wrongFirsts int
+	if err := tx.QueryRow(f.ctx, headsCheckSQL).Scan(&wrongHeads, &wrongFirsts); err != nil {
+		t.Fatal(err)
+	}
+	if wrongHeads != 0 || wrongFirsts != 0 {
+		t.Fatalf("%d keys with a wrong head, %d platforms with a wrong first key", wrongHeads, wrongFirsts)
 	}
 	rows, err := tx.Query(f.ctx, oracleSQL, opts.Limit, names, caps, opts.DefaultCap, keyPlatforms, keyCaps, kp, kk, kc)
 	if err != nil {

@@ -83,25 +83,30 @@ JOIN fleetpace_platform p ON p.name = COALESCE(q.platform, l.platform)`
 const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 
 // refreshSQL brings the heads in fleetpace_platform_due up to date, in one
-// statement; it returns how many keys' rows it added or removed and the
-// planner's row count of the table. It consumes the change log, lowers valid_until for keys whose
-// sources fall due later, and recomputes the head of every key whose head
-// may have moved (a change due now, or valid_until passed): its first
-// source in fair order; only when that one is not due does it walk on to
-// the first due one and take the earliest due_at of the sources it passed
-// (the head is valid until then). A key left with no enabled, unqueued
-// source loses its row; a key seen for the first time gets one. Then each
-// platform of those keys gets the first of its keys' heads: the least of
-// the heads just computed and of its first key not touched (a statement
-// sees none of its own changes, so the keys just written are skipped in
-// fleetpace_platform_due_key_head_idx).
+// statement, and returns how many keys' rows it added or removed and the
+// planner's row count of the table.
 //
-// It costs a few probes per key touched since the last tick and one per
+// It consumes the change log, lowers valid_until for keys whose sources
+// fall due later, and recomputes the head of every key whose head may have
+// moved (a change due now, or valid_until passed): its first source in
+// fair order; only when that one is not due does it walk on to the first
+// due one and take the earliest due_at of the sources it passed (the head
+// is valid until then). A key left with no enabled, unqueued source loses
+// its row; a key seen for the first time gets one.
+//
+// Then every platform of those keys gets its first key again (first): the
+// key with the least of the heads just computed and of the head of its
+// first key not touched (a statement sees none of its own changes, so the
+// keys just written are skipped in fleetpace_platform_due_key_head_idx).
+// The key marked before is the first of that index (as it stood), so a
+// platform of one key, whose key stays first, costs no row but its key's.
+//
+// It costs a few probes per key touched since the last tick and two per
 // platform of theirs, never a pass over every key or platform: every row
-// is found by a lateral probe of the primary key (LIMIT 1 keeps the
-// planner from turning it into a join, which it did, hashing all 100,000
-// keys' rows: 50 ms) and written through its ctid, fetched by TID (a join
-// on the keys became a hash of the whole table too).
+// is found by a lateral probe of an index (LIMIT 1 keeps the planner from
+// turning it into a join, which it did, hashing all 100,000 keys' rows:
+// 50 ms) and written through its ctid, fetched by TID (a join on the keys
+// became a hash of the whole table too).
 var refreshSQL = `
 WITH change AS (DELETE FROM fleetpace_due_change RETURNING platform, key, due_at),
 todo AS (
@@ -109,7 +114,7 @@ todo AS (
         SELECT platform, key, due_at FROM change
         UNION ALL
         SELECT platform, key, valid_until FROM fleetpace_platform_due
-        WHERE per_key AND valid_until < 'infinity' AND valid_until <= now()
+        WHERE valid_until < 'infinity' AND valid_until <= now()
     ) t (platform, key, until)
     GROUP BY platform, key
 ),
@@ -124,7 +129,7 @@ fresh AS (
     FROM todo t
     LEFT JOIN LATERAL (
         SELECT d.ctid AS row, d.head_key, d.head_id, d.valid_until FROM fleetpace_platform_due d
-        WHERE d.platform = t.platform AND d.per_key AND d.key = t.key
+        WHERE d.platform = t.platform AND d.key = t.key
         LIMIT 1) c ON true
     LEFT JOIN LATERAL (
         SELECT ` + fairKey + ` AS k, s.id, s.due_at FROM fleetpace_source s
@@ -142,52 +147,62 @@ fresh AS (
               AND (h.id IS NULL OR (` + fairKey + `, s.id) < (h.k, h.id))
             ORDER BY ` + fairKey + `, s.id) p) u ON true
 ),
+least AS (
+    SELECT DISTINCT ON (platform) platform, CASE WHEN NOT empty THEN key END AS key,
+           CASE WHEN NOT empty THEN k END AS k, CASE WHEN NOT empty THEN id END AS id
+    FROM fresh
+    ORDER BY platform, empty OR id IS NULL, k, id
+),
+firsts AS (
+    SELECT l.platform, w.row AS was_row, w.key AS was_key, o.row AS other_row, o.key AS other_key,
+           CASE WHEN l.id IS NULL OR (o.id IS NOT NULL AND (o.k, o.id) < (l.k, l.id)) THEN o.key ELSE l.key END AS key
+    FROM least l
+    LEFT JOIN LATERAL (
+        SELECT d.ctid AS row, d.key FROM fleetpace_platform_due d
+        WHERE d.platform = l.platform AND d.head_id IS NOT NULL
+        ORDER BY d.head_key, d.head_id
+        LIMIT 1) w ON true
+    LEFT JOIN LATERAL (
+        SELECT d.ctid AS row, d.key, d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
+        WHERE d.platform = l.platform AND d.head_id IS NOT NULL
+          AND (d.platform, d.key) NOT IN (SELECT t.platform, t.key FROM todo t)
+        ORDER BY d.head_key, d.head_id
+        LIMIT 1) o ON true
+),
 gone AS (
     DELETE FROM fleetpace_platform_due d
     WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE f.empty AND f.row IS NOT NULL))
     RETURNING 1
 ),
 moved AS (
-    UPDATE fleetpace_platform_due d SET head_key = f.k, head_id = f.id, valid_until = f.valid_until
-    FROM fresh f
+    UPDATE fleetpace_platform_due d
+    SET head_key = f.k, head_id = f.id, valid_until = f.valid_until, first = f.key IS NOT DISTINCT FROM x.key
+    FROM fresh f JOIN firsts x ON x.platform = f.platform
     WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE NOT f.empty AND f.row IS NOT NULL))
       AND d.ctid = f.row AND NOT f.empty
-      AND (d.head_key, d.head_id, d.valid_until) IS DISTINCT FROM (f.k, f.id, f.valid_until)
+      AND (d.head_key, d.head_id, d.valid_until, d.first)
+          IS DISTINCT FROM (f.k, f.id, f.valid_until, f.key IS NOT DISTINCT FROM x.key)
 ),
 added AS (
-    INSERT INTO fleetpace_platform_due (platform, per_key, key, head_key, head_id, valid_until)
-    SELECT f.platform, true, f.key, f.k, f.id, f.valid_until
-    FROM fresh f
+    INSERT INTO fleetpace_platform_due (platform, key, head_key, head_id, valid_until, first)
+    SELECT f.platform, f.key, f.k, f.id, f.valid_until, f.key IS NOT DISTINCT FROM x.key
+    FROM fresh f JOIN firsts x ON x.platform = f.platform
     WHERE f.row IS NULL AND NOT f.empty
       AND EXISTS (SELECT 1 FROM fleetpace_platform p WHERE p.name = f.platform)
     RETURNING 1
 ),
-least AS (
-    SELECT DISTINCT ON (platform) platform, CASE WHEN NOT empty THEN k END AS k, CASE WHEN NOT empty THEN id END AS id
-    FROM fresh
-    ORDER BY platform, empty OR id IS NULL, k, id
+flags AS (
+    SELECT x.other_row AS row, true AS first FROM firsts x
+    WHERE x.other_row IS NOT NULL AND x.key = x.other_key AND x.other_row IS DISTINCT FROM x.was_row
+    UNION ALL
+    SELECT x.was_row, false FROM firsts x
+    WHERE x.was_row IS NOT NULL AND x.was_key IS DISTINCT FROM x.key
+      AND (x.platform, x.was_key) NOT IN (SELECT t.platform, t.key FROM todo t)
 ),
-heads AS (
-    SELECT p.row,
-           CASE WHEN l.id IS NULL OR (o.id IS NOT NULL AND (o.k, o.id) < (l.k, l.id)) THEN o.k ELSE l.k END AS k,
-           CASE WHEN l.id IS NULL OR (o.id IS NOT NULL AND (o.k, o.id) < (l.k, l.id)) THEN o.id ELSE l.id END AS id
-    FROM least l
-    JOIN LATERAL (
-        SELECT d.ctid AS row FROM fleetpace_platform_due d
-        WHERE d.platform = l.platform AND NOT d.per_key AND d.key = ''
-        LIMIT 1) p ON true
-    LEFT JOIN LATERAL (
-        SELECT d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
-        WHERE d.per_key AND d.platform = l.platform AND d.head_id IS NOT NULL
-          AND (d.platform, d.key) NOT IN (SELECT t.platform, t.key FROM todo t)
-        ORDER BY d.head_key, d.head_id
-        LIMIT 1) o ON true
-),
-platforms AS (
-    UPDATE fleetpace_platform_due d SET head_key = h.k, head_id = h.id
-    FROM heads h
-    WHERE d.ctid = ANY (ARRAY(SELECT h.row FROM heads h)) AND d.ctid = h.row
-      AND (d.head_key, d.head_id) IS DISTINCT FROM (h.k, h.id)
+flagged AS (
+    UPDATE fleetpace_platform_due d SET first = g.first
+    FROM flags g
+    WHERE d.ctid = ANY (ARRAY(SELECT g.row FROM flags g)) AND d.ctid = g.row AND d.first IS DISTINCT FROM g.first
 )
 SELECT (SELECT count(*) FROM added) + (SELECT count(*) FROM gone),
        (SELECT c.reltuples FROM pg_class c WHERE c.oid = 'fleetpace_platform_due'::regclass)`
@@ -203,15 +218,15 @@ SELECT (SELECT count(*) FROM added) + (SELECT count(*) FROM gone),
 const analyzeDueSQL = `ANALYZE fleetpace_platform_due`
 
 // platformHeadsSQL reads the due query's candidates: the platforms in the
-// order of their heads, after the head ($2, $3), at most $4 of them,
-// leaving out those of $1 (the platforms that take no part: stopped, or no
-// cap left) — a walk of fleetpace_platform_due_platform_head_idx that stops
-// at the limit, $1 a hashed subplan built once. Each row: the platform and
-// its head. It costs the limit and the platforms left out before it, not
-// the platforms.
+// order of their heads (their first keys' heads), after the head ($2, $3),
+// at most $4 of them, leaving out those of $1 (the platforms that take no
+// part: stopped, or no cap left) — a walk of
+// fleetpace_platform_due_first_idx that stops at the limit, $1 a hashed
+// subplan built once. Each row: the platform and its head. It costs the
+// limit and the platforms left out before it, not the platforms.
 const platformHeadsSQL = `
 SELECT d.platform, d.head_key, d.head_id FROM fleetpace_platform_due d
-WHERE NOT d.per_key AND d.head_id IS NOT NULL
+WHERE d.first
   AND (d.head_key, d.head_id) > ($2::timestamptz, $3::bigint)
   AND d.platform NOT IN (SELECT x.platform FROM unnest($1::text[]) AS x (platform))
 ORDER BY d.head_key, d.head_id
@@ -254,7 +269,7 @@ WITH u AS (
     FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::int[]) AS q (platform, k, id, n, s)
     CROSS JOIN LATERAL (
         SELECT d.key, d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
-        WHERE d.per_key AND d.platform = q.platform AND d.head_id IS NOT NULL
+        WHERE d.platform = q.platform AND d.head_id IS NOT NULL
           AND (d.head_key, d.head_id) > (q.k, q.id)
           AND (d.platform, d.key) NOT IN (SELECT z.platform, z.key FROM unnest($6::text[], $7::text[]) AS z (platform, key))
         ORDER BY d.head_key, d.head_id

@@ -529,7 +529,7 @@ SELECT (SELECT count(*) FROM fleetpace_source),
        (SELECT count(*) FROM fleetpace_source WHERE queued_at IS NOT NULL),
        (SELECT count(*) FROM fleetpace_platform),
        (SELECT count(*) FROM (SELECT DISTINCT platform, key FROM fleetpace_source) k),
-       (SELECT count(*) FROM fleetpace_platform_due WHERE per_key),
+       (SELECT count(*) FROM fleetpace_platform_due),
        (SELECT count(*) FROM fleetpace_key_limit),
        (SELECT count(*) FROM fleetpace_due_change)`).Scan(
 		&r.Sources, &r.Due, &r.Queued, &r.Platforms, &r.Keys, &r.KeyHeads, &r.KeyLimits, &r.ChangeRows)
