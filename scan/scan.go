@@ -1,9 +1,11 @@
 // Package scan turns due sources into River jobs: the scan tick selects due
 // sources in fair order (never checked first, then longest since checked,
-// ties by id), caps every platform at its share, leaves out platforms
-// cooling down, and queues one fetch job per source in the transaction that
-// marks the source queued, so a source is never queued twice. It also
-// queues sources by hand (`fleetpace enqueue`).
+// ties by id), caps every platform at its share, lets a platform's keys
+// take turns within it (each capped at its own share where the platform
+// limits keys), leaves out platforms cooling down or paused, and queues
+// one fetch job per source in the transaction that marks the source
+// queued, so a source is never queued twice. It also queues sources by
+// hand (`fleetpace enqueue`).
 //
 // The scan sits on top of the store (package sources: platforms, sources,
 // cooldowns, checks) and the queue (package queue: River).

@@ -12,8 +12,9 @@ import (
 // (queued_at, queued_job_id): it sets it in the transaction that inserts
 // the source's River job, and takes it back from sources whose job finished
 // without a check. Recording a check clears it (package sources). It also
-// keeps each platform's head in fleetpace_platform_due, from the change log
-// the schema's triggers write (fleetpace_due_change).
+// keeps each key's head, and each platform's first key, in
+// fleetpace_platform_due, from the change log the schema's triggers write
+// (fleetpace_due_change).
 
 // tickLockKey is the transaction-scoped advisory lock a scan tick takes, so
 // overlapping ticks (cron plus workers) do not both scan.
