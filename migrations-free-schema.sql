@@ -801,12 +801,17 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform_due (
 -- written by the statement triggers below (no lock shared by writers) and
 -- consumed by the next scan tick. due_at: the earliest due_at among the
 -- statement's enabled, unqueued sources of the key ('-infinity' when a due
--- source left: queued, disabled or deleted).
+-- source left: queued, disabled or deleted); fair_key: the least fair key
+-- (COALESCE(last_checked_at, '-infinity')) among those sources (NULL: not
+-- known). A source whose fair key comes after its key's head cannot become
+-- the head when it falls due: a check (last checked now) does not shorten
+-- its head's validity.
 CREATE TABLE IF NOT EXISTS fleetpace_due_change (
     platform text        NOT NULL,
     due_at   timestamptz NOT NULL
 );
 ALTER TABLE fleetpace_due_change ADD COLUMN IF NOT EXISTS key text NOT NULL DEFAULT '';
+ALTER TABLE fleetpace_due_change ADD COLUMN IF NOT EXISTS fair_key timestamptz;
 
 -- Added with keys: a row per key instead of one per platform. The
 -- platforms' rows go (the keys' rows replace them), the table's key
@@ -859,8 +864,8 @@ BEGIN
         RETURN NULL;
     END IF;
     IF TG_OP <> 'DELETE' THEN
-        INSERT INTO fleetpace_due_change (platform, key, due_at)
-        SELECT platform, key, min(due_at) FROM fleetpace_new_sources
+        INSERT INTO fleetpace_due_change (platform, key, due_at, fair_key)
+        SELECT platform, key, min(due_at), min(COALESCE(last_checked_at, '-infinity'::timestamptz)) FROM fleetpace_new_sources
         WHERE enabled AND queued_at IS NULL GROUP BY platform, key;
     END IF;
     IF TG_OP <> 'INSERT' THEN

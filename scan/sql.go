@@ -92,11 +92,12 @@ const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 // planner's row count of the table.
 //
 // It consumes the change log, lowers valid_until for keys whose sources
-// fall due later, and recomputes the head of every key whose head may have
-// moved (a change due now, or valid_until passed): its first source in
-// fair order; only when that one is not due does it walk on to the first
-// due one and take the earliest due_at of the sources it passed (the head
-// is valid until then). A key left with no enabled, unqueued source loses
+// fall due later (unless every one of them comes after the key's head in
+// fair order: a source just checked cannot become the head), and
+// recomputes the head of every key whose head may have moved (a change due
+// now, or valid_until passed): its first source in fair order; only when
+// that one is not due does it walk on to the first due one and take the
+// earliest due_at of the sources it passed (the head is valid until then). A key left with no enabled, unqueued source loses
 // its row; a key seen for the first time gets one.
 //
 // Then every platform of those keys gets its first key again (first): the
@@ -113,14 +114,14 @@ const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 // 50 ms) and written through its ctid, fetched by TID (a join on the keys
 // became a hash of the whole table too).
 var refreshSQL = `
-WITH change AS (DELETE FROM fleetpace_due_change RETURNING platform, key, due_at),
+WITH change AS (DELETE FROM fleetpace_due_change RETURNING platform, key, due_at, fair_key),
 todo AS (
-    SELECT platform, key, min(until) AS until FROM (
-        SELECT platform, key, due_at FROM change
+    SELECT platform, key, min(until) AS until, min(fair) AS fair, bool_or(fair IS NULL) AS unknown FROM (
+        SELECT platform, key, due_at, fair_key FROM change
         UNION ALL
-        SELECT platform, key, valid_until FROM fleetpace_platform_due
+        SELECT platform, key, valid_until, NULL FROM fleetpace_platform_due
         WHERE valid_until < 'infinity' AND valid_until <= now()
-    ) t (platform, key, until)
+    ) t (platform, key, until, fair)
     GROUP BY platform, key
 ),
 fresh AS (
@@ -128,7 +129,8 @@ fresh AS (
            t.until <= now() AND f.id IS NULL AS empty,
            CASE WHEN t.until > now() THEN c.head_key WHEN f.due_at <= now() THEN f.k ELSE h.k END AS k,
            CASE WHEN t.until > now() THEN c.head_id WHEN f.due_at <= now() THEN f.id ELSE h.id END AS id,
-           CASE WHEN t.until > now() THEN LEAST(c.valid_until, t.until)
+           CASE WHEN t.until > now() AND c.head_id IS NOT NULL AND NOT t.unknown AND t.fair > c.head_key THEN c.valid_until
+                WHEN t.until > now() THEN LEAST(c.valid_until, t.until)
                 WHEN f.due_at <= now() OR f.id IS NULL THEN 'infinity'
                 ELSE u.due_at END AS valid_until
     FROM todo t
