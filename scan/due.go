@@ -283,12 +283,11 @@ type platformStream struct {
 	name     string
 	cap      int
 	keys     []*keyStream // in head order, those with a cap > 0
-	byKey    map[string]*keyStream
-	keysRead int    // key rows read, those left out included
-	lastKey  dueRow // the place of the last key row read
-	keysOpen bool   // more keys may follow
-	wantKeys int    // how many keys the next round reads (0: none)
-	wantSrc  int    // and how many sources it asks of them, if that is all its keys
+	keysRead int          // key rows read, those left out included
+	lastKey  dueRow       // the place of the last key row read
+	keysOpen bool         // more keys may follow
+	wantKeys int          // how many keys the next round reads (0: none)
+	wantSrc  int          // and how many sources it asks of them, if that is all its keys
 	turn     []dueRow
 	low      *dueRow
 }
@@ -305,11 +304,14 @@ type dueRun struct {
 	stats     *DueStats
 }
 
+// first is a place before every source: walks start after it.
+var first = dueRow{Due: Due{ID: math.MinInt64}, fair: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}}
+
 func newDueRun(args dueArgs) *dueRun {
 	return &dueRun{
 		args:      args,
 		byName:    map[string]*platformStream{},
-		candAfter: dueRow{Due: Due{ID: math.MinInt64}, fair: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}},
+		candAfter: first,
 		candOpen:  true,
 		stats:     &DueStats{},
 	}
@@ -412,8 +414,7 @@ func (r *dueRun) candidates(ctx context.Context, db sources.DBTX) error {
 		p := &platformStream{
 			name:     head.Platform,
 			cap:      r.args.caps[head.Platform],
-			byKey:    map[string]*keyStream{},
-			lastKey:  dueRow{fair: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}, Due: Due{ID: math.MinInt64}},
+			lastKey:  first,
 			keysOpen: true,
 		}
 		r.byName[p.name] = p
@@ -564,7 +565,6 @@ func (r *dueRun) read(ctx context.Context, db sources.DBTX) error {
 				k.open = k.cap > 1
 			}
 			p.keys = append(p.keys, k)
-			p.byKey[k.key] = k
 		}
 	}
 	// Walks of single keys.
