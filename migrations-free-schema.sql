@@ -729,16 +729,21 @@ BEGIN
 END
 $$;
 
--- Fair order: never checked first (their key is -infinity), then longest
--- since checked, ties by id. The due query (package scan) walks this index
--- per platform from the platform's head; due_at is included so the walk can
--- tell due from not due in the index. Queued and disabled sources are not
--- in it. (It replaces fleetpace_source_due_idx, which ordered by
--- last_checked_at NULLS FIRST: a key with no NULLs can be bounded in an
--- index condition.)
-CREATE INDEX IF NOT EXISTS fleetpace_source_fair_idx
-    ON fleetpace_source (platform, COALESCE(last_checked_at, '-infinity'::timestamptz), id) INCLUDE (due_at)
+-- Fair order: never checked first (their fair key is -infinity), then
+-- longest since checked, ties by id; per key of a platform, since the scan
+-- takes keys in turns (package scan). The due query walks this index per
+-- (platform, key) from the key's head; due_at and last_checked_at are
+-- included so the walk is an index-only scan (it tells due from not due
+-- in the index, and the planner takes an expression from an index only
+-- when its columns are there too: a third of the buffers of a walk with
+-- heap fetches). Queued and disabled sources are not in it. It replaces fleetpace_source_fair_idx (platform, fair key, id),
+-- which walked a platform's sources over all its keys, and
+-- fleetpace_source_due_idx (last_checked_at NULLS FIRST: a fair key with
+-- no NULLs can be bounded in an index condition).
+CREATE INDEX IF NOT EXISTS fleetpace_source_key_fair_idx
+    ON fleetpace_source (platform, key, COALESCE(last_checked_at, '-infinity'::timestamptz), id) INCLUDE (due_at, last_checked_at)
     WHERE enabled AND queued_at IS NULL;
+DROP INDEX IF EXISTS fleetpace_source_fair_idx;
 DROP INDEX IF EXISTS fleetpace_source_due_idx;
 
 -- Bounds of the settings of platforms and sources: the numbers are package
@@ -825,66 +830,99 @@ BEGIN
 END
 $$;
 
--- platform_due: per platform, its head — the first due source in fair order
--- (head_key is its COALESCE(last_checked_at, '-infinity'), head_id its id;
--- NULL when nothing is due) — valid until valid_until, when a source that
--- would come before the head falls due. The scan keeps it (package scan,
--- refreshSQL): with thousands of platforms, the due query reads the heads
--- in order here instead of probing every platform. Changes to sources reach
--- it through fleetpace_due_change.
+-- platform_due: the heads the due query (package scan) reads instead of
+-- probing every platform and key: one row per key of a platform that has
+-- enabled, unqueued sources (key '' included), with its head — the key's
+-- first due source in fair order (head_key is its COALESCE(last_checked_at,
+-- '-infinity'), head_id its id; NULL when none is due) — valid until
+-- valid_until, when a source of the key that would come before the head
+-- falls due. first marks each platform's key with the first head: the
+-- platform's first due source over all its keys. The scan keeps them
+-- (refreshSQL) from the change log below. With 10,000 platforms, or
+-- 100,000 keys on one, the due query reads platforms in the order of their
+-- first keys' heads, and a platform's keys in the order of theirs, as far
+-- as the tick needs.
 CREATE TABLE IF NOT EXISTS fleetpace_platform_due (
     platform    text        PRIMARY KEY REFERENCES fleetpace_platform (name) ON DELETE CASCADE,
     head_key    timestamptz,
     head_id     bigint,
     valid_until timestamptz NOT NULL DEFAULT '-infinity'
 );
-CREATE INDEX IF NOT EXISTS fleetpace_platform_due_head_idx
-    ON fleetpace_platform_due (head_key, head_id) WHERE head_id IS NOT NULL;
 
--- due_change: an append-only log of platforms whose head may have moved,
+-- due_change: an append-only log of keys whose head may have moved,
 -- written by the statement triggers below (no lock shared by writers) and
 -- consumed by the next scan tick. due_at: the earliest due_at among the
--- statement's enabled, unqueued sources of the platform ('-infinity' when a
--- due source left: queued, disabled or deleted).
+-- statement's enabled, unqueued sources of the key ('-infinity' when a due
+-- source left: queued, disabled or deleted); fair_key: the least fair key
+-- (COALESCE(last_checked_at, '-infinity')) among those sources (NULL: not
+-- known). A source whose fair key comes after its key's head cannot become
+-- the head when it falls due: a check (last checked now) does not shorten
+-- its head's validity.
 CREATE TABLE IF NOT EXISTS fleetpace_due_change (
     platform text        NOT NULL,
     due_at   timestamptz NOT NULL
 );
+ALTER TABLE fleetpace_due_change ADD COLUMN IF NOT EXISTS key text NOT NULL DEFAULT '';
+ALTER TABLE fleetpace_due_change ADD COLUMN IF NOT EXISTS fair_key timestamptz;
 
-CREATE OR REPLACE FUNCTION fleetpace_platform_due_init() RETURNS trigger
-LANGUAGE plpgsql AS $$
+-- Added with keys: a row per key instead of one per platform. The
+-- platforms' rows go (the keys' rows replace them), the table's key
+-- becomes (platform, key), and every key of every source is logged once as
+-- changed, so the next tick computes every key's head (a scan of the
+-- sources, once).
+DO $$
 BEGIN
-    INSERT INTO fleetpace_platform_due (platform) VALUES (NEW.name) ON CONFLICT (platform) DO NOTHING;
-    RETURN NULL;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'fleetpace_platform_due'::regclass AND attname = 'key' AND NOT attisdropped) THEN
+        DELETE FROM fleetpace_platform_due;
+        ALTER TABLE fleetpace_platform_due
+            ADD COLUMN key   text    NOT NULL DEFAULT '',
+            ADD COLUMN first boolean NOT NULL DEFAULT false,
+            DROP CONSTRAINT fleetpace_platform_due_pkey,
+            ADD PRIMARY KEY (platform, key);
+        INSERT INTO fleetpace_due_change (platform, key, due_at)
+        SELECT DISTINCT platform, key, '-infinity'::timestamptz FROM fleetpace_source
+        WHERE enabled AND queued_at IS NULL;
+    END IF;
 END
 $$;
+DROP TRIGGER IF EXISTS fleetpace_platform_due_init ON fleetpace_platform;
+DROP FUNCTION IF EXISTS fleetpace_platform_due_init();
 
-CREATE OR REPLACE TRIGGER fleetpace_platform_due_init
-    AFTER INSERT ON fleetpace_platform
-    FOR EACH ROW EXECUTE FUNCTION fleetpace_platform_due_init();
-
-INSERT INTO fleetpace_platform_due (platform) SELECT name FROM fleetpace_platform
-ON CONFLICT (platform) DO NOTHING;
+-- Platforms in the order of their first keys' heads (the due query's
+-- candidates).
+CREATE INDEX IF NOT EXISTS fleetpace_platform_due_first_idx
+    ON fleetpace_platform_due (head_key, head_id) WHERE first;
+DROP INDEX IF EXISTS fleetpace_platform_due_head_idx;
+-- A platform's keys in the order of their heads.
+CREATE INDEX IF NOT EXISTS fleetpace_platform_due_key_head_idx
+    ON fleetpace_platform_due (platform, head_key, head_id) WHERE head_id IS NOT NULL;
+-- Keys whose head expires (a source before it falls due). Only those are
+-- in it: an index of every key would be a way to walk a platform's keys
+-- the planner takes when its statistics count few keys (one full walk per
+-- platform).
+CREATE INDEX IF NOT EXISTS fleetpace_platform_due_expiry_idx
+    ON fleetpace_platform_due (valid_until) WHERE valid_until < 'infinity';
 
 -- One function for every statement trigger on fleetpace_source: inserted or
--- updated sources that are enabled and unqueued may become a head (now, or
--- at their due_at); a due source that leaves (queued, disabled, deleted)
--- may have been one. A truncation makes every head stale.
+-- updated sources that are enabled and unqueued may become their key's head
+-- (now, or at their due_at); a due source that leaves (queued, disabled,
+-- deleted) may have been one. A truncation leaves no key and no head.
 CREATE OR REPLACE FUNCTION fleetpace_source_due_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
-        UPDATE fleetpace_platform_due SET valid_until = '-infinity';
+        DELETE FROM fleetpace_platform_due;
         RETURN NULL;
     END IF;
     IF TG_OP <> 'DELETE' THEN
-        INSERT INTO fleetpace_due_change (platform, due_at)
-        SELECT platform, min(due_at) FROM fleetpace_new_sources
-        WHERE enabled AND queued_at IS NULL GROUP BY platform;
+        INSERT INTO fleetpace_due_change (platform, key, due_at, fair_key)
+        SELECT platform, key, min(due_at), min(COALESCE(last_checked_at, '-infinity'::timestamptz)) FROM fleetpace_new_sources
+        WHERE enabled AND queued_at IS NULL GROUP BY platform, key;
     END IF;
     IF TG_OP <> 'INSERT' THEN
-        INSERT INTO fleetpace_due_change (platform, due_at)
-        SELECT DISTINCT platform, '-infinity'::timestamptz FROM fleetpace_old_sources
+        INSERT INTO fleetpace_due_change (platform, key, due_at)
+        SELECT DISTINCT platform, key, '-infinity'::timestamptz FROM fleetpace_old_sources
         WHERE enabled AND queued_at IS NULL AND due_at <= now();
     END IF;
     RETURN NULL;

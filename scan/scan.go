@@ -1,9 +1,11 @@
 // Package scan turns due sources into River jobs: the scan tick selects due
 // sources in fair order (never checked first, then longest since checked,
-// ties by id), caps every platform at its share, leaves out platforms
-// cooling down, and queues one fetch job per source in the transaction that
-// marks the source queued, so a source is never queued twice. It also
-// queues sources by hand (`fleetpace enqueue`).
+// ties by id), caps every platform at its share, lets a platform's keys
+// take turns within it (each capped at its own share where the platform
+// limits keys), leaves out platforms cooling down or paused, and queues
+// one fetch job per source in the transaction that marks the source
+// queued, so a source is never queued twice. It also queues sources by
+// hand (`fleetpace enqueue`).
 //
 // The scan sits on top of the store (package sources: platforms, sources,
 // cooldowns, checks) and the queue (package queue: River).
@@ -215,7 +217,7 @@ func tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	if err != nil {
 		return nil, err
 	}
-	due, err := selectDue(ctx, tx, args)
+	due, err := selectDue(ctx, tx, args, &DueStats{})
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
 	}
@@ -272,44 +274,76 @@ func interleave(due []Due) []int64 {
 
 // plan sizes every platform's share of this tick: ceil(rate × look-ahead)
 // minus what it already has queued, at most PerPlatformCap; platforms cooling
-// down or paused get nothing (they are noted in res). It returns the due
-// query's arguments, and the platforms whose share PerPlatformCap or Limit
-// cut (with their cap).
+// down or paused get nothing (they are noted in res). On a platform that
+// limits keys (a per-key rate, or a key's own), every key's share is sized
+// the same way from its rate and its queued sources: a key that can only
+// run at its rate gets no more than its look-ahead's worth queued. It
+// returns the due query's arguments, and the platforms whose share
+// PerPlatformCap or Limit cut (with their cap).
 func plan(ctx context.Context, db sources.DBTX, cfg Config, res *Result) (args dueArgs, capped map[string]int, err error) {
+	share := func(rate float64, queued int64) int64 {
+		return int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
+	}
 	rows, err := db.Query(ctx, planSQL)
 	if err != nil {
 		return args, nil, fmt.Errorf("tick: plan: %w", err)
 	}
 	defer rows.Close()
-	args = dueArgs{limit: cfg.Limit}
+	args = newDueArgs(cfg.Limit)
 	capped = map[string]int{}
 	for rows.Next() {
 		var (
 			name            string
-			rate            float64
+			rate, keyRate   float64
 			queued          int64
 			cooling, paused bool
 		)
-		if err := rows.Scan(&name, &rate, &queued, &cooling, &paused); err != nil {
+		if err := rows.Scan(&name, &rate, &queued, &cooling, &paused, &keyRate); err != nil {
 			return args, nil, fmt.Errorf("tick: plan: %w", err)
 		}
 		switch {
 		case cooling:
 			res.CoolingDown = append(res.CoolingDown, name)
+			args.add(name, 0)
 			continue
 		case paused:
 			res.Paused = append(res.Paused, name)
+			args.add(name, 0)
 			continue
 		}
-		share := int64(math.Ceil(rate*cfg.LookAhead.Seconds())) - queued
-		limit := int(min(share, int64(cfg.PerPlatformCap), int64(cfg.Limit)))
-		if share > int64(limit) {
+		s := share(rate, queued)
+		limit := int(min(s, int64(cfg.PerPlatformCap), int64(cfg.Limit)))
+		if s > int64(limit) {
 			capped[name] = limit
 		}
 		args.add(name, limit)
+		if keyRate > 0 {
+			args.keyCap[name] = int(min(share(keyRate, 0), int64(cfg.Limit)))
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return args, nil, fmt.Errorf("tick: plan: %w", err)
+	}
+	rows.Close()
+	if rows, err = db.Query(ctx, keyPlanSQL); err != nil {
+		return args, nil, fmt.Errorf("tick: plan keys: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			key    KeyRef
+			rate   float64
+			queued int64
+		)
+		if err := rows.Scan(&key.Platform, &key.Key, &rate, &queued); err != nil {
+			return args, nil, fmt.Errorf("tick: plan keys: %w", err)
+		}
+		if rate > 0 && args.caps[key.Platform] > 0 {
+			args.keys[key] = int(max(min(share(rate, queued), int64(cfg.Limit)), -1))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return args, nil, fmt.Errorf("tick: plan keys: %w", err)
 	}
 	return args, capped, nil
 }

@@ -12,8 +12,9 @@ import (
 // (queued_at, queued_job_id): it sets it in the transaction that inserts
 // the source's River job, and takes it back from sources whose job finished
 // without a check. Recording a check clears it (package sources). It also
-// keeps each platform's head in fleetpace_platform_due, from the change log
-// the schema's triggers write (fleetpace_due_change).
+// keeps each key's head, and each platform's first key, in
+// fleetpace_platform_due, from the change log the schema's triggers write
+// (fleetpace_due_change).
 
 // tickLockKey is the transaction-scoped advisory lock a scan tick takes, so
 // overlapping ticks (cron plus workers) do not both scan.
@@ -33,124 +34,263 @@ const tickLockSQL = `SELECT pg_advisory_xact_lock($1), ` + tickSettings
 // and compiling costs far more than the statements take to run.
 const tickSettings = `set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)`
 
-const platformNamesSQL = `SELECT name FROM fleetpace_platform ORDER BY name`
+// platformNamesSQL lists the platforms and whether each is stopped
+// (cooling down or paused): DueOptions' platforms.
+var platformNamesSQL = `SELECT p.name, ` + sources.StoppedSQL("p.name") + ` FROM fleetpace_platform p ORDER BY p.name`
 
-// planSQL reads, per platform, its rate, how many of its sources are queued,
-// whether it is cooling down and whether an operator paused it: the inputs
-// of each platform's share. The pause is read from the pacer's row
-// (fleetpace_pace, written only by package pacer) through
-// sources.PausedSQL, the condition `sources list --due` and the status
-// counts use too.
+// planSQL reads, per platform, its rate, how many of its sources are
+// queued, whether it is cooling down, whether an operator paused it and its
+// per-key rate (0: none): the inputs of each platform's share. The pause is
+// read from the pacer's row (fleetpace_pace, written only by package pacer)
+// through sources.PausedSQL, the condition `sources list --due` and the
+// status counts use too.
 var planSQL = `
 SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0),
-       ` + sources.CoolingDownSQL("p.name") + `, ` + sources.PausedSQL("p.name") + `
+       ` + sources.CoolingDownSQL("p.name") + `, ` + sources.PausedSQL("p.name") + `, p.key_rate
 FROM fleetpace_platform p
 LEFT JOIN (SELECT platform, count(*) AS queued FROM fleetpace_source
            WHERE queued_at IS NOT NULL GROUP BY platform) q ON q.platform = p.name
 ORDER BY p.name`
 
+// keyPlanSQL reads the keys whose share differs from their platform's
+// per-key share: keys with queued sources on platforms that limit keys
+// (fleetpace_platform.key_rate, or a rate in fleetpace_key_limit), and keys
+// with a rate of their own. Each row: the platform, the key, its rate (as
+// the pacer takes it, fleetpace_pace_key_settings: the key's own, else the
+// platform's per-key rate; 0: the key is not limited apart from its
+// platform) and how many of its sources are queued. Key "" is the
+// platform's own and never limited apart. It reads queued sources only
+// when a platform limits keys (a one-time test: the queued sources' keys
+// are not in fleetpace_source_queued_at_idx, so reading them costs a heap
+// fetch each, ~50,000 at 10,000,000 sources), and counts those of such
+// platforms.
+const keyPlanSQL = `
+WITH keyed AS (
+    SELECT name AS platform FROM fleetpace_platform WHERE key_rate > 0
+    UNION
+    SELECT platform FROM fleetpace_key_limit WHERE rate IS NOT NULL
+),
+q AS (
+    SELECT s.platform, s.key, count(*) AS queued FROM fleetpace_source s
+    WHERE EXISTS (SELECT 1 FROM keyed)
+      AND s.queued_at IS NOT NULL AND s.key <> '' AND s.platform IN (SELECT platform FROM keyed)
+    GROUP BY s.platform, s.key
+),
+l AS (SELECT platform, key, rate FROM fleetpace_key_limit WHERE key <> '' AND rate IS NOT NULL)
+SELECT p.name, COALESCE(q.key, l.key), COALESCE(l.rate, p.key_rate), COALESCE(q.queued, 0)
+FROM q FULL JOIN l ON l.platform = q.platform AND l.key = q.key
+JOIN fleetpace_platform p ON p.name = COALESCE(q.platform, l.platform)`
+
 // fairKey is a source's place in fair order, with the id as the tie-break:
 // never checked first (-infinity), then longest since checked. It is the
-// second column of fleetpace_source_fair_idx, so a walk from a key and up to
-// a bound is an index range.
+// third column of fleetpace_source_key_fair_idx (platform, key, fair key,
+// id), so a walk of one key from a place on is an index range.
 const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 
 // refreshSQL brings the heads in fleetpace_platform_due up to date, in one
-// statement: it consumes the change log, lowers valid_until for sources that
-// fall due later, and recomputes the head of every platform whose head may
-// have moved (a change due now, or valid_until passed). A recomputation
-// reads the platform's first source in fair order; only when that one is not
-// due does it walk on to the first due one and take the earliest due_at of
-// the sources it passed (the head is valid until then). It costs about a
-// probe per platform touched since the last tick, not per platform.
+// statement, and returns how many keys' rows it added or removed and the
+// planner's row count of the table.
+//
+// It consumes the change log, lowers valid_until for keys whose sources
+// fall due later (unless every one of them comes after the key's head in
+// fair order: a source just checked cannot become the head), and
+// recomputes the head of every key whose head may have moved (a change due
+// now, or valid_until passed): its first source in fair order; only when
+// that one is not due does it walk on to the first due one and take the
+// earliest due_at of the sources it passed (the head is valid until then). A key left with no enabled, unqueued source loses
+// its row; a key seen for the first time gets one.
+//
+// Then every platform of those keys gets its first key again (first): the
+// key with the least of the heads just computed and of the head of its
+// first key not touched (a statement sees none of its own changes, so the
+// keys just written are skipped in fleetpace_platform_due_key_head_idx).
+// The key marked before is the first of that index (as it stood), so a
+// platform of one key, whose key stays first, costs no row but its key's.
+//
+// It costs a few probes per key touched since the last tick and two per
+// platform of theirs, never a pass over every key or platform: every row
+// is found by a lateral probe of an index (LIMIT 1 keeps the planner from
+// turning it into a join, which it did, hashing all 100,000 keys' rows:
+// 50 ms) and written through its ctid, fetched by TID (a join on the keys
+// became a hash of the whole table too).
 var refreshSQL = `
-WITH change AS (DELETE FROM fleetpace_due_change RETURNING platform, due_at),
+WITH change AS (DELETE FROM fleetpace_due_change RETURNING platform, key, due_at, fair_key),
 todo AS (
-    SELECT platform, min(until) AS until FROM (
-        SELECT platform, due_at FROM change
+    SELECT platform, key, min(until) AS until, min(fair) AS fair, bool_or(fair IS NULL) AS unknown FROM (
+        SELECT platform, key, due_at, fair_key FROM change
         UNION ALL
-        SELECT platform, valid_until FROM fleetpace_platform_due WHERE valid_until <= now()
-    ) t (platform, until)
-    GROUP BY platform
+        SELECT platform, key, valid_until, NULL FROM fleetpace_platform_due
+        WHERE valid_until < 'infinity' AND valid_until <= now()
+    ) t (platform, key, until, fair)
+    GROUP BY platform, key
 ),
 fresh AS (
-    SELECT t.platform, t.until, t.until <= now() AS recompute,
-           CASE WHEN f.due_at <= now() THEN f.k ELSE h.k END AS k,
-           CASE WHEN f.due_at <= now() THEN f.id ELSE h.id END AS id,
-           CASE WHEN f.due_at <= now() OR f.id IS NULL THEN 'infinity' ELSE u.due_at END AS valid_until
+    SELECT t.platform, t.key, c.row,
+           t.until <= now() AND f.id IS NULL AS empty,
+           CASE WHEN t.until > now() THEN c.head_key WHEN f.due_at <= now() THEN f.k ELSE h.k END AS k,
+           CASE WHEN t.until > now() THEN c.head_id WHEN f.due_at <= now() THEN f.id ELSE h.id END AS id,
+           CASE WHEN t.until > now() AND c.head_id IS NOT NULL AND NOT t.unknown AND t.fair > c.head_key THEN c.valid_until
+                WHEN t.until > now() THEN LEAST(c.valid_until, t.until)
+                WHEN f.due_at <= now() OR f.id IS NULL THEN 'infinity'
+                ELSE u.due_at END AS valid_until
     FROM todo t
     LEFT JOIN LATERAL (
+        SELECT d.ctid AS row, d.head_key, d.head_id, d.valid_until FROM fleetpace_platform_due d
+        WHERE d.platform = t.platform AND d.key = t.key
+        LIMIT 1) c ON true
+    LEFT JOIN LATERAL (
         SELECT ` + fairKey + ` AS k, s.id, s.due_at FROM fleetpace_source s
-        WHERE t.until <= now() AND s.platform = t.platform AND s.enabled AND s.queued_at IS NULL
+        WHERE t.until <= now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
         ORDER BY 1, 2 LIMIT 1) f ON true
     LEFT JOIN LATERAL (
         SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_source s
-        WHERE f.due_at > now() AND s.platform = t.platform AND ` + sources.DueSQL + `
+        WHERE f.due_at > now() AND s.platform = t.platform AND s.key = t.key AND ` + sources.DueSQL + `
         ORDER BY 1, 2 LIMIT 1) h ON true
     LEFT JOIN LATERAL (
         SELECT min(p.due_at) AS due_at FROM (
             SELECT s.due_at FROM fleetpace_source s
-            WHERE f.due_at > now() AND s.platform = t.platform AND s.enabled AND s.queued_at IS NULL
+            WHERE f.due_at > now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
               AND ` + fairKey + ` <= COALESCE(h.k, 'infinity')
               AND (h.id IS NULL OR (` + fairKey + `, s.id) < (h.k, h.id))
             ORDER BY ` + fairKey + `, s.id) p) u ON true
+),
+least AS (
+    SELECT DISTINCT ON (platform) platform, CASE WHEN NOT empty THEN key END AS key,
+           CASE WHEN NOT empty THEN k END AS k, CASE WHEN NOT empty THEN id END AS id
+    FROM fresh
+    ORDER BY platform, empty OR id IS NULL, k, id
+),
+firsts AS (
+    SELECT l.platform, w.row AS was_row, w.key AS was_key, o.row AS other_row, o.key AS other_key,
+           CASE WHEN l.id IS NULL OR (o.id IS NOT NULL AND (o.k, o.id) < (l.k, l.id)) THEN o.key ELSE l.key END AS key
+    FROM least l
+    LEFT JOIN LATERAL (
+        SELECT d.ctid AS row, d.key FROM fleetpace_platform_due d
+        WHERE d.platform = l.platform AND d.head_id IS NOT NULL
+        ORDER BY d.head_key, d.head_id
+        LIMIT 1) w ON true
+    LEFT JOIN LATERAL (
+        SELECT d.ctid AS row, d.key, d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
+        WHERE d.platform = l.platform AND d.head_id IS NOT NULL
+          AND (d.platform, d.key) NOT IN (SELECT t.platform, t.key FROM todo t)
+        ORDER BY d.head_key, d.head_id
+        LIMIT 1) o ON true
+),
+gone AS (
+    DELETE FROM fleetpace_platform_due d
+    WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE f.empty AND f.row IS NOT NULL))
+    RETURNING 1
+),
+moved AS (
+    UPDATE fleetpace_platform_due d
+    SET head_key = f.k, head_id = f.id, valid_until = f.valid_until, first = f.key IS NOT DISTINCT FROM x.key
+    FROM fresh f JOIN firsts x ON x.platform = f.platform
+    WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE NOT f.empty AND f.row IS NOT NULL))
+      AND d.ctid = f.row AND NOT f.empty
+      AND (d.head_key, d.head_id, d.valid_until, d.first)
+          IS DISTINCT FROM (f.k, f.id, f.valid_until, f.key IS NOT DISTINCT FROM x.key)
+),
+added AS (
+    INSERT INTO fleetpace_platform_due (platform, key, head_key, head_id, valid_until, first)
+    SELECT f.platform, f.key, f.k, f.id, f.valid_until, f.key IS NOT DISTINCT FROM x.key
+    FROM fresh f JOIN firsts x ON x.platform = f.platform
+    WHERE f.row IS NULL AND NOT f.empty
+      AND EXISTS (SELECT 1 FROM fleetpace_platform p WHERE p.name = f.platform)
+    RETURNING 1
+),
+flags AS (
+    SELECT x.other_row AS row, true AS first FROM firsts x
+    WHERE x.other_row IS NOT NULL AND x.key = x.other_key AND x.other_row IS DISTINCT FROM x.was_row
+    UNION ALL
+    SELECT x.was_row, false FROM firsts x
+    WHERE x.was_row IS NOT NULL AND x.was_key IS DISTINCT FROM x.key
+      AND (x.platform, x.was_key) NOT IN (SELECT t.platform, t.key FROM todo t)
+),
+flagged AS (
+    UPDATE fleetpace_platform_due d SET first = g.first
+    FROM flags g
+    WHERE d.ctid = ANY (ARRAY(SELECT g.row FROM flags g)) AND d.ctid = g.row AND d.first IS DISTINCT FROM g.first
 )
-UPDATE fleetpace_platform_due d SET
-    head_key    = CASE WHEN f.recompute THEN f.k ELSE d.head_key END,
-    head_id     = CASE WHEN f.recompute THEN f.id ELSE d.head_id END,
-    valid_until = CASE WHEN f.recompute THEN f.valid_until ELSE LEAST(d.valid_until, f.until) END
-FROM fresh f
-WHERE d.platform = f.platform`
+SELECT (SELECT count(*) FROM added) + (SELECT count(*) FROM gone),
+       (SELECT c.reltuples FROM pg_class c WHERE c.oid = 'fleetpace_platform_due'::regclass)`
 
-// dueFetch is the walk of one platform's due sources in fair order, from
-// after (key, id) q.k, q.id up to the bound key $bound, at most q.n of them:
-// an index range of fleetpace_source_fair_idx. {bound} names the bound.
-const dueFetch = `
-    SELECT ` + fairKey + ` AS k, s.id, s.url FROM fleetpace_source s
-    WHERE s.platform = q.platform AND ` + sources.DueSQL + `
-      AND (` + fairKey + `, s.id) > (q.k, q.id)
-      AND ` + fairKey + ` <= {bound}
+// analyzeDueSQL refreshes the planner's statistics of
+// fleetpace_platform_due after a refresh that added or removed many keys
+// (analyzeAfter). The walks of the due query rely on them: with the
+// statistics of a table of 10,000 platforms and no key (after an upgrade,
+// a large import, a truncation), the planner walked a platform's keys
+// through another index and sorted them (it took a whole walk of an index
+// of every key per platform: 3 s a tick at 10,000 platforms, until
+// autovacuum came by).
+const analyzeDueSQL = `ANALYZE fleetpace_platform_due`
+
+// platformHeadsSQL reads the due query's candidates: the platforms in the
+// order of their heads (their first keys' heads), after the head ($2, $3),
+// at most $4 of them, leaving out those of $1 (the platforms that take no
+// part: stopped, or no cap left) — a walk of
+// fleetpace_platform_due_first_idx that stops at the limit, $1 a hashed
+// subplan built once. Each row: the platform and its head. It costs the
+// limit and the platforms left out before it, not the platforms.
+const platformHeadsSQL = `
+SELECT d.platform, d.head_key, d.head_id FROM fleetpace_platform_due d
+WHERE d.first
+  AND (d.head_key, d.head_id) > ($2::timestamptz, $3::bigint)
+  AND d.platform NOT IN (SELECT x.platform FROM unnest($1::text[]) AS x (platform))
+ORDER BY d.head_key, d.head_id
+LIMIT $4`
+
+// keyWalk is the walk of one key's due sources in fair order, from after
+// the place ({q}.k, {q}.id), at most {n} of them: an index range of
+// fleetpace_source_key_fair_idx. {q} names the row giving the platform, key
+// and place; {n} the count.
+const keyWalk = `
+    SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_source s
+    WHERE s.platform = {q}.platform AND s.key = {q}.key AND ` + sources.DueSQL + `
+      AND (` + fairKey + `, s.id) > ({q}.k, {q}.id)
     ORDER BY 1, 2
-    LIMIT q.n`
+    LIMIT {n}`
 
-// dueFirstSQL is the due query's first round. The candidates are the
-// platforms with the $1 earliest heads (with a cap > 0, not cooling down):
-// the first $1 sources in fair order come from them alone, and none comes
-// after the last candidate's head when there are $1 of them (each candidate
-// brings at least its head). From each candidate it reads a batch of due
-// sources from its head on. Arguments: $1 the overall limit, $2 and $3 the
-// platforms and their caps. Each row: the platform, its cap (at most $1),
-// the batch read, the bound, and a source (NULL if none).
-var dueFirstSQL = `
-WITH cand AS (
-    SELECT d.platform, LEAST(c.cap, $1) AS cap, d.head_key, d.head_id
-    FROM fleetpace_platform_due d
-    JOIN unnest($2::text[], $3::int[]) AS c (platform, cap) ON c.platform = d.platform
-    WHERE d.head_id IS NOT NULL AND c.cap > 0
-      AND NOT ` + sources.StoppedSQL("d.platform") + `
-    ORDER BY d.head_key, d.head_id
-    LIMIT $1
-),
-b AS MATERIALIZED (
-    SELECT CASE WHEN count(*) = $1 THEN max(head_key) ELSE 'infinity' END AS bound,
-           GREATEST(2, ceil(2.0 * $1 / GREATEST(count(*), 1)))::int AS batch
-    FROM cand
-),
-q AS (
-    SELECT cand.platform, cand.cap, b.bound, b.batch, cand.head_key AS k, cand.head_id - 1 AS id,
-           LEAST(cand.cap, b.batch) AS n
-    FROM cand, b
+func walk(q, n string) string {
+	return strings.NewReplacer("{q}", q, "{n}", n).Replace(keyWalk)
+}
+
+// dueReadSQL is one round of the due query's reads, for every platform and
+// key that needs more:
+//   - keys of platforms in head order ($1 the platforms, $2 and $3 the
+//     head after which to read, $4 how many, $5 how many sources the
+//     platform is asked for): a walk of
+//     fleetpace_platform_due_key_head_idx, leaving out the keys $6/$7
+//     (platforms and keys whose cap is spent; hashed). When a platform
+//     has fewer keys than asked for, each key read is walked on too, far
+//     enough for the platform to give the sources asked for
+//     (ceil(sources / keys) − 1 past its head): a platform of one key
+//     (key "") gets its batch in the same round;
+//   - further due sources of single keys ($8 the platforms, $9 the keys,
+//     $10 and $11 the last source read, $12 how many).
+//
+// Each row: whether it is a key's head, the platform, the key, the source's
+// fair key and id.
+var dueReadSQL = `
+WITH u AS (
+    SELECT q.platform, q.n, q.s, x.key, x.k, x.id, count(*) OVER (PARTITION BY q.platform) AS got
+    FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[], $5::int[]) AS q (platform, k, id, n, s)
+    CROSS JOIN LATERAL (
+        SELECT d.key, d.head_key AS k, d.head_id AS id FROM fleetpace_platform_due d
+        WHERE d.platform = q.platform AND d.head_id IS NOT NULL
+          AND (d.head_key, d.head_id) > (q.k, q.id)
+          AND (d.platform, d.key) NOT IN (SELECT z.platform, z.key FROM unnest($6::text[], $7::text[]) AS z (platform, key))
+        ORDER BY d.head_key, d.head_id
+        LIMIT q.n) x
 )
-SELECT q.platform, q.cap, q.n, q.bound, r.k, r.id, r.url
-FROM q LEFT JOIN LATERAL (` + strings.ReplaceAll(dueFetch, "{bound}", "q.bound") + `) r ON true`
-
-// dueMoreSQL reads further due sources of some platforms: $1 the platforms,
-// $2 and $3 the key and id of the last source read from each, $4 how many
-// more, $5 the bound.
-var dueMoreSQL = `
-SELECT q.platform, r.k, r.id, r.url
-FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::int[]) AS q (platform, k, id, n)
-CROSS JOIN LATERAL (` + strings.ReplaceAll(dueFetch, "{bound}", "$5::timestamptz") + `) r`
+SELECT true, u.platform, u.key, u.k, u.id FROM u
+UNION ALL
+SELECT false, u.platform, u.key, r.k, r.id FROM u
+CROSS JOIN LATERAL (` + walk("u", "(u.s + u.got - 1) / u.got - 1") + `) r
+WHERE u.got < u.n
+UNION ALL
+SELECT false, w.platform, w.key, r.k, r.id
+FROM unnest($8::text[], $9::text[], $10::timestamptz[], $11::bigint[], $12::int[]) AS w (platform, key, k, id, n)
+CROSS JOIN LATERAL (` + walk("w", "w.n") + `) r`
 
 // claimSQL locks the sources to enqueue that are enabled and not queued yet.
 // Row locks (taken in id order, so concurrent claims cannot deadlock) make a

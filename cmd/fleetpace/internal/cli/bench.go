@@ -110,11 +110,14 @@ func (a *app) benchScanCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&cfg.Sources, "sources", bench.DefaultScanSources, "sources to create")
 	f.IntSliceVar(&cfg.Platforms, "platforms", []int{bench.DefaultScanPlatforms}, "platforms sharing them; several sizes (20,1000,10000) run one after the other, each on fresh data")
-	f.IntVar(&cfg.CoolingDown, "cooling-down", bench.DefaultScanCoolingDown, "platforms in cooldown")
+	f.IntVar(&cfg.CoolingDown, "cooling-down", bench.DefaultScanCoolingDown, "platforms in cooldown (at most all but one)")
 	f.IntVar(&cfg.Select, "select", bench.DefaultScanSelect, "sources selected by the due query and each tick")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultScanRuns, "repetitions of each measurement (ticks: a third, at least 5)")
+	f.IntVar(&cfg.Keys, "keys", 0, "keys each keyed platform spreads its sources over (0: none); keyed platforms take 1,000/s")
+	f.IntVar(&cfg.KeyedPlatforms, "keyed-platforms", 0, "how many platforms have --keys keys (0: all); --platforms 1 --keys 100000 is 100,000 keys on one platform")
+	f.Float64Var(&cfg.KeyRate, "key-rate", bench.DefaultScanKeyRate, "per-key rate of keyed platforms, requests/s")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	zeroIsDefault(f, "sources", "select", "runs")
+	zeroIsDefault(f, "sources", "select", "runs", "key-rate")
 	return cmd
 }
 
