@@ -112,7 +112,7 @@ func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string,
 			return res, err
 		}
 		if !res.Granted {
-			if (res.Retry || res.Degraded || res.Key != "") && !res.Paused && res.Wait < left {
+			if (res.Retry || res.Degraded || res.Key != "") && !res.Paused && !res.behind && res.Wait < left {
 				// Denied for a moment (the key's next slot, an open-request
 				// cap, a key's hold that ends within the wait, no rate known
 				// while the database is unreachable): ask again after the

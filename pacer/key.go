@@ -57,10 +57,14 @@ func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait ti
 	}
 	p.reservations.Add(1)
 	maxWait = max(maxWait, 0)
-	held := max(p.heldLocally(platform), p.heldLocally(rowName(platform, key)))
-	if held > maxWait {
+	held, keyHeld := p.heldLocally(platform), p.heldLocally(rowName(platform, key))
+	if max(held, keyHeld) > maxWait || keyHeld > held {
+		// Held: a key's hold books nothing on the platform's schedule
+		// (a slot at the hold's end would make every other key wait
+		// behind it); Acquire waits a hold within its bound out and
+		// reserves again.
 		p.denied.Add(1)
-		return Reservation{Platform: platform, Key: key, Wait: held}, nil
+		return Reservation{Platform: platform, Key: key, Wait: max(held, keyHeld)}, nil
 	}
 	shared, probe, recovering := p.latch.admit()
 	if !shared {
@@ -267,6 +271,9 @@ type keyTurn struct {
 	row   string
 	turn  chan struct{}
 	users int
+	until time.Time     // the caller whose turn it is waits until then (a denial it waits out)
+	held  bool          // … for the key's hold (not its next slot)
+	avg   time.Duration // how long a turn takes lately (moving average; 0: unknown)
 }
 
 // keyTurn returns row's turnstile, counting the caller in.
@@ -284,57 +291,95 @@ func (p *Pacer) keyTurn(row string) *keyTurn {
 
 // keySlotter reserves for one key, in its turn.
 type keySlotter struct {
-	p    *Pacer
-	key  string
-	turn *keyTurn
-	held bool // this caller holds the turn
+	p     *Pacer
+	key   string
+	turn  *keyTurn
+	held  bool      // this caller holds the turn
+	since time.Time // … since then
 }
 
 func (k *keySlotter) Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
 	row := rowName(platform, k.key)
 	if !k.held {
-		if w := k.queueWait(row); w > maxWait {
+		if w, behindHold := k.queueWait(row); behindHold {
+			// Behind a hold the caller whose turn it is waits out alone:
+			// nothing is booked, and a River job would hold a worker for
+			// nothing while other keys' jobs wait (it snoozes until the
+			// hold ends; Transport waits and asks again).
 			k.p.denied.Add(1)
-			return Reservation{Platform: platform, Key: k.key, Wait: w}, nil
+			return Reservation{Platform: platform, Key: k.key, Wait: w, behind: true}, nil
+		} else if w > maxWait {
+			// A line longer than the bound: back when this caller's wait
+			// would fit it (the line drains meanwhile; a job that waited
+			// the whole line out would come back with the others at once).
+			k.p.denied.Add(1)
+			return Reservation{Platform: platform, Key: k.key, Wait: w - maxWait, behind: true}, nil
 		}
 		t := k.p.clock.NewTimer(maxWait)
 		select {
 		case k.turn.turn <- struct{}{}:
 			t.Stop()
-			k.held = true
+			k.held, k.since = true, k.p.clock.Now()
 		case <-t.Chan():
 			k.p.denied.Add(1)
-			return Reservation{Platform: platform, Key: k.key, Wait: max(k.queueWait(row), maxWait+time.Millisecond)}, nil
+			w, _ := k.queueWait(row)
+			return Reservation{Platform: platform, Key: k.key, Wait: max(w-maxWait, 0), behind: true}, nil
 		case <-ctx.Done():
 			t.Stop()
 			return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, ctx.Err())
 		}
 	}
 	res, err := k.p.ReserveKey(ctx, platform, k.key, maxWait)
-	if err != nil || !res.Retry {
-		k.release() // granted, or denied for longer: the next caller's turn
+	if err == nil && !res.Granted && !res.Paused && res.Wait < maxWait {
+		// Denied for a while that Acquire waits out (the key's next slot,
+		// its hold, its cap): keep the turn meanwhile.
+		k.p.mu.Lock()
+		k.turn.until, k.turn.held = k.p.clock.Now().Add(res.Wait), !res.Retry
+		k.p.mu.Unlock()
+		return res, nil
 	}
+	k.release() // granted, or denied for longer: the next caller's turn
 	return res, err
 }
 
-// queueWait is how long the callers ahead of this one will take at the
-// key's spacing (0: unknown yet).
-func (k *keySlotter) queueWait(row string) time.Duration {
+// queueWait is how long the callers ahead of this one will take: a turn's
+// recent length each (the key's spacing when it paces them, shared with
+// other processes' callers; nearly nothing when the platform does), or the
+// hold of the one whose turn it is and the others' turns after it (0:
+// nobody ahead); and whether this caller would queue behind a hold.
+func (k *keySlotter) queueWait(row string) (time.Duration, bool) {
 	k.p.mu.Lock()
 	defer k.p.mu.Unlock()
 	ahead := k.turn.users - 1
-	st := k.p.local[row]
-	if ahead <= 0 || st == nil || st.interval <= 0 {
-		return 0
+	if ahead <= 0 {
+		return 0, false
 	}
-	return secondsToDuration(float64(ahead) * st.interval)
+	left := k.turn.until.Sub(k.p.clock.Now())
+	if left <= 0 {
+		return time.Duration(ahead) * k.turn.avg, false
+	}
+	per := k.turn.avg
+	if st := k.p.local[row]; !k.turn.held && st != nil {
+		per = max(per, secondsToDuration(st.interval)) // it waits for the key's next slot: the key paces its callers
+	}
+	return left + time.Duration(ahead-1)*per, k.turn.held
 }
 
 func (k *keySlotter) release() {
-	if k.held {
-		k.held = false
-		<-k.turn.turn
+	if !k.held {
+		return
 	}
+	k.held = false
+	d := k.p.clock.Since(k.since)
+	k.p.mu.Lock()
+	if k.turn.avg == 0 {
+		k.turn.avg = d
+	} else {
+		k.turn.avg = (7*k.turn.avg + 3*d) / 10
+	}
+	k.turn.held = false
+	k.p.mu.Unlock()
+	<-k.turn.turn
 }
 
 // done releases the turn if held and counts the caller out.

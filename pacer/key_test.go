@@ -237,11 +237,11 @@ func TestPruneIdleKeys(t *testing.T) {
 }
 
 // A process's callers of one hot key take turns: with the key at 2/s and a
-// bound of 1 s, of six callers at once two can be served within the bound
-// behind the one whose turn it is; the other three are denied at once (a
-// River job snoozes instead of holding a worker), without waiting and
-// without a round trip each. The ones served get the key's slots 500 ms
-// apart. Another key is served meanwhile at once.
+// bound of 1 s, while one waits for the key's next slot, two more callers
+// can be served within the bound behind it; the next three are denied at
+// once (a River job snoozes instead of holding a worker), without waiting
+// and without a round trip each. The ones served get the key's slots
+// 500 ms apart. Another key is served meanwhile at once.
 func TestHotKeyCallersTakeTurns(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
@@ -258,25 +258,52 @@ func TestHotKeyCallersTakeTurns(t *testing.T) {
 		err error
 	}
 	results := make(chan result, 6)
-	for range 6 {
+	acquire := func() {
 		go func() {
 			r, err := p.AcquireKey(ctx, "hk", "hot", time.Second)
 			results <- result{r, err}
 		}()
 	}
-	denied := 0
-	for denied < 3 {
-		var res result
-		select {
-		case res = <-results:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d callers denied at once, want 3: the others wait in line past their bound", denied)
+	// sleepersOrResult waits until clk has n sleepers or a result came.
+	sleepersOrResult := func(n int) *result {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case res := <-results:
+				return &res
+			default:
+			}
+			bctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+			err := clk.BlockUntilContext(bctx, n)
+			cancel()
+			if err == nil {
+				return nil
+			}
 		}
-		var we *WaitError
-		if !errors.As(res.err, &we) || we.Wait < time.Second {
-			t.Fatalf("a caller served before the clock moved: %+v %v, want three denied at once for ≥ 1 s", res.r, res.err)
+		t.Fatalf("neither %d sleepers nor a result within 30 s", n)
+		return nil
+	}
+	// The one whose turn it is waits for the key's next slot.
+	acquire()
+	if res := sleepersOrResult(1); res != nil {
+		t.Fatalf("the second caller returned at once: %+v %v", res.r, res.err)
+	}
+	queued, denied := 0, 0
+	for range 5 {
+		acquire()
+		switch res := sleepersOrResult(2 + queued); {
+		case res == nil:
+			queued++
+		default:
+			var we *WaitError
+			if !errors.As(res.err, &we) || we.Wait <= 0 {
+				t.Fatalf("a caller served before the clock moved: %+v %v, want denied at once beyond its 1-s bound", res.r, res.err)
+			}
+			denied++
 		}
-		denied++
+	}
+	if queued != 2 || denied != 3 {
+		t.Fatalf("%d callers queued and %d denied at once, want 2 and 3: a queue beyond the bound", queued, denied)
 	}
 	if r, err := p.ReserveKey(ctx, "hk", "cold", time.Second); err != nil || !r.Granted || r.Wait > 20*time.Millisecond {
 		t.Fatalf("another key meanwhile: %+v %v, want served at once", r, err)
@@ -316,8 +343,10 @@ func TestHotKeyCallersTakeTurns(t *testing.T) {
 }
 
 // A held key's caller whose bound reaches past the hold waits it out and
-// is served (Transport's callers wait by default; they do not fail at
-// once); one whose bound ends before is denied with the hold's wait.
+// is served; one whose bound ends before is denied with the hold's wait,
+// and so is, at once, another caller behind the one waiting (Transport
+// waits and asks again; a River job snoozes instead of holding a worker for
+// nothing). q is another process: it learns of the hold from the row.
 func TestHeldKeyWaitsWithinItsBound(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
@@ -325,6 +354,7 @@ func TestHeldKeyWaitsWithinItsBound(t *testing.T) {
 	setKeyLimits(t, pool, "hw", 10, 1, 0, 0)
 	clk := clocktest.New()
 	p := fakePacer(t, url, clk, nil)
+	q := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
 	r, err := p.ReserveKey(ctx, "hw", "k", time.Minute)
 	if err != nil || !r.Granted {
@@ -334,17 +364,38 @@ func TestHeldKeyWaitsWithinItsBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var we *WaitError
-	if _, err := p.AcquireKey(ctx, "hw", "k", time.Second); !errors.As(err, &we) || we.Wait < 1900*time.Millisecond {
+	if _, err := q.AcquireKey(ctx, "hw", "k", time.Second); !errors.As(err, &we) || we.Wait < 1900*time.Millisecond {
 		t.Fatalf("a bound short of the hold: %v, want a WaitError of ~2 s", err)
+	}
+	// A reservation within the bound is denied too, booking nothing: a slot
+	// at the hold's end would put the platform's other keys behind it.
+	if r, err := q.ReserveKey(ctx, "hw", "k", time.Minute); err != nil || r.Granted || r.Wait < 1900*time.Millisecond {
+		t.Fatalf("the held key within the bound: %+v %v, want denied ~2 s", r, err)
 	}
 	done := make(chan Reservation, 1)
 	go func() {
-		r, err := p.AcquireKey(ctx, "hw", "k", time.Minute)
+		r, err := q.AcquireKey(ctx, "hw", "k", time.Minute)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- r
 	}()
+	waitFor(t, "the first caller to wait out the hold", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		turn := q.turns[rowName("hw", "k")]
+		return turn != nil && turn.held
+	})
+	if _, err := q.AcquireKey(ctx, "hw", "k", time.Minute); !errors.As(err, &we) || we.Wait < 1900*time.Millisecond {
+		t.Fatalf("a second caller behind the hold: %v, want a WaitError of ~2 s at once", err)
+	}
+	// The hold books nothing on the platform's schedule: another key's slot
+	// is at once, in either process.
+	for i, pc := range []*Pacer{q, p} {
+		if r, err := pc.ReserveKey(ctx, "hw", fmt.Sprint("other", i), time.Minute); err != nil || !r.Granted || r.Wait > 100*time.Millisecond {
+			t.Fatalf("another key while k's hold is waited out: %+v %v, want a slot at once", r, err)
+		}
+	}
 	start := clk.Now()
 	for r := range stepUntil(t, clk, 1, 50*time.Millisecond, done) {
 		if !r.Granted || clk.Now().Sub(start) < 1900*time.Millisecond {

@@ -190,6 +190,10 @@ type Reservation struct {
 	// lease is the lease the slot took on rows that cap open requests (its
 	// expiry, epoch seconds; 0: none): Report gives it back.
 	lease float64
+	// behind: denied at once in the line of its key's callers (behind one
+	// waiting out a hold, or beyond the bound): Acquire does not wait — a
+	// River job snoozes and frees its worker.
+	behind bool
 }
 
 // interval is the slot's spacing in seconds.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetpace/fleetpace/clock"
 	"net/http"
 	"strings"
 	"time"
@@ -123,13 +124,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Key != nil {
 		key = t.Key(req)
 	}
-	res, err := p.AcquireKey(ctx, platform, key, maxWait)
+	res, err := t.acquire(ctx, platform, key, maxWait)
 	if errors.Is(err, ErrUnknownPlatform) && t.CreatePlatform != nil {
 		if cerr := t.CreatePlatform(ctx, platform); cerr != nil {
 			closeBody(req)
 			return nil, fmt.Errorf("pacer: create platform %q: %w", platform, cerr)
 		}
-		res, err = p.AcquireKey(ctx, platform, key, maxWait)
+		res, err = t.acquire(ctx, platform, key, maxWait)
 	}
 	if errors.Is(err, ErrUnknownPlatform) {
 		err = fmt.Errorf("%w (the platform of requests to %s; nothing was sent)", err, req.URL.Host)
@@ -167,5 +168,31 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
+	}
+}
+
+// acquire takes the request's slot within maxWait, asking again after a
+// denial that ends within it (a key's callers wait behind a hold the one
+// whose turn it is waits out, where a River job would snooze): a request's
+// goroutine is cheap, a worker is not. A pause is not waited out.
+func (t *Transport) acquire(ctx context.Context, platform, key string, maxWait time.Duration) (Reservation, error) {
+	c := t.Pacer.clock
+	start := c.Now()
+	left := func() time.Duration {
+		l := maxWait - c.Since(start)
+		if d, ok := ctx.Deadline(); ok {
+			l = min(l, time.Until(d))
+		}
+		return max(l, 0)
+	}
+	for {
+		res, err := t.Pacer.AcquireKey(ctx, platform, key, left())
+		var we *WaitError
+		if !errors.As(err, &we) || we.Paused || we.Wait >= left() {
+			return res, err
+		}
+		if err := clock.Sleep(ctx, c, max(we.Wait, time.Millisecond)); err != nil {
+			return res, fmt.Errorf("pacer: acquire %s: %w", platform, err)
+		}
 	}
 }

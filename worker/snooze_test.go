@@ -44,8 +44,9 @@ func (f noFetch) Fetch(context.Context, fetch.Request) fetch.Result {
 }
 
 // A denied reservation snoozes the fetch job by riverpace's rules, those of
-// every paced job: at least riverpace.MinSnooze and at most pacer.MaxHold
-// (+10 % jitter), whatever the wait it names: 0 (the job came back at once,
+// every paced job: at least riverpace.MinSnooze (+10 % jitter), a wait
+// longer than River's scheduler lag to within the lag of its end, never
+// past pacer.MaxHold, whatever the wait it names: 0 (the job came back at once,
 // for ever, with a rate of 1e-300), negative (River panics), or beyond any
 // duration.
 func TestDeniedReservationSnooze(t *testing.T) {
@@ -63,9 +64,12 @@ func TestDeniedReservationSnooze(t *testing.T) {
 		{0, 0, riverpace.MinSnooze, riverpace.MinSnooze},
 		{-time.Hour, 0.5, riverpace.MinSnooze, riverpace.MinSnooze * 11 / 10},
 		{time.Nanosecond, 0.99, riverpace.MinSnooze, riverpace.MinSnooze * 11 / 10},
-		{10 * time.Second, 0, 10 * time.Second, 10 * time.Second},
-		{math.MaxInt64, 0.999, pacer.MaxHold, pacer.MaxHold * 11 / 10},
-		{time.Minute, math.NaN(), time.Minute, time.Minute},
+		{4 * time.Second, 0.5, 4 * time.Second, 4200 * time.Millisecond},
+		// Longer than River's scheduler lag: to within the lag of the end.
+		{10 * time.Second, 0, 5 * time.Second, 5 * time.Second},
+		{10 * time.Second, 0.99, 5 * time.Second, 6 * time.Second},
+		{math.MaxInt64, 0.999, pacer.MaxHold - riverpace.SchedulerLag, pacer.MaxHold},
+		{time.Minute, math.NaN(), time.Minute - riverpace.SchedulerLag, time.Minute - riverpace.SchedulerLag},
 	}
 	for _, tt := range tests {
 		w, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: denyWith{tt.wait}, Fetcher: noFetch{t},

@@ -289,10 +289,7 @@ func riverChild() (childResult, error) {
 			return childResult{}, err
 		}
 		defer p.Close()
-		// MaxWait 600 ms: see integration's keyWaitWorkaround (a job
-		// waiting for its key's next slot holds its River worker).
-		mw, err := riverpace.New(riverpace.Config{Pacer: p, Platform: riverpace.ArgsField("platform"), Key: riverpace.ArgsField("key"),
-			MaxWait: 600 * time.Millisecond})
+		mw, err := riverpace.New(riverpace.Config{Pacer: p, Platform: riverpace.ArgsField("platform"), Key: riverpace.ArgsField("key")})
 		if err != nil {
 			return childResult{}, err
 		}

@@ -24,7 +24,10 @@
 //     (Middleware.Slot: the same rules for every paced job, fleetpace's own
 //     fetch job included). A job whose slot is further away than
 //     Config.MaxWait (5 s) is snoozed (river.JobSnooze) until about then —
-//     at least MinSnooze, spread by up to 10 % —, which in River v0.51 uses
+//     at least MinSnooze, spread by up to 10 %; a wait longer than River's
+//     scheduler lag (SchedulerLag) to within the lag of its end —, a key's
+//     caller behind others of its key that would wait past MaxWait too
+//     (pacer.AcquireKey), which in River v0.51 uses
 //     up no attempt (the attempt count is set back; the "snoozes" metadata
 //     counts it): holding a worker for a long wait would starve the
 //     client's other jobs. A slot the fleet moves later while the job sleeps
@@ -311,17 +314,30 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 	return res, err
 }
 
-// spread is how long a job snoozes for a wait d: at least MinSnooze and at
-// most pacer.MaxHold, lengthened by up to 10 % (Config.Rand; a draw outside
-// [0, 1), NaN included, counts as 0) so that jobs held together do not all
-// come back at one instant.
+// SchedulerLag is how late River may bring back a job snoozed for longer
+// than its scheduler's interval (5 s): such a job is set aside and made
+// available again only at the scheduler's next run; a shorter snooze is
+// available at once, due at its time.
+const SchedulerLag = 5 * time.Second
+
+// spread is how long a job snoozes for a wait d, d at least MinSnooze and
+// at most pacer.MaxHold. Up to SchedulerLag it is d lengthened by up to
+// 10 % (Config.Rand; a draw outside [0, 1), NaN included, counts as 0), so
+// that jobs held together do not all come back at one instant. A longer
+// wait is snoozed to within SchedulerLag of its end, spread over that
+// span: River's lag then brings the job back by the end at the latest (not
+// 5 s after it, with the whole fleet's jobs), and the rest of the wait it
+// waits for a slot, or snoozes briefly again.
 func (m *Middleware) spread(d time.Duration) time.Duration {
 	d = min(max(d, MinSnooze), pacer.MaxHold)
 	u := m.cfg.Rand()
 	if !(u >= 0 && u < 1) {
 		u = 0
 	}
-	return d + time.Duration(u*0.1*float64(d))
+	if d <= SchedulerLag {
+		return d + time.Duration(u*0.1*float64(d))
+	}
+	return d - SchedulerLag + time.Duration(u*float64(min(d/10, SchedulerLag)))
 }
 
 // RateLimitedError is the error a job returns to tell the pacer the
