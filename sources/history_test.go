@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -60,9 +61,10 @@ func TestHistoryKeepsEveryCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []struct {
-		outcome, reason, worker string
-		status                  int
-		bytes                   int64
+		outcome        fetch.Outcome
+		reason, worker string
+		status         int
+		bytes          int64
 	}{
 		{"ok", "", "w3", 200, 7},
 		{"rate_limited", "Retry-After 600 s", "w1", 429, 0},
@@ -125,7 +127,7 @@ func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 	breakHistory(t, f)
 	ids := []int64{f.source(t, "p", "https://p.example/1", nil), f.source(t, "p", "https://p.example/2", nil),
 		f.source(t, "p", "https://p.example/3", nil), f.source(t, "p", "https://p.example/4", nil)}
-	outcome := func(id int64) string {
+	outcome := func(id int64) fetch.Outcome {
 		s, err := sources.GetSource(f.ctx, f.pool, id)
 		if err != nil {
 			t.Fatal(err)
@@ -285,7 +287,7 @@ func TestActivity(t *testing.T) {
 	}
 	sum := map[string]int64{}
 	for _, c := range got {
-		sum[c.Platform+"/"+c.Outcome] += c.Checks
+		sum[c.Platform+"/"+string(c.Outcome)] += c.Checks
 	}
 	want := map[string]int64{"a/ok": 2, "a/failed": 1, "b/rate_limited": 1}
 	if len(sum) != len(want) {
@@ -346,7 +348,7 @@ func TestHistoryKeepsMultiplier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byOutcome := map[string]float64{}
+	byOutcome := map[fetch.Outcome]float64{}
 	for _, c := range got {
 		byOutcome[c.Outcome] = c.MaxMultiplier
 	}

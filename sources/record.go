@@ -13,11 +13,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fleetpace/fleetpace/fetch"
 )
 
 // Check is the recorded result of one fetch of a source.
 type Check struct {
-	Outcome      string // ok, not_modified, rate_pressure, rate_limited, failed
+	Outcome      string // a fetch.Outcome, as it is stored
 	Status       int    // HTTP status, 0 if none
 	Error        string // reason for failed / rate_limited
 	ETag         string // new validators (ok only)
@@ -283,7 +285,7 @@ func recordChecks(ctx context.Context, db DBTX, recs []CheckRecord, history bool
 				return refused, err // e.g. the database went away: the rest is not written
 			}
 		}
-		failed := Check{Outcome: OutcomeFailed, Status: r.Check.Status, JobID: r.Check.JobID,
+		failed := Check{Outcome: string(fetch.Failed), Status: r.Check.Status, JobID: r.Check.JobID,
 			Duration: r.Check.Duration, Bytes: r.Check.Bytes, Worker: r.Check.Worker, Multiplier: r.Check.Multiplier,
 			Error: "the check could not be recorded: " + dbMessage(err)}
 		rc := &RefusedCheck{SourceID: r.SourceID, Err: err}

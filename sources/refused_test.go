@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -60,7 +61,7 @@ func TestRecordChecksRefusedRow(t *testing.T) {
 		t.Fatalf("RecordChecks = %v, want exactly source %d refused and recorded as failed", err, ids[1])
 	}
 	want := []struct {
-		outcome  string
+		outcome  fetch.Outcome
 		failures int
 		errPart  string
 	}{{"ok", 0, ""}, {"failed", 1, "hostile row"}, {"failed", 1, "HTTP 500"}, {"not_modified", 0, ""}}
@@ -116,7 +117,7 @@ func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 		t.Fatalf("RecordChecks with the history alone refused = %v, want ErrHistoryNotRecorded only", err)
 	}
 	want := []struct {
-		outcome  string
+		outcome  fetch.Outcome
 		failures int
 	}{{"ok", 0}, {"failed", 1}, {"failed", 1}, {"failed", 1}, {"failed", 1}}
 	for i, id := range ids {
@@ -201,9 +202,9 @@ func TestRecordCheckCleansText(t *testing.T) {
 	}
 }
 
-func deref(p *string) string {
+func deref[S ~string](p *S) string {
 	if p == nil {
 		return "<nil>"
 	}
-	return *p
+	return string(*p)
 }

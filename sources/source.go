@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/redact"
 )
 
@@ -23,23 +24,23 @@ const DefaultInterval = time.Hour
 
 // Source is one thing fetched on a schedule.
 type Source struct {
-	ID                  int64         `json:"id"`
-	Platform            string        `json:"platform"`
-	Key                 string        `json:"key,omitempty"` // the platform may limit each key (an account, a token's name)
-	URL                 string        `json:"url"`
-	Interval            time.Duration `json:"-"` // JSON: interval_s
-	Enabled             bool          `json:"enabled"`
-	DueAt               time.Time     `json:"due_at"`
-	LastCheckedAt       *time.Time    `json:"last_checked_at"`
-	ConsecutiveFailures int           `json:"consecutive_failures"`
-	LastStatus          *int          `json:"last_status"`
-	LastOutcome         *string       `json:"last_outcome"`
-	LastError           *string       `json:"last_error"`
-	ETag                *string       `json:"etag"`
-	LastModified        *string       `json:"last_modified"`
-	ContentHash         *string       `json:"content_hash"`
-	QueuedAt            *time.Time    `json:"queued_at"`
-	QueuedJobID         *int64        `json:"queued_job_id"` // the River job queued for it, while queued
+	ID                  int64          `json:"id"`
+	Platform            string         `json:"platform"`
+	Key                 string         `json:"key,omitempty"` // the platform may limit each key (an account, a token's name)
+	URL                 string         `json:"url"`
+	Interval            time.Duration  `json:"-"` // JSON: interval_s
+	Enabled             bool           `json:"enabled"`
+	DueAt               time.Time      `json:"due_at"`
+	LastCheckedAt       *time.Time     `json:"last_checked_at"`
+	ConsecutiveFailures int            `json:"consecutive_failures"`
+	LastStatus          *int           `json:"last_status"`
+	LastOutcome         *fetch.Outcome `json:"last_outcome"`
+	LastError           *string        `json:"last_error"`
+	ETag                *string        `json:"etag"`
+	LastModified        *string        `json:"last_modified"`
+	ContentHash         *string        `json:"content_hash"`
+	QueuedAt            *time.Time     `json:"queued_at"`
+	QueuedJobID         *int64         `json:"queued_job_id"` // the River job queued for it, while queued
 }
 
 // NewSource is a source to add. A zero Interval means DefaultInterval.
@@ -156,25 +157,22 @@ type ListFilter struct {
 	// MinFailures keeps only sources that failed at least this many times
 	// in a row (0: no filter).
 	MinFailures int
-	// Outcome keeps only sources whose last outcome is this one of Outcomes
-	// ("": no filter).
-	Outcome string
+	// Outcome keeps only sources whose last outcome is this one of
+	// fetch.Outcomes ("": no filter).
+	Outcome fetch.Outcome
 	// Key keeps only sources of this key (nil: no filter; "" the sources
 	// without a key).
 	Key *string
 }
 
-// The outcomes of a check, as recorded (Check.Outcome, Source.LastOutcome).
-const (
-	OutcomeOK           = "ok"
-	OutcomeNotModified  = "not_modified"
-	OutcomeRatePressure = "rate_pressure"
-	OutcomeRateLimited  = "rate_limited"
-	OutcomeFailed       = "failed"
-)
-
-// Outcomes lists every outcome a check can have.
-var Outcomes = []string{OutcomeOK, OutcomeNotModified, OutcomeRatePressure, OutcomeRateLimited, OutcomeFailed}
+// outcomeNames lists fetch.Outcomes for an error message.
+func outcomeNames() string {
+	names := make([]string, len(fetch.Outcomes))
+	for i, o := range fetch.Outcomes {
+		names[i] = string(o)
+	}
+	return strings.Join(names, ", ")
+}
 
 // Validate reports an invalid field, wrapping ErrInvalid.
 func (f ListFilter) Validate() error {
@@ -183,8 +181,8 @@ func (f ListFilter) Validate() error {
 		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: fmt.Sprintf("must be in [1, %d] (0: default)", MaxListLimit)}
 	case f.MinFailures < 0 || f.MinFailures > MaxFailures:
 		return &FieldError{Field: "min_failures", Value: strconv.Itoa(f.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
-	case f.Outcome != "" && !slices.Contains(Outcomes, f.Outcome):
-		return &FieldError{Field: "outcome", Value: f.Outcome, Reason: "must be one of " + strings.Join(Outcomes, ", ")}
+	case f.Outcome != "" && !f.Outcome.Valid():
+		return &FieldError{Field: "outcome", Value: string(f.Outcome), Reason: "must be one of " + outcomeNames()}
 	case f.Platform != "" && !nameRE.MatchString(f.Platform):
 		return &FieldError{Field: "platform", Value: f.Platform, Reason: nameRule}
 	}

@@ -262,7 +262,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 			r.Reason = fmt.Sprintf("%s at the slowest pace (ceiling ÷ %g, the maximum multiplier)", r.Reason, rr.MaxMultiplier)
 		}
 	}
-	w.metrics.fetched(args.Platform, string(outcome))
+	w.metrics.fetched(args.Platform, outcome)
 
 	check := sources.Check{
 		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -144,9 +145,9 @@ func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logg
 	return m
 }
 
-func (m *Metrics) fetched(platform, outcome string) {
+func (m *Metrics) fetched(platform string, outcome fetch.Outcome) {
 	if m != nil {
-		m.fetches.WithLabelValues(platform, outcome).Inc()
+		m.fetches.WithLabelValues(platform, string(outcome)).Inc()
 	}
 }
 

@@ -67,7 +67,7 @@ func addSources(t *testing.T, pool *pgxpool.Pool, platform string, n int) []int6
 	return ids
 }
 
-func outcome(t *testing.T, pool *pgxpool.Pool, id int64) string {
+func outcome(t *testing.T, pool *pgxpool.Pool, id int64) fetch.Outcome {
 	t.Helper()
 	s, err := sources.GetSource(context.Background(), pool, id)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -373,7 +374,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 				fmt.Fprintln(tw, "ID\tPLATFORM\tKEY\tINTERVAL\tLAST CHECKED\tSTATUS\tOUTCOME\tFAILURES\tQUEUED\tURL\tREASON")
 				for _, s := range list {
 					reason := "-"
-					if s.LastError != nil && s.LastOutcome != nil && (*s.LastOutcome == sources.OutcomeFailed || *s.LastOutcome == sources.OutcomeRateLimited) {
+					if s.LastError != nil && s.LastOutcome != nil && (*s.LastOutcome == fetch.Failed || *s.LastOutcome == fetch.RateLimited) {
 						reason = showReason(*s.LastError)
 					}
 					enabled := ""
@@ -392,7 +393,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 	list.Flags().BoolVar(&filter.DueOnly, "due", false, "only sources due now (enabled, not queued, platform neither cooling down nor paused): what the next scan would queue, less each platform's cap")
 	list.Flags().IntVar(&filter.Limit, "limit", sources.DefaultListLimit, fmt.Sprintf("at most this many (up to %d)", sources.MaxListLimit))
 	list.Flags().IntVar(&failing, "failing", 0, fmt.Sprintf("only sources failing more than N times in a row (0: failing now; up to %d)", sources.MaxFailures-1))
-	list.Flags().StringVar(&filter.Outcome, "outcome", "", "only sources whose last outcome is this: "+strings.Join(sources.Outcomes, ", "))
+	list.Flags().StringVar((*string)(&filter.Outcome), "outcome", "", "only sources whose last outcome is this: "+outcomeNames())
 	list.Flags().StringVar(&key, "key", "", "only sources of this key (--key '': those without one)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
@@ -450,11 +451,20 @@ func fmtInt(p *int) string {
 	return strconv.Itoa(*p)
 }
 
-func fmtStr(p *string) string {
+func fmtStr[S ~string](p *S) string {
 	if p == nil {
 		return "-"
 	}
-	return *p
+	return string(*p)
+}
+
+// outcomeNames lists fetch.Outcomes for --help.
+func outcomeNames() string {
+	names := make([]string, len(fetch.Outcomes))
+	for i, o := range fetch.Outcomes {
+		names[i] = string(o)
+	}
+	return strings.Join(names, ", ")
 }
 
 func (a *app) scanCmd() *cobra.Command {
