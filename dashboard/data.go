@@ -220,7 +220,7 @@ func scanPlatform(row pgx.CollectableRow) (sources.Platform, error) {
 	var probe, headers, respace bool
 	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
 		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace)
-	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
+	p.NoProbe, p.NoUseHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }
 

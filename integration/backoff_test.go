@@ -24,8 +24,8 @@ import (
 // every request already granted when the first 429 arrives (up to workers ×
 // concurrency of them, reserved up to --max-pacer-wait ahead) still goes out.
 // Measured with the default: about 15 429s per probe, a 429 share of ~15 %
-// in the 10 s after a probe — the seeds' schedule, shared, not a bug of the
-// sharing.
+// in the 10 s after a probe — the multiplier's schedule, shared, not a bug
+// of the sharing.
 func TestSharedBackoff(t *testing.T) {
 	t.Parallel()
 	const (

@@ -5,8 +5,8 @@
 // the destination saw. Every figure the closing note quotes is printed with
 // t.Logf; run `go test ./integration -v -count=1` to see them.
 //
-// Scenarios run in parallel two at a time (go test's default -parallel on a
-// 2-core machine); each lasts 10–30 s.
+// Scenarios run in parallel four at a time (parallelByDefault; -parallel
+// overrides it); each lasts 10–30 s.
 package integration
 
 import (

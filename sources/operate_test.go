@@ -20,7 +20,7 @@ func TestConfigurePlatformPartial(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	full := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 2, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, NoUseHeaders: true, Adapt: sources.AdaptMultiplier}
 	if _, err := sources.SetPlatform(f.ctx, f.pool, full); err != nil {
 		t.Fatal(err)
 	}

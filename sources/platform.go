@@ -72,17 +72,24 @@ type Platform struct {
 	// RecoveryFactor divides it every DecayAfter clean responses; default
 	// DefaultRecoveryFactor, in [MinFactor, MaxFactor].
 	RecoveryFactor float64 `json:"recovery_factor"`
+	// The three switches below are named for their setting, as the flags
+	// of `platforms set` (--probe, --use-headers, --respace) and the
+	// columns (probe, use_headers, respace) are; each is on by default, so
+	// the Go field is its negation and the zero value keeps it on.
+	//
 	// NoProbe turns probing recovery off: recovery then divides by
-	// RecoveryFactor all the way (the seed's schedule with factors 2, 2 and
-	// DecayAfter 100). Default: probing, which stops just short of where
-	// the last pressure began and climbs from there in small steps.
+	// RecoveryFactor all the way (with factors 2, 2 and DecayAfter 100 the
+	// classic multiplicative schedule). Default: probing, which stops just
+	// short of where the last pressure began and climbs from there in
+	// small steps.
 	NoProbe bool `json:"no_probe,omitempty"`
-	// IgnoreHeaders turns pacing by the destination's announced rate-limit
-	// headers off (Retry-After is honoured regardless).
-	IgnoreHeaders bool `json:"ignore_headers,omitempty"`
+	// NoUseHeaders turns pacing by the destination's announced rate-limit
+	// headers (RateLimit, X-RateLimit-*) off; Retry-After is honoured
+	// regardless.
+	NoUseHeaders bool `json:"no_use_headers,omitempty"`
 	// NoRespace lets slots already granted be used at their old spacing
-	// after a slow-down (fleetpace before adaptive pacing; a benchmark
-	// baseline). Default: re-spaced fleet-wide at once.
+	// after a slow-down (a benchmark's baseline). Default: re-spaced
+	// fleet-wide at once.
 	NoRespace bool `json:"no_respace,omitempty"`
 
 	// Nested limits (docs/keys.md). KeyRate is the most requests per
@@ -176,7 +183,7 @@ func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
 		return p, fmt.Errorf("platform: %w", err)
 	}
 	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown,
-		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace, p.Adapt,
+		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.NoUseHeaders, !p.NoRespace, p.Adapt,
 		p.KeyRate, p.KeyBurst, p.MaxInFlight, p.KeyMaxInFlight)
 	if err != nil {
 		return p, fmt.Errorf("platform: set %s: %w", p.Name, err)
@@ -219,7 +226,7 @@ func scanPlatform(row pgx.CollectableRow) (Platform, error) {
 	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
 		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace, &p.Adapt,
 		&p.KeyRate, &p.KeyBurst, &p.MaxInFlight, &p.KeyMaxInFlight)
-	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
+	p.NoProbe, p.NoUseHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }
 
@@ -234,9 +241,9 @@ type PlatformUpdate struct {
 	Cooldown       *time.Duration
 	BackoffFactor  *float64
 	RecoveryFactor *float64
-	Probe          *bool // false: Platform.NoProbe
-	UseHeaders     *bool // false: Platform.IgnoreHeaders
-	Respace        *bool // false: Platform.NoRespace
+	Probe          *bool // --probe; false sets Platform.NoProbe
+	UseHeaders     *bool // --use-headers; false sets Platform.NoUseHeaders
+	Respace        *bool // --respace; false sets Platform.NoRespace
 	Adapt          *string
 	KeyRate        *float64
 	KeyBurst       *int
@@ -274,7 +281,7 @@ func (u PlatformUpdate) Apply(p Platform) Platform {
 		p.NoProbe = !*u.Probe
 	}
 	if u.UseHeaders != nil {
-		p.IgnoreHeaders = !*u.UseHeaders
+		p.NoUseHeaders = !*u.UseHeaders
 	}
 	if u.Respace != nil {
 		p.NoRespace = !*u.Respace

@@ -809,7 +809,7 @@ func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
 // Submitted checks whose statement fails because the database is down (a
 // restart, a failover) are kept and written once it answers again: none
 // is lost, none counted failed. With OutageRetry negative they are dropped
-// at the first failure, as before.
+// at the first failure.
 func TestRecorderKeepsChecksThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

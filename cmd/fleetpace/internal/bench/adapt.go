@@ -43,7 +43,7 @@ type AdaptConfig struct {
 	// NginxModels with Nginx), or path.Match patterns ("window*"). Default:
 	// all of them (without headers for a sweep).
 	Models []string
-	// Sweep replaces the schedules: "" (default, seed, aws and oracle side
+	// Sweep replaces the schedules: "" (default, classic, aws and oracle side
 	// by side), "decay" (the multiplier with decay_after ∈ SweepDecay) or
 	// "factors" (backoff × recovery factors ∈ SweepBackoff ×
 	// SweepRecovery). Sweeps run the models without headers.

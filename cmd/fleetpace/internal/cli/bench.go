@@ -225,14 +225,14 @@ func (a *app) benchAdaptCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "adapt",
-		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, side by side with the seed's schedule, the AWS SDKs' adaptive mode and an oracle",
+		Short: "Goodput and 429s of adaptive pacing against destinations that allow less than the ceiling, side by side with the classic schedule, the AWS SDKs' adaptive mode and an oracle",
 		Long: `Runs real worker processes (this binary) against destinations that allow less
 than the configured ceiling, one run per destination model, with one
 platform per schedule side by side, each on a destination of its own:
 
   default  a new platform's settings (--adapt estimate)
-  seed     fleetpace before adaptive pacing (--adapt multiplier, ×2, ÷2 per
-           100 clean, no probing, no headers, no re-spacing)
+  classic  the classic multiplicative schedule (--adapt multiplier, ×2, ÷2
+           per 100 clean, no probing, no headers, no re-spacing)
   aws      the AWS SDKs' adaptive retry mode in each process on its own (a
            token bucket whose rate follows CUBIC over the measured send
            rate), each process capped at ceiling ÷ processes
@@ -258,8 +258,8 @@ Per row, medians of --runs: goodput (accepted over allowed) over seconds
 in the last half, when goodput first holds ≥ 0.85 for 5 s, the largest 1-s
 window (never above ceiling + burst), for rise models how soon goodput holds
 ≥ 0.85 of the new limit and for drop models how soon the 429s stop; every
-run's figures with --json. The default schedule's rows name the targets of
-issue 23 they miss. The machine's load average is printed with the table.
+run's figures with --json. The default schedule's rows name the targets
+they miss. The machine's load average is printed with the table.
 
 --sweep decay runs the multiplier with decay_after 10, 30, 100, 300, 1000;
 --sweep factors the backoff × recovery factors; both on the models without

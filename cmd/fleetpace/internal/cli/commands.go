@@ -93,6 +93,9 @@ func (a *app) platformsCmd() *cobra.Command {
 			name := args[0]
 			f := cmd.Flags()
 			var u sources.PlatformUpdate
+			if f.Changed("rate-limit-headers") {
+				fmt.Fprintln(a.stderr, "fleetpace: --rate-limit-headers is deprecated: use --use-headers")
+			}
 			for flag, set := range map[string]func(){
 				"rate":               func() { u.RatePerSec = &p.RatePerSec },
 				"burst":              func() { u.Burst = &p.Burst },
@@ -102,7 +105,8 @@ func (a *app) platformsCmd() *cobra.Command {
 				"backoff-factor":     func() { u.BackoffFactor = &p.BackoffFactor },
 				"recovery-factor":    func() { u.RecoveryFactor = &p.RecoveryFactor },
 				"probe":              func() { u.Probe = &probe },
-				"rate-limit-headers": func() { u.UseHeaders = &headers },
+				"use-headers":        func() { u.UseHeaders = &headers },
+				"rate-limit-headers": func() { u.UseHeaders = &headers }, // deprecated name of --use-headers
 				"respace":            func() { u.Respace = &respace },
 				"adapt":              func() { u.Adapt = &p.Adapt },
 				"key-rate":           func() { u.KeyRate = &p.KeyRate },
@@ -134,9 +138,9 @@ func (a *app) platformsCmd() *cobra.Command {
 					adapting = fmt.Sprintf("adapt multiplier (backoff ×%g, recovery ÷%g per %d clean, probe %v)",
 						saved.BackoffFactor, saved.RecoveryFactor, saved.DecayAfter, !saved.NoProbe)
 				}
-				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, %s, rate-limit headers %v, respace %v%s\n",
+				fmt.Fprintf(a.stdout, "platform %s %s: rate %g/s, burst %d, cooldown %s, max multiplier %g, %s, use headers %v, respace %v%s\n",
 					saved.Name, verb, saved.RatePerSec, saved.Burst, saved.Cooldown, saved.MaxMultiplier, adapting,
-					!saved.IgnoreHeaders, !saved.NoRespace, fmtNested(saved))
+					!saved.NoUseHeaders, !saved.NoRespace, fmtNested(saved))
 				return nil
 			})
 		},
@@ -151,7 +155,13 @@ func (a *app) platformsCmd() *cobra.Command {
 	f.Float64Var(&p.BackoffFactor, "backoff-factor", sources.DefaultBackoffFactor, fmt.Sprintf("rate pressure multiplies the multiplier by this, once per episode (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
 	f.Float64Var(&p.RecoveryFactor, "recovery-factor", sources.DefaultRecoveryFactor, fmt.Sprintf("every --decay-after clean responses divide the multiplier by this (%g to %g)", sources.MinFactor, float64(sources.MaxFactor)))
 	f.BoolVar(&probe, "probe", true, "recover carefully: stop just short of where the last pressure began, then climb in small steps (false: the plain schedule)")
-	f.BoolVar(&headers, "rate-limit-headers", true, "pace the fleet by the destination's RateLimit / X-RateLimit-* headers (Retry-After is always honoured)")
+	f.BoolVar(&headers, "use-headers", true, "pace the fleet by the destination's rate-limit headers, RateLimit and X-RateLimit-* (Retry-After is always honoured)")
+	// --rate-limit-headers is the deprecated name of --use-headers: hidden,
+	// and it says so on stderr (stdout may be read by a script).
+	f.BoolVar(&headers, "rate-limit-headers", true, "")
+	if err := f.MarkHidden("rate-limit-headers"); err != nil {
+		panic(err)
+	}
 	f.BoolVar(&respace, "respace", true, "on a slow-down, re-space slots already granted, fleet-wide, at once (false: a benchmark baseline)")
 	f.Float64Var(&p.KeyRate, "key-rate", 0, fmt.Sprintf("each key's ceiling in requests per second, fleet-wide, under the platform's (0: none; else %g to %g; `keys set` overrides single keys)", sources.MinRate, sources.MaxRate))
 	f.IntVar(&p.KeyBurst, "key-burst", sources.DefaultBurst, fmt.Sprintf("each key's burst under --key-rate (1 to %d)", sources.MaxBurst))
@@ -172,10 +182,10 @@ func (a *app) platformsCmd() *cobra.Command {
 					return writeJSON(a.stdout, ps)
 				}
 				tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tBACKOFF\tRECOVERY\tDECAY AFTER\tPROBE\tHEADERS\tKEY RATE/S\tKEY BURST\tMAX IN FLIGHT\tKEY MAX IN FLIGHT")
+				fmt.Fprintln(tw, "NAME\tRATE/S\tBURST\tCOOLDOWN\tMAX MULT\tBACKOFF\tRECOVERY\tDECAY AFTER\tPROBE\tUSE HEADERS\tKEY RATE/S\tKEY BURST\tMAX IN FLIGHT\tKEY MAX IN FLIGHT")
 				for _, p := range ps {
 					fmt.Fprintf(tw, "%s\t%g\t%d\t%s\t%g\t×%g\t÷%g\t%d\t%v\t%v\t%s\t%d\t%s\t%s\n", p.Name, p.RatePerSec, p.Burst, p.Cooldown,
-						p.MaxMultiplier, p.BackoffFactor, p.RecoveryFactor, p.DecayAfter, !p.NoProbe, !p.IgnoreHeaders,
+						p.MaxMultiplier, p.BackoffFactor, p.RecoveryFactor, p.DecayAfter, !p.NoProbe, !p.NoUseHeaders,
 						zeroDash(p.KeyRate), p.KeyBurst, zeroDash(p.MaxInFlight), zeroDash(p.KeyMaxInFlight))
 				}
 				return tw.Flush()

@@ -112,12 +112,13 @@ func TestOperateBadInput(t *testing.T) {
 }
 
 // Changing only --burst keeps the rate, the cooldown, the multiplier and
-// every other setting.
+// every other setting. --rate-limit-headers, the deprecated name of
+// --use-headers, still sets it, and says so.
 func TestPlatformsSetPartial(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	dbq(t, url, "platforms", "set", "feeds", "--rate", "7", "--burst", "2", "--cooldown", "20m", "--max-multiplier", "8",
-		"--decay-after", "50", "--backoff-factor", "2", "--recovery-factor", "1.5", "--probe=false", "--rate-limit-headers=false",
+		"--decay-after", "50", "--backoff-factor", "2", "--recovery-factor", "1.5", "--probe=false", "--use-headers=false",
 		"--adapt", "multiplier")
 	r := dbq(t, url, "platforms", "set", "feeds", "--burst", "3")
 	if !strings.Contains(r.stdout, "platform feeds updated: rate 7/s, burst 3, cooldown 20m0s, max multiplier 8") {
@@ -128,9 +129,13 @@ func TestPlatformsSetPartial(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 3, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier, KeyBurst: 1}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, NoUseHeaders: true, Adapt: sources.AdaptMultiplier, KeyBurst: 1}
 	if len(ps) != 1 || ps[0] != want {
 		t.Fatalf("after --burst 3: %+v, want %+v", ps, want)
+	}
+	r = dbq(t, url, "platforms", "set", "feeds", "--rate-limit-headers=true")
+	if !strings.Contains(r.stdout, "use headers true") || !strings.Contains(r.stderr, "--rate-limit-headers is deprecated: use --use-headers") {
+		t.Fatalf("set --rate-limit-headers=true: %s", r)
 	}
 }
 

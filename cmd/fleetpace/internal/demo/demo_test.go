@@ -183,10 +183,10 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-// The chart check fails the chart the demo drew before issue 12: legend
+// The chart check fails a chart with both faults it looks for: legend
 // entries on top of each other, ticks "0.00" and "25.00".
-func TestChartCheckFailsTheOldChart(t *testing.T) {
-	old, err := filepath.Abs("testdata/chart-before-issue-12.svg")
+func TestChartCheckFailsABadChart(t *testing.T) {
+	old, err := filepath.Abs("testdata/chart-overlapping-legend.svg")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,9 +200,9 @@ func TestChartCheckFailsTheOldChart(t *testing.T) {
 		ticks = ticks || strings.Contains(p, "is not a whole number")
 	}
 	if !overlap || !ticks {
-		t.Fatalf("the old chart passes the check: %q", c.Problems)
+		t.Fatalf("the bad chart passes the check: %q", c.Problems)
 	}
-	t.Logf("the old chart's problems: %q", c.Problems)
+	t.Logf("the bad chart's problems: %q", c.Problems)
 }
 
 func assertSVG(t *testing.T, path string) {
