@@ -18,6 +18,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -61,7 +62,7 @@ func TestBrowser(t *testing.T) {
 		for i := range 30 {
 			fmt.Fprintf(&csv, "%s,%s/%s/%d,5s\n", p.Name, dest.URL(), p.Name, i)
 		}
-		if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{}); err != nil {
+		if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	}

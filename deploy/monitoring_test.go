@@ -21,6 +21,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -195,7 +196,7 @@ func runAndScrape(t *testing.T, want []string) (map[string]bool, error) {
 			fmt.Fprintf(&csv, "%s,%s/%s/%d,5s\n", p, dest.URL(), p, i)
 		}
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{}); err != nil {
 		return nil, err
 	}
 	fl, err := workers.Start(workers.Config{Executable: binary, N: 1, Dir: t.TempDir(),

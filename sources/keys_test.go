@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -34,11 +35,11 @@ func TestSourceKeys(t *testing.T) {
 		t.Fatalf("GetSource: key %q %v, want acct-1", s.Key, err)
 	}
 	csv := "platform,url,key\napi,https://a.example/2,acct-2\napi,https://a.example/3,\"a key, with a comma\"\napi,https://a.example/4,\n"
-	if res, err := sources.Import(ctx, pool, strings.NewReader(csv), sources.ImportOptions{}); err != nil || res.Added != 3 {
+	if res, err := sourcefile.Import(ctx, pool, strings.NewReader(csv), sourcefile.Options{}); err != nil || res.Added != 3 {
 		t.Fatalf("CSV import: %+v %v", res, err)
 	}
 	jsonl := `{"platform":"api","url":"https://a.example/5","key":"acct-2"}` + "\n" + `{"platform":"api","url":"https://a.example/6","key":"ключ ✓"}` + "\n"
-	if res, err := sources.Import(ctx, pool, strings.NewReader(jsonl), sources.ImportOptions{}); err != nil || res.Added != 2 {
+	if res, err := sourcefile.Import(ctx, pool, strings.NewReader(jsonl), sourcefile.Options{}); err != nil || res.Added != 2 {
 		t.Fatalf("JSON lines import: %+v %v", res, err)
 	}
 	keysOf := func(key *string) string {
@@ -75,8 +76,8 @@ func TestSourceKeys(t *testing.T) {
 		if strings.HasPrefix(name, "csv") {
 			want = 3
 		}
-		_, err := sources.Import(ctx, pool, strings.NewReader(input), sources.ImportOptions{})
-		var ie *sources.ImportError
+		_, err := sourcefile.Import(ctx, pool, strings.NewReader(input), sourcefile.Options{})
+		var ie *sourcefile.Error
 		var fe *sources.FieldError
 		if !errors.As(err, &ie) || len(ie.Lines) != 1 || ie.Lines[0].Line != want || !errors.As(ie.Lines[0].Err, &fe) || fe.Field != "key" {
 			t.Errorf("%s: %v, want line %d refused on key", name, err, want)

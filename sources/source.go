@@ -66,11 +66,20 @@ func (s NewSource) Validate() error {
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
-	if s.Interval < MinInterval || s.Interval > MaxInterval {
-		return &FieldError{Field: "interval", Value: s.Interval.String(),
-			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
+	if err := ValidateInterval(s.Interval); err != nil {
+		return err
 	}
 	return ValidateKey(s.Key)
+}
+
+// ValidateInterval accepts an interval between two checks of a source in
+// [MinInterval, MaxInterval]. The error is a FieldError on interval.
+func ValidateInterval(d time.Duration) *FieldError {
+	if d < MinInterval || d > MaxInterval {
+		return &FieldError{Field: "interval", Value: d.String(),
+			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
+	}
+	return nil
 }
 
 // ValidateKey accepts a source's key: "" (none), or at most MaxKeyBytes
@@ -137,11 +146,35 @@ func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created boo
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
-			return 0, false, fmt.Errorf("source: %w", unknownPlatform(s.Platform))
+			return 0, false, fmt.Errorf("source: %w", UnknownPlatform(s.Platform))
 		}
 		return 0, false, fmt.Errorf("source: add: %w", err)
 	}
 	return id, created, nil
+}
+
+// AddSources adds many sources in tx (a temporary table filled by COPY,
+// then one INSERT), each valid already (NewSource.Validate, Interval
+// defaulted) and on a platform that exists; the caller checks both first
+// (package sourcefile does, reporting each bad line). Sources already
+// present (same platform and URL) are left unchanged, their key too. It
+// returns how many were added.
+func AddSources(ctx context.Context, tx pgx.Tx, ss []NewSource) (added int, err error) {
+	if _, err := tx.Exec(ctx, addSourcesTempTableSQL); err != nil {
+		return 0, fmt.Errorf("source: add: %w", err)
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fleetpace_import"}, []string{"platform", "url", "check_interval", "key"},
+		pgx.CopyFromSlice(len(ss), func(i int) ([]any, error) {
+			return []any{ss[i].Platform, ss[i].URL, ss[i].Interval, ss[i].Key}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("source: add: copy: %w", err)
+	}
+	tag, err := tx.Exec(ctx, addSourcesInsertSQL)
+	if err != nil {
+		return 0, fmt.Errorf("source: add: insert: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // DefaultListLimit is how many sources ListSources returns at most by
@@ -212,7 +245,7 @@ func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
 	if len(out) == 0 && f.Platform != "" {
 		// Nothing listed: say so if the platform itself does not exist.
 		if _, err := GetPlatform(ctx, db, f.Platform); errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("source: list: %w", unknownPlatform(f.Platform))
+			return nil, fmt.Errorf("source: list: %w", UnknownPlatform(f.Platform))
 		} else if err != nil {
 			return nil, fmt.Errorf("source: list: %w", err)
 		}
@@ -425,7 +458,7 @@ func updateSelected(ctx context.Context, db Beginner, sel Selection, what, sql s
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if sel.Platform != "" {
 		if _, err := GetPlatform(ctx, tx, sel.Platform); errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("source: %s: %w", what, unknownPlatform(sel.Platform))
+			return nil, fmt.Errorf("source: %s: %w", what, UnknownPlatform(sel.Platform))
 		} else if err != nil {
 			return nil, fmt.Errorf("source: %s: %w", what, err)
 		}

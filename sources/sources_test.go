@@ -3,9 +3,7 @@ package sources_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,54 +278,5 @@ func TestAddSourceValidation(t *testing.T) {
 	}
 	if n, err := sources.RemoveSources(f.ctx, f.pool, []int64{id1}); err != nil || n != 1 {
 		t.Fatalf("remove: %d %v", n, err)
-	}
-}
-
-func TestImport(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 1)
-	var b strings.Builder
-	b.WriteString("platform,url,interval\n")
-	for i := 1; i <= 1000; i++ {
-		if i == 537 {
-			b.WriteString("p,notaurl,1h\n")
-			continue
-		}
-		fmt.Fprintf(&b, "p,https://p.example/%d,30m\n", i)
-	}
-	_, err := sources.Import(f.ctx, f.pool, strings.NewReader(b.String()), sources.ImportOptions{})
-	var ie *sources.ImportError
-	if !errors.As(err, &ie) || len(ie.Lines) != 1 || ie.Lines[0].Line != 538 || !errors.Is(err, sources.ErrInvalid) {
-		t.Fatalf("import error = %v, want exactly line 538 (header is line 1)", err)
-	}
-	if !strings.Contains(err.Error(), "line 538") {
-		t.Fatalf("message does not name the line: %v", err)
-	}
-	var n int
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("rows written after a rejected import: %d %v", n, err)
-	}
-
-	// Every bad line is reported, not just the first.
-	_, err = sources.Import(f.ctx, f.pool, strings.NewReader(
-		`{"platform":"p","url":"https://p.example/a"}
-{"platform":"nope","url":"https://p.example/b"}
-
-{"platform":"p","url":"https://p.example/c","interval":"soon"}
-{not json}
-`), sources.ImportOptions{})
-	if !errors.As(err, &ie) || len(ie.Lines) != 3 || ie.Lines[0].Line != 2 || ie.Lines[1].Line != 4 || ie.Lines[2].Line != 5 {
-		t.Fatalf("jsonl errors = %v, want lines 2, 4, 5", err)
-	}
-
-	good := strings.ReplaceAll(b.String(), "p,notaurl,1h", "p,https://p.example/537,1h")
-	res, err := sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
-	if err != nil || res.Added != 1000 {
-		t.Fatalf("good import: %+v %v", res, err)
-	}
-	res, err = sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
-	if err != nil || res.Added != 0 || res.Existing != 1000 {
-		t.Fatalf("re-import: %+v %v, want nothing added", res, err)
 	}
 }

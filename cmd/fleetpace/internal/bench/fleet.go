@@ -23,6 +23,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/netdelay"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -277,7 +278,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, pool *pgxpool.Pool, rate flo
 	for i := range n {
 		fmt.Fprintf(&csv, "f,%s/f/%d,1h\n", dest.URL(), i)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{Format: sourcefile.FormatCSV}); err != nil {
 		return row, err
 	}
 

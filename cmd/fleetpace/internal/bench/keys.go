@@ -21,6 +21,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -451,7 +452,7 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 		k := i % cfg.Keys
 		fmt.Fprintf(&csv, "f,%s/k/%d/%d,1h,key-%d\n", dest.URL(), k, i, k)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{Format: sourcefile.FormatCSV}); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(cfg.Progress, "bench keys: whole path, %d workers, %d keys at %g/s under %g/s, %d sources, %s\n",

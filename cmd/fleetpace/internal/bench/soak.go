@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -211,7 +212,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 		p := names[i%len(names)]
 		fmt.Fprintf(&csv, "%s,%s/%s/%d,%s\n", p, dest.URL(), p, i, cfg.Interval)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{Format: sourcefile.FormatCSV}); err != nil {
 		return nil, err
 	}
 	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: filepath.Join(dir), N: cfg.Workers, Args: []string{

@@ -25,6 +25,7 @@ import (
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/scan"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -310,7 +311,7 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var r io.Reader = os.Stdin
-			fmtOpt := sources.Format(format)
+			fmtOpt := sourcefile.Format(format)
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
 				if err != nil {
@@ -321,18 +322,18 @@ URL) are left unchanged, so importing the same file again adds nothing.`,
 				if fmtOpt == "" {
 					switch strings.ToLower(filepath.Ext(args[0])) {
 					case ".csv":
-						fmtOpt = sources.FormatCSV
+						fmtOpt = sourcefile.FormatCSV
 					case ".jsonl", ".ndjson", ".json":
-						fmtOpt = sources.FormatJSONL
+						fmtOpt = sourcefile.FormatJSONL
 					}
 				}
 			}
-			opts := sources.ImportOptions{Format: fmtOpt, DefaultInterval: defInterval}
+			opts := sourcefile.Options{Format: fmtOpt, DefaultInterval: defInterval}
 			if err := opts.Validate(); err != nil {
 				return fmt.Errorf("sources import: %w", renameField(err, sourceFlags))
 			}
 			return a.withPool(cmd.Context(), func(pool *pgxpool.Pool) error {
-				res, err := sources.Import(cmd.Context(), pool, r, opts)
+				res, err := sourcefile.Import(cmd.Context(), pool, r, opts)
 				if err != nil {
 					return dbError(fmt.Errorf("%s: %w", args[0], err))
 				}
