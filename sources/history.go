@@ -12,7 +12,7 @@ import (
 )
 
 // The history of checks (table fleetpace_check): one row per fetch, written
-// with the check itself (RecordCheck, RecordChecks, the Recorder), read by
+// with the check itself (RecordCheck, RecordChecks, package recorder), read by
 // `sources show`, the status and the dashboard, pruned by the scan tick.
 
 // DefaultHistoryLimit is how many checks History returns by default.

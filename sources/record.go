@@ -32,7 +32,7 @@ type Check struct {
 	JobID int64
 	// Duration, Bytes and Worker go to the check's history row only: how
 	// long the fetch took, the body size, and the worker that fetched (a
-	// Recorder fills in its own RecorderConfig.Worker when empty).
+	// recorder.Recorder fills in its own Config.Worker when empty).
 	Duration time.Duration
 	Bytes    int64
 	Worker   string
@@ -215,7 +215,7 @@ func (e *RefusedChecksError) Unwrap() []error {
 //
 // A single check goes through RecordCheck's statement: the batch statement
 // costs about twice as much for one row (PostgreSQL plans it afresh on every
-// execution), and a Recorder under light load sends batches of one.
+// execution), and a recorder.Recorder under light load sends batches of one.
 //
 // One bad row never costs the others their checks. When the database
 // refuses a batch for something a row can cause (a data exception, a
@@ -229,13 +229,13 @@ func (e *RefusedChecksError) Unwrap() []error {
 // (db is a pgx.Tx) a failed statement aborts the transaction: there is no
 // second pass.
 func RecordChecks(ctx context.Context, db DBTX, recs []CheckRecord) error {
-	return recordChecksError(recordChecks(ctx, db, recs, true))
+	return recordChecksError(RecordCheckBatch(ctx, db, recs, true))
 }
 
 // RecordChecksWithoutHistory records checks as RecordChecks does, without
 // their history rows: for a fleet that keeps no history.
 func RecordChecksWithoutHistory(ctx context.Context, db DBTX, recs []CheckRecord) error {
-	return recordChecksError(recordChecks(ctx, db, recs, false))
+	return recordChecksError(RecordCheckBatch(ctx, db, recs, false))
 }
 
 // recordChecksError is RecordChecks' error for recordChecks' results.
@@ -249,11 +249,13 @@ func recordChecksError(refused []*RefusedCheck, err error) error {
 	return err
 }
 
-// recordChecks is RecordChecks, with or without history rows. err is either
-// the batch's error (nothing written) or one wrapping ErrHistoryNotRecorded
-// (every check not refused written, some without history); refused are the
-// rows the database refused when each was written alone.
-func recordChecks(ctx context.Context, db DBTX, recs []CheckRecord, history bool) (refused []*RefusedCheck, err error) {
+// RecordCheckBatch is RecordChecks, with or without history rows, for a
+// caller that tells each check's fate to its own waiter (the group commit
+// of package recorder). err is either the batch's error (nothing written,
+// but see refused) or one wrapping ErrHistoryNotRecorded (every check not
+// refused written, some without history); refused are the rows the
+// database refused when each was written alone.
+func RecordCheckBatch(ctx context.Context, db DBTX, recs []CheckRecord, history bool) (refused []*RefusedCheck, err error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}

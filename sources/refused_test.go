@@ -7,20 +7,9 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/sources"
 )
-
-// refuseETag makes the database refuse, with an exception of a trigger, any
-// update that stores the ETag "boom": a row only the database finds bad.
-func refuseETag(t *testing.T, f *fixture) {
-	t.Helper()
-	mustExec(t, f, `CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
-	BEGIN
-	    IF NEW.etag = '"boom"' THEN RAISE EXCEPTION 'hostile row %', NEW.id; END IF;
-	    RETURN NEW;
-	END $$`)
-	mustExec(t, f, `CREATE TRIGGER refuse_boom BEFORE UPDATE ON fleetpace_source FOR EACH ROW EXECUTE FUNCTION refuse_boom()`)
-}
 
 // One row the database refuses does not cost the other rows of the batch
 // their checks: the batch is written again row by row, and the refused row
@@ -31,7 +20,7 @@ func TestRecordChecksRefusedRow(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.platform(t, "p", 10)
-	refuseETag(t, f)
+	storetest.RefuseETag(t, f.pool)
 	var ids []int64
 	for _, u := range []string{"a", "b", "c", "d"} {
 		ids = append(ids, f.source(t, "p", "https://p.example/"+u, nil))
@@ -93,8 +82,8 @@ func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.platform(t, "p", 10)
-	refuseETag(t, f)
-	breakHistory(t, f)
+	storetest.RefuseETag(t, f.pool)
+	storetest.BreakHistory(t, f.pool)
 	var ids []int64
 	for _, u := range []string{"a", "b", "c", "d", "e"} {
 		ids = append(ids, f.source(t, "p", "https://p.example/"+u, nil))
@@ -128,52 +117,9 @@ func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 		if s.LastOutcome == nil || *s.LastOutcome != want[i].outcome || s.ConsecutiveFailures != want[i].failures {
 			t.Errorf("source %d: outcome %v, failures %d; want %+v", id, deref(s.LastOutcome), s.ConsecutiveFailures, want[i])
 		}
-		if n := historyRows(t, f, id); n != 0 {
+		if n := storetest.HistoryRows(t, f.pool, id); n != 0 {
 			t.Errorf("source %d: %d history rows with a broken history table", id, n)
 		}
-	}
-}
-
-// Through the Recorder: each caller gets its own row's result, and a
-// submitted check the database refuses is counted as refused, not failed.
-func TestRecorderRefusedRow(t *testing.T) {
-	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
-	refuseETag(t, f.fixture)
-	ids := f.sources(t, 6)
-	release := f.lockRows(t, ids...) // every check waits, so they share batches
-	var waits []<-chan error
-	for i, id := range ids[:5] {
-		etag := `"fine"`
-		if i == 2 {
-			etag = `"boom"`
-		}
-		ch := make(chan error, 1)
-		go func() { ch <- f.rec.Record(f.ctx, id, sources.Check{Outcome: "ok", Status: 200, ETag: etag}) }()
-		waits = append(waits, ch)
-	}
-	if err := f.rec.Submit(f.ctx, ids[5], sources.Check{Outcome: "ok", ETag: `"boom"`}); err != nil {
-		t.Fatal(err)
-	}
-	f.lockWaiter(t)
-	release()
-	for i, w := range waits {
-		err := <-w
-		if i == 2 && !errors.Is(err, sources.ErrCheckRefused) {
-			t.Errorf("refused row: Record = %v, want ErrCheckRefused", err)
-		}
-		if i != 2 && err != nil {
-			t.Errorf("row %d: Record = %v, want nil (another row was refused)", i, err)
-		}
-	}
-	if err := f.rec.Flush(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.checked(t, ids); n != 4 {
-		t.Fatalf("%d checks landed as ok, want the 4 good ones", n)
-	}
-	if st := f.rec.Stats(); st.Refused != 1 || st.Failed != 0 {
-		t.Fatalf("stats %+v: want the submitted refused check counted as refused", st)
 	}
 }
 

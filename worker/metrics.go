@@ -11,7 +11,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
-	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/status"
 )
 
@@ -89,7 +89,7 @@ func StatusClass(status int) string {
 // report, read at most once per its MaxAge however often and by however
 // many scrapers the worker is scraped. pacer and recorder, when set, provide
 // this process's counters.
-func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logger *slog.Logger) *Metrics {
+func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *recorder.Recorder, logger *slog.Logger) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
@@ -233,7 +233,7 @@ var (
 	descRecQueued  = prometheus.NewDesc("fleetpace_record_queued", "Checks waiting to be written.", nil, nil)
 )
 
-type recorderCollector struct{ r *sources.Recorder }
+type recorderCollector struct{ r *recorder.Recorder }
 
 func (c recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRecBatches, descRecChecks, descRecQueued} {

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
@@ -89,10 +90,10 @@ func TestFetchWorkerRecorder(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool := testdb.Pool(t)
-			var rec *sources.Recorder
+			var rec *recorder.Recorder
 			if withRecorder {
 				var err error
-				rec, err = sources.NewRecorder(pool, sources.RecorderConfig{})
+				rec, err = recorder.New(pool, recorder.Config{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -167,7 +168,7 @@ func TestFetchWorkerRecorder(t *testing.T) {
 // River client. The job is let go only once the worker has logged that it
 // stops River (after its loops ended, before River's stop), so it finishes
 // during the stop: were the Recorder stopped before River, its check would
-// be refused (ErrRecorderStopped) and never written.
+// be refused (recorder.ErrStopped) and never written.
 func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)

@@ -34,6 +34,7 @@ import (
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
@@ -165,7 +166,7 @@ type Config struct {
 	// batch's commit waits neither for the disk nor for a synchronous
 	// standby. A check lost with its commit (a crash or failover within a
 	// fraction of a second) is fetched again a minute later, its history row
-	// lost (sources.ConfigureRecorderPool). Default false: the server's
+	// lost (recorder.ConfigurePool). Default false: the server's
 	// synchronous_commit applies.
 	RecorderAsyncCommit bool
 
@@ -483,7 +484,7 @@ func stopClient(client *queue.Client, soft time.Duration, log *slog.Logger) erro
 type runtime struct {
 	pool     *pgxpool.Pool
 	pacer    *pacer.Pacer
-	recorder *sources.Recorder
+	recorder *recorder.Recorder
 	client   *queue.Client
 	metrics  *Metrics
 	addr     net.Addr // the HTTP server's, if any
@@ -527,7 +528,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 
 	// Fetch jobs record their checks with group commit, through a small
 	// pool of their own, durable as the server says unless
-	// RecorderAsyncCommit (sources.ConfigureRecorderPool). The recorder
+	// RecorderAsyncCommit (recorder.ConfigurePool). The recorder
 	// stops only when told (Run stops it after the River client; on every
 	// other way out, close does, before the pools close), so jobs still
 	// running during a soft stop can record.
@@ -537,13 +538,13 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
-	sources.ConfigureRecorderPool(recPoolCfg, cfg.RecorderAsyncCommit)
+	recorder.ConfigurePool(recPoolCfg, cfg.RecorderAsyncCommit)
 	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("worker: recorder pool: %w", err)
 	}
 	rt.closers = append(rt.closers, closer(recPool.Close))
-	rt.recorder, err = sources.NewRecorder(recPool, sources.RecorderConfig{Logger: cfg.Logger, Worker: cfg.ID,
+	rt.recorder, err = recorder.New(recPool, recorder.Config{Logger: cfg.Logger, Worker: cfg.ID,
 		NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err
