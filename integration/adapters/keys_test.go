@@ -37,8 +37,6 @@ import (
 	"github.com/fleetpace/fleetpace/sources"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
-
 // The load, per process: hotSenders goroutines (River: jobs) on the hot
 // key, one per cold key, slowSenders on the capped platform.
 const (
