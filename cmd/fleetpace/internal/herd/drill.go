@@ -1,6 +1,7 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,18 +97,12 @@ type DrillConfig struct {
 }
 
 func (c DrillConfig) withDefaults() DrillConfig {
-	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultDrillMaxConnections
-	}
-	if c.Pollers == 0 {
-		c.Pollers = DefaultDrillPollers
-	}
+	c.MaxConnections = cmp.Or(c.MaxConnections, DefaultDrillMaxConnections)
+	c.Pollers = cmp.Or(c.Pollers, DefaultDrillPollers)
 	orDefault(&c.ClaimTime, DefaultDrillClaimTime)
 	orDefault(&c.Base, poller.DefaultBase)
 	orDefault(&c.Max, poller.DefaultMax)
-	if c.JitterRatio == 0 {
-		c.JitterRatio = poller.DefaultJitterRatio
-	}
+	c.JitterRatio = cmp.Or(c.JitterRatio, poller.DefaultJitterRatio)
 	orDefault(&c.Warmup, c.Max+10*time.Second)
 	orDefault(&c.Window, DefaultDrillWindow)
 	orDefault(&c.After, time.Duration(float64(c.Max)*(1+c.JitterRatio))+5*time.Second)
@@ -115,9 +110,7 @@ func (c DrillConfig) withDefaults() DrillConfig {
 	orDefault(&c.RetryFor, DefaultRetryFor)
 	orDefault(&c.ConnectTimeout, dbconn.DefaultConnectTimeout)
 	orDefault(&c.SampleEvery, DefaultSampleEvery)
-	if c.Seed == 0 {
-		c.Seed = DefaultSeed
-	}
+	c.Seed = cmp.Or(c.Seed, DefaultSeed)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -1,6 +1,7 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -201,36 +202,24 @@ func (c SimConfig) Validate() error {
 }
 
 func (c SimConfig) withDefaults() SimConfig {
-	if c.Pollers == 0 {
-		c.Pollers = DefaultPollers
-	}
-	if c.Backends == 0 {
-		c.Backends = DefaultBackends
-	}
+	c.Pollers = cmp.Or(c.Pollers, DefaultPollers)
+	c.Backends = cmp.Or(c.Backends, DefaultBackends)
 	orDefault(&c.ClaimTime, DefaultClaimTime)
 	orDefault(&c.Base, poller.DefaultBase)
 	orDefault(&c.Max, poller.DefaultMax)
-	if c.JitterRatio == 0 {
-		c.JitterRatio = poller.DefaultJitterRatio
-	}
+	c.JitterRatio = cmp.Or(c.JitterRatio, poller.DefaultJitterRatio)
 	orDefault(&c.RetryDelay, DefaultRetryDelay)
 	orDefault(&c.RetryFor, DefaultRetryFor)
 	orDefault(&c.AttemptCost, DefaultAttemptCost)
 	if c.AttemptCost < 0 {
 		c.AttemptCost = 0
 	}
-	if c.Cores == 0 {
-		c.Cores = DefaultCores
-	}
-	if c.Seed == 0 {
-		c.Seed = DefaultSeed
-	}
+	c.Cores = cmp.Or(c.Cores, DefaultCores)
+	c.Seed = cmp.Or(c.Seed, DefaultSeed)
 	if len(c.Modes) == 0 {
 		c.Modes = AllModes()
 	}
-	if c.Parallel == 0 {
-		c.Parallel = runtime.GOMAXPROCS(0)
-	}
+	c.Parallel = cmp.Or(c.Parallel, runtime.GOMAXPROCS(0))
 	s := &c.Scenario
 	if s.Kind == "" {
 		s.Kind = Restart
