@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/control"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -40,9 +41,7 @@ func setup(t *testing.T) *fixture {
 	}
 	f := &fixture{ctx: context.Background(), url: url, pool: pool, client: client}
 	for _, p := range []string{"a", "b"} {
-		if _, err := sources.SetPlatform(f.ctx, pool, sources.Platform{Name: p, RatePerSec: 1}); err != nil {
-			t.Fatal(err)
-		}
+		storetest.Platform(t, pool, sources.Platform{Name: p, RatePerSec: 1})
 	}
 	return f
 }

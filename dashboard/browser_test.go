@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/sourcefile"
@@ -56,7 +57,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []sources.Platform{{Name: "alpha", RatePerSec: 4}, {Name: "beta", RatePerSec: 4}, {Name: "gamma", RatePerSec: 2}} {
-		setPlatform(t, pool, p)
+		storetest.Platform(t, pool, p)
 		var csv strings.Builder
 		csv.WriteString("platform,url,interval\n")
 		for i := range 30 {

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/internal/storetest"
@@ -506,19 +505,12 @@ func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
 func TestRecorderKeepsChecksThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgembed.Start(ctx, pgembed.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c := testdb.Private(t, pgembed.Config{})
 	pool, err := pgxpool.New(ctx, c.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
 	f := &fixture{ctx: ctx, pool: pool}
 	ids := f.sources(t, 6)
 	keeping, err := recorder.New(pool, recorder.Config{})

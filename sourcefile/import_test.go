@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
@@ -18,9 +19,7 @@ import (
 func TestImport(t *testing.T) {
 	t.Parallel()
 	ctx, pool := context.Background(), testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 1}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 1})
 	var b strings.Builder
 	b.WriteString("platform,url,interval\n")
 	for i := 1; i <= 1000; i++ {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sourcefile"
@@ -24,13 +25,8 @@ func TestSourceKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "api", RatePerSec: 10}); err != nil {
-		t.Fatal(err)
-	}
-	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "api", URL: "https://a.example/1", Key: "acct-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 10})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://a.example/1", Key: "acct-1"})
 	if s, err := sources.GetSource(ctx, pool, id); err != nil || s.Key != "acct-1" {
 		t.Fatalf("GetSource: key %q %v, want acct-1", s.Key, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -29,24 +30,16 @@ func setup(t *testing.T) *fixture {
 
 func (f *fixture) platform(t *testing.T, name string, rate float64) {
 	t.Helper()
-	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: name, RatePerSec: rate}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, f.pool, sources.Platform{Name: name, RatePerSec: rate})
 }
 
 // source adds a source checked `ago` ago (nil = never) and due now.
 func (f *fixture) source(t *testing.T, platform, url string, ago *time.Duration) int64 {
 	t.Helper()
-	id, _, err := sources.AddSource(f.ctx, f.pool, sources.NewSource{Platform: platform, URL: url, Interval: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := storetest.Source(t, f.pool, sources.NewSource{Platform: platform, URL: url, Interval: time.Minute})
 	if ago != nil {
-		_, err = f.pool.Exec(f.ctx, `UPDATE fleetpace_source SET last_checked_at = now() - make_interval(secs => $2),
+		storetest.Exec(t, f.pool, `UPDATE fleetpace_source SET last_checked_at = now() - make_interval(secs => $2),
 			due_at = now() - interval '1 second' WHERE id = $1`, id, ago.Seconds())
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	return id
 }
@@ -55,9 +48,7 @@ func dur(d time.Duration) *time.Duration { return &d }
 
 func mustExec(t *testing.T, f *fixture, sql string, args ...any) {
 	t.Helper()
-	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Exec(t, f.pool, sql, args...)
 }
 
 func TestCooldownConcurrentUpsert(t *testing.T) {
@@ -93,9 +84,7 @@ func TestCooldownConcurrentUpsert(t *testing.T) {
 func TestCooldownDurations(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: "a", RatePerSec: 1, Cooldown: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, f.pool, sources.Platform{Name: "a", RatePerSec: 1, Cooldown: time.Minute})
 	remaining := func() time.Duration {
 		t.Helper()
 		var secs float64

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
@@ -79,13 +80,8 @@ func TestReadUsage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 8}); err != nil {
-		t.Fatal(err)
-	}
-	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
 	for _, c := range []sources.Check{{Outcome: "ok", Status: 200}, {Outcome: "rate_pressure", Status: 429, Error: "HTTP 429, Retry-After 10s"},
 		{Outcome: "rate_pressure", Status: 429, Error: "HTTP 429, Retry-After 10s"}} {
 		if err := sources.RecordCheck(ctx, pool, id, c); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
@@ -45,27 +46,6 @@ func (g grantAll) Acquire(ctx context.Context, platform string, maxWait time.Dur
 
 func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Feedback) (pacer.ReportResult, error) {
 	return pacer.ReportResult{}, nil
-}
-
-// addSources adds a platform and n queued sources on it.
-func addSources(t *testing.T, pool *pgxpool.Pool, platform string, n int) []int64 {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: platform, RatePerSec: 1000}); err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]int64, n)
-	for i := range ids {
-		id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: platform, URL: fmt.Sprintf("https://%s.example/%d", platform, i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
-	}
-	if _, err := pool.Exec(ctx, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id WHERE platform = $1`, platform); err != nil {
-		t.Fatal(err)
-	}
-	return ids
 }
 
 func outcome(t *testing.T, pool *pgxpool.Pool, id int64) fetch.Outcome {
@@ -112,8 +92,8 @@ func TestFetchWorkerRecorder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ok := addSources(t, pool, "ok", 20)
-			limited := addSources(t, pool, "limited", 1)[0]
+			ok := storetest.Queued(t, pool, "ok", 20)
+			limited := storetest.Queued(t, pool, "limited", 1)[0]
 			job := func(id int64, platform string) *river.Job[queue.FetchArgs] {
 				return &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1},
 					Args: queue.FetchArgs{SourceID: id, Platform: platform, URL: fmt.Sprintf("https://%s.example/x", platform)}}
@@ -177,7 +157,7 @@ func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	id := addSources(t, pool, "p", 1)[0]
+	id := storetest.Queued(t, pool, "p", 1)[0]
 	if _, err := pool.Exec(context.Background(), `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL`); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package demo_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/xml"
 	"errors"
 	"io"
@@ -10,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/browser"
+	"github.com/fleetpace/fleetpace/internal/syncbuf"
 	"github.com/fleetpace/fleetpace/internal/testbin"
 )
 
@@ -39,29 +38,11 @@ func setup(t *testing.T) string {
 	return dir
 }
 
-// syncBuffer collects a process's output while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func demoCmd(dir string, args ...string) (*exec.Cmd, *syncBuffer) {
+func demoCmd(dir string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	all := append([]string{"demo", "--tmp-dir", dir, "--chart", filepath.Join(dir, "chart.svg")}, args...)
 	cmd := exec.Command(binary, all...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/ignored")
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	return cmd, out
 }
