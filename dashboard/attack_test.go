@@ -924,6 +924,9 @@ func TestSecretQueryParameters(t *testing.T) {
 // other job, nor pause a platform.
 func TestRiverUIInBrowser(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: drives a real browser")
+	}
 	pool := testdb.Pool(t)
 	fleetData(t, pool)
 	s := serve(t, pool, dashboard.ServerConfig{})

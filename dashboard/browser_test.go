@@ -37,6 +37,9 @@ var screenshot = flag.String("screenshot", "", "also save the browser test's scr
 // the page shows it paused; resume shows it running and its requests
 // reach the destination again.
 func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: drives a real browser through every page")
+	}
 	ctx := context.Background()
 	url := testdb.URL(t)
 	pool, err := pgxpool.New(ctx, url)

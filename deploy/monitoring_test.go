@@ -55,6 +55,9 @@ var metricRE = regexp.MustCompile(`\bfleetpace_[a-z0-9_]+\b`)
 // from a destination that answers some requests 429.
 func TestGrafanaDashboard(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs a real worker and promtool")
+	}
 	raw, err := os.ReadFile(filepath.Join("grafana", "fleetpace.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +99,9 @@ func TestGrafanaDashboard(t *testing.T) {
 // exports.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs promtool on the alert rules against a real worker")
+	}
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CI") != "" {

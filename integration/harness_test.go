@@ -6,7 +6,8 @@
 // t.Logf; run `go test ./integration -v -count=1` to see them.
 //
 // Scenarios run in parallel four at a time (parallelByDefault; -parallel
-// overrides it); each lasts 10–30 s.
+// overrides it); each lasts 10–30 s. The fast tier (go test -short) runs
+// none of them.
 package integration
 
 import (
@@ -43,8 +44,27 @@ var bin string
 // TestMain builds the fleetpace binary once and runs every test against it.
 // It starts one embedded PostgreSQL cluster for the package and hands it to
 // testdb through TEST_DATABASE_URL (unless that is set already), so the
-// cluster and the binary are both removed when the tests end.
-func TestMain(m *testing.M) { testbin.Main(withCluster{m}, &bin) }
+// cluster and the binary are both removed when the tests end. Under -short
+// (the fast tier) it runs no scenario: each runs real worker processes for
+// seconds.
+func TestMain(m *testing.M) {
+	if skipAllShort() {
+		os.Exit(m.Run())
+	}
+	testbin.Main(withCluster{m}, &bin)
+}
+
+// skipAllShort makes m.Run run no test under -short, and reports whether it
+// did.
+func skipAllShort() bool {
+	flag.Parse()
+	if !testing.Short() {
+		return false
+	}
+	_ = flag.Set("test.run", "^$")
+	fmt.Fprintln(os.Stderr, "integration: -short runs no scenario (each runs worker processes for seconds)")
+	return true
+}
 
 // withCluster runs the tests against one PostgreSQL cluster of their own
 // (unless TEST_DATABASE_URL names a server), started before and stopped

@@ -271,6 +271,9 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 // TestReadyzFollowsDatabase).
 func TestRunReportsShutdownErrors(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: stops a private PostgreSQL under a running worker")
+	}
 	c := testdb.Private(t, pgembed.Config{Settings: nil})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

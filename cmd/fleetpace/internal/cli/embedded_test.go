@@ -31,6 +31,9 @@ var embeddedPortRE = regexp.MustCompile(`using embedded PostgreSQL in \S+ \(127\
 // /readyz stayed 503 for ever).
 func TestWorkerRidesThroughEmbeddedRestart(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: restarts the embedded cluster under a running worker")
+	}
 	dir := embeddedDataDir(t)
 	port := func(r result) string {
 		t.Helper()

@@ -81,6 +81,9 @@ func assertNothingLeft(t *testing.T, dir string) {
 // ceiling exceeded), shows every platform's effect, writes a valid SVG chart
 // and leaves no process or temporary directory behind.
 func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the demo: real worker processes for seconds")
+	}
 	dir := setup(t)
 	cmd, out := demoCmd(dir, "--duration", "15s", "--workers", "2")
 	err := cmd.Run()
@@ -219,6 +222,9 @@ func assertSVG(t *testing.T, path string) {
 // TestDemoInterrupt sends SIGINT to a running demo: it exits promptly with a
 // failure code and stops and removes everything it started.
 func TestDemoInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the demo: real worker processes")
+	}
 	dir := setup(t)
 	cmd, out := demoCmd(dir, "--duration", "60s", "--workers", "2")
 	if err := cmd.Start(); err != nil {
