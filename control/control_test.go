@@ -30,11 +30,7 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testdb.PoolOf(t, url)
 	client, err := queue.NewClient(pool, queue.Config{})
 	if err != nil {
 		t.Fatal(err)

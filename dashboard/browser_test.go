@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
@@ -42,11 +41,7 @@ func TestBrowser(t *testing.T) {
 	}
 	ctx := context.Background()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testdb.PoolOf(t, url)
 	dest, err := fakedest.New(fakedest.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -217,12 +212,11 @@ func TestBrowser(t *testing.T) {
 	// (its destination still says stop: it cools down anew, its state says
 	// so with the rule).
 	gammaThen := dest.Count("/gamma/")
+	// The resume's notice is still on the page until the reset's answer
+	// replaces it: wait for the reset's own.
 	step("reset gamma", 15*time.Second,
-		chromedp.Click(chromedp.CSS(`tr[data-platform="gamma"] button.reset`)),
-		chromedp.WaitVisible(chromedp.CSS(`.notice`)))
-	if got := text(`.notice`); !strings.HasPrefix(got, "Reset:") {
-		t.Errorf("no notice of the reset: %q", got)
-	}
+		chromedp.Click(chromedp.CSS(`tr[data-platform="gamma"] button.reset`)))
+	waitText(`.notice`, func(s string) bool { return strings.HasPrefix(s, "Reset:") }, 15*time.Second)
 	waitArrivals(t, dest, "/gamma/", gammaThen+1, 15*time.Second)
 	if got := waitText(`tr[data-platform="gamma"] .state`, func(s string) bool { return strings.HasPrefix(s, "cooling down:") }, 15*time.Second); !strings.Contains(got, "→") {
 		t.Errorf("gamma's state after the reset and a new 429: %q, want the cooldown's rule", got)

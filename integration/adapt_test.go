@@ -38,16 +38,11 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	setPlatform(t, url, "classic", append([]string{"--rate", fmt.Sprint(ceiling)}, classicFlags...)...)
 	importSources(t, url, "new", d.URL(), pathsN("/new/", 600))
 	importSources(t, url, "classic", d.URL(), pathsN("/classic/", 600))
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "20"))
-	}
+	ws := startWorkers(t, url, "w", 3, "--concurrency", "20")
 	start := waitArrivals(t, d, "/new/", 1, 30*time.Second)
 	waitUntil(t, d, "/new/", start.Add(run), 30*time.Second)
 	waitUntil(t, d, "/classic/", start.Add(run), 30*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	from, to := start.Add(run/2), start.Add(run)
 	figures := map[string][2]float64{}
 	for _, p := range []string{"new", "classic"} {
@@ -94,19 +89,14 @@ func TestPressureStopsEveryProcessSlots(t *testing.T) {
 			d := newDest(t, map[string]fakedest.Rule{prefix: {}})
 			setPlatform(t, url, tc.name, append([]string{"--rate", "20", "--decay-after", "1000"}, tc.flags...)...)
 			importSources(t, url, tc.name, d.URL(), pathsN(prefix, 600))
-			var ws []*proc
-			for i := range 2 {
-				ws = append(ws, startWorker(t, url, fmt.Sprintf("p%d", i+1), "--concurrency", "20"))
-			}
+			ws := startWorkers(t, url, "p", 2, "--concurrency", "20")
 			start := waitArrivals(t, d, prefix, 1, 30*time.Second)
 			waitUntil(t, d, prefix, start.Add(3*time.Second), 30*time.Second) // both processes hold granted slots now
 			if err := d.SetRule(prefix, fakedest.Rule{Status: http.StatusTooManyRequests, RetryAfter: hold}); err != nil {
 				t.Fatal(err)
 			}
 			waitUntil(t, d, prefix, time.Now().Add(hold+time.Second), 30*time.Second)
-			for _, w := range ws {
-				w.stop()
-			}
+			stopAll(ws)
 			var first time.Time
 			for _, r := range d.Requests() {
 				if r.Status == http.StatusTooManyRequests && (first.IsZero() || r.Time.Before(first)) {
@@ -143,17 +133,11 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 	t.Parallel()
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{"/ann/": {Window: time.Second, WindowLimit: 5, Headers: fakedest.XRateLimit}})
-	setPlatform(t, url, "ann", "--rate", "20")
-	importSources(t, url, "ann", d.URL(), pathsN("/ann/", 300))
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("a%d", i+1), "--concurrency", "10"))
-	}
+	platformWithSources(t, url, "ann", d.URL(), 300, "--rate", "20")
+	ws := startWorkers(t, url, "a", 3, "--concurrency", "10")
 	start := waitArrivals(t, d, "/ann/", 1, 30*time.Second)
 	waitUntil(t, d, "/ann/", start.Add(20*time.Second), 30*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	reqs := d.Requests()
 	var firstAnswer time.Time
 	for _, r := range reqs {

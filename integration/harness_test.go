@@ -144,6 +144,14 @@ func setPlatform(t *testing.T, url, name string, args ...string) {
 	cli(t, url, append([]string{"platforms", "set", name}, args...)...)
 }
 
+// platformWithSources sets platform name with flags and imports n sources
+// on it, base/name/0 … base/name/(n-1).
+func platformWithSources(t *testing.T, url, name, base string, n int, flags ...string) {
+	t.Helper()
+	setPlatform(t, url, name, flags...)
+	importSources(t, url, name, base, pathsN("/"+name+"/", n))
+}
+
 // importSources imports one source per path (URL base+path) on platform
 // through `sources import`, and returns nothing: ids are assigned in order.
 func importSources(t *testing.T, url, platform, base string, paths []string) {
@@ -249,6 +257,24 @@ func workerArgs(name string) []string {
 		"--heartbeat", "1s",
 		"--allow-private-networks",
 		"--user-agent", name,
+	}
+}
+
+// startWorkers starts n workers on url, named prefix1 … prefixN, each with
+// the extra flags.
+func startWorkers(t *testing.T, url, prefix string, n int, extra ...string) []*proc {
+	t.Helper()
+	ws := make([]*proc, n)
+	for i := range ws {
+		ws[i] = startWorker(t, url, fmt.Sprintf("%s%d", prefix, i+1), extra...)
+	}
+	return ws
+}
+
+// stopAll stops every worker of ws, one after the other.
+func stopAll(ws []*proc) {
+	for _, w := range ws {
+		w.stop()
 	}
 }
 
@@ -434,11 +460,7 @@ func perSecond(xs []float64) string {
 
 func pool(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
-	p, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := testdb.PoolOf(t, url)
 	return p
 }
 

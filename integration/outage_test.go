@@ -46,8 +46,7 @@ func TestDatabaseOutage(t *testing.T) {
 	cli(t, url, "schema", "apply")
 
 	d := newDest(t, nil)
-	setPlatform(t, url, "o", "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	importSources(t, url, "o", d.URL(), pathsN("/o/", sources))
+	platformWithSources(t, url, "o", d.URL(), sources, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
 	var ws []*proc
 	for i := range 3 {
 		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "5",

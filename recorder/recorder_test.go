@@ -468,11 +468,7 @@ func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testdb.URL(t)
-	admin, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := testdb.PoolOf(t, url)
 	if _, err := admin.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = remote_apply', current_database()); END $$`); err != nil {
 		t.Fatal(err)
 	}

@@ -100,9 +100,8 @@ func TestHistoryOnlyOfWrittenChecks(t *testing.T) {
 
 // A history write that fails never loses the check: RecordCheck and
 // RecordChecks write the check without its history and say so
-// (ErrHistoryNotRecorded), in a transaction too (which stays usable), and a
-// Recorder counts it, reports success to its callers and writes the next
-// batches without history for HistoryPause.
+// (ErrHistoryNotRecorded), in a transaction too (which stays usable). (The
+// Recorder's side: recorder.TestRecorderHistoryFailure.)
 func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

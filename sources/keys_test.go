@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -100,11 +98,7 @@ func TestKeyLimitsAndStates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	saved, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "api", RatePerSec: 100, KeyRate: 2, KeyBurst: 3, MaxInFlight: 50, KeyMaxInFlight: 4})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,30 +108,14 @@ type Platform struct {
 
 // WithDefaults fills the zero fields with their defaults.
 func (p Platform) WithDefaults() Platform {
-	if p.Burst == 0 {
-		p.Burst = DefaultBurst
-	}
-	if p.MaxMultiplier == 0 {
-		p.MaxMultiplier = DefaultMaxMultiplier
-	}
-	if p.DecayAfter == 0 {
-		p.DecayAfter = DefaultDecayAfter
-	}
-	if p.Cooldown == 0 {
-		p.Cooldown = DefaultCooldown
-	}
-	if p.BackoffFactor == 0 {
-		p.BackoffFactor = DefaultBackoffFactor
-	}
-	if p.RecoveryFactor == 0 {
-		p.RecoveryFactor = DefaultRecoveryFactor
-	}
-	if p.Adapt == "" {
-		p.Adapt = AdaptEstimate
-	}
-	if p.KeyBurst == 0 {
-		p.KeyBurst = DefaultBurst
-	}
+	p.Burst = cmp.Or(p.Burst, DefaultBurst)
+	p.MaxMultiplier = cmp.Or(p.MaxMultiplier, DefaultMaxMultiplier)
+	p.DecayAfter = cmp.Or(p.DecayAfter, DefaultDecayAfter)
+	p.Cooldown = cmp.Or(p.Cooldown, DefaultCooldown)
+	p.BackoffFactor = cmp.Or(p.BackoffFactor, DefaultBackoffFactor)
+	p.RecoveryFactor = cmp.Or(p.RecoveryFactor, DefaultRecoveryFactor)
+	p.Adapt = cmp.Or(p.Adapt, AdaptEstimate)
+	p.KeyBurst = cmp.Or(p.KeyBurst, DefaultBurst)
 	return p
 }
 

@@ -106,11 +106,7 @@ func (p *countingProxy) accept() {
 func busyWorker(t *testing.T, cfg worker.Config) (string, *countingProxy, *pgxpool.Pool) {
 	t.Helper()
 	dbURL := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testdb.PoolOf(t, dbURL)
 	ctx := context.Background()
 	storetest.Platform(t, pool, sources.Platform{Name: "storm", RatePerSec: 50, Burst: 5})
 	for i := range 100 {

@@ -152,11 +152,7 @@ func TestFetchWorkerRecorder(t *testing.T) {
 func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	id := storetest.Queued(t, pool, "p", 1)[0]
 	if _, err := pool.Exec(context.Background(), `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL`); err != nil {
 		t.Fatal(err)

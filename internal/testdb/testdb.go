@@ -164,7 +164,14 @@ func create(t testing.TB, withSchema bool) string {
 // when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), URL(t))
+	return PoolOf(t, URL(t))
+}
+
+// PoolOf returns a pool on url, closed when the test ends: for a test that
+// needs the database's URL too (for a process, a second pool).
+func PoolOf(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatalf("testdb: pool: %v", err)
 	}
