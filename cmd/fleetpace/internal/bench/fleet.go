@@ -108,9 +108,7 @@ func (c FleetConfig) Validate() error {
 	if err := c.setDefaults(); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.FleetConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
+	bad := invalidField("FleetConfig")
 	switch {
 	case c.Workers < 1:
 		return bad("Workers must be ≥ 1, got %d", c.Workers)

@@ -112,9 +112,7 @@ func (c KeysConfig) Validate() error {
 	if err := c.setDefaults(); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.KeysConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
+	bad := invalidField("KeysConfig")
 	switch {
 	case c.Runs < 1 || c.Runs > 100:
 		return bad("Runs must be in [1, 100], got %d", c.Runs)

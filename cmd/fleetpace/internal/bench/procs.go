@@ -46,6 +46,14 @@ func procEnv(ctx context.Context, url, dir, name string) (string, *pgxpool.Pool,
 	}, nil
 }
 
+// invalidField is the error of a bad field of the configuration typ:
+// "bench.typ." and format, wrapping ErrInvalidConfig.
+func invalidField(typ string) func(format string, args ...any) error {
+	return func(format string, args ...any) error {
+		return fmt.Errorf("%w: bench.%s.%s", ErrInvalidConfig, typ, fmt.Sprintf(format, args...))
+	}
+}
+
 // processDefaults fills in what the benchmarks of worker processes share:
 // the workers run this binary unless told otherwise, and their progress
 // and logs go nowhere. kind names the configuration in an error.

@@ -89,9 +89,7 @@ func (c SoakConfig) Validate() error {
 	if err := c.setDefaults(); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.SoakConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
+	bad := invalidField("SoakConfig")
 	switch {
 	case c.Workers < 1:
 		return bad("Workers must be ≥ 1, got %d", c.Workers)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -119,29 +118,23 @@ func (c DrillConfig) withDefaults() DrillConfig {
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c DrillConfig) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	d := c.withDefaults()
 	switch {
 	case c.MaxConnections < 0 || (c.DatabaseURL == "" && d.MaxConnections < 5):
-		return bad("MaxConnections %d must be ≥ 5", c.MaxConnections)
+		return invalid("MaxConnections %d must be ≥ 5", c.MaxConnections)
 	case c.Pollers < 0 || d.Pollers > 10_000:
-		return bad("Pollers %d must be in 1..10000", c.Pollers)
-	case c.ClaimTime < 0:
-		return bad("ClaimTime %s must be > 0", c.ClaimTime)
-	case c.Base < 0:
-		return bad("Base %s must be > 0", c.Base)
-	case c.Max < 0 || d.Max < d.Base:
-		return bad("Max %s must be ≥ Base %s", d.Max, d.Base)
-	case math.IsNaN(c.JitterRatio) || c.JitterRatio < 0 || c.JitterRatio > 1:
-		return bad("JitterRatio %v must be in (0, 1]", c.JitterRatio)
+		return invalid("Pollers %d must be in 1..10000", c.Pollers)
+	}
+	if err := checkPolling(c.ClaimTime, c.Base, c.Max, d.Base, d.Max, c.JitterRatio); err != nil {
+		return err
+	}
+	switch {
 	case c.Warmup < 0, c.Window < 0, c.After < 0:
-		return bad("Warmup, Window and After must be > 0")
+		return invalid("Warmup, Window and After must be > 0")
 	case c.RetryDelay < 0 || c.RetryFor < 0:
-		return bad("RetryDelay and RetryFor must be > 0")
+		return invalid("RetryDelay and RetryFor must be > 0")
 	case c.ConnectTimeout < 0 || c.SampleEvery < 0:
-		return bad("ConnectTimeout and SampleEvery must be > 0")
+		return invalid("ConnectTimeout and SampleEvery must be > 0")
 	}
 	return nil
 }
