@@ -5,6 +5,10 @@
 -- advisory lock by `fleetpace schema apply` (see schema.go), so it is safe to
 -- run any number of times, from any number of processes at once. River's own
 -- tables are created by rivermigrate in the same locked step.
+--
+-- A column that is not in its table's CREATE TABLE is added by an ALTER
+-- TABLE … ADD COLUMN IF NOT EXISTS after it, so that a database made by an
+-- older fleetpace gains it when the schema is applied.
 
 -- platform: one row per destination. Configuration only; the hot pacer state
 -- lives in fleetpace_pace.
@@ -23,16 +27,19 @@ CREATE TABLE IF NOT EXISTS fleetpace_platform (
     updated_at     timestamptz      NOT NULL DEFAULT now()
 );
 
--- Added with adaptive pacing: how the shared multiplier moves. Pressure
+-- Adaptive pacing's settings: how the shared multiplier moves. Pressure
 -- multiplies it by backoff_factor (once per episode); every decay_after clean
 -- responses, fleet-wide, divide it by recovery_factor; with probe, recovery
 -- stops just short of the multiplier where the last pressure began and then
 -- climbs in small steps. use_headers: pace by the destination's announced
 -- rate-limit headers (RateLimit, X-RateLimit-*). respace: a slow-down
 -- re-spaces the slots already granted, fleet-wide, at once (false: they
--- are used as granted, as before adaptive pacing; a benchmark baseline).
--- Bounds and defaults are sources' (sources.MinFactor, MaxFactor,
--- DefaultBackoffFactor, DefaultRecoveryFactor).
+-- are used as granted; a benchmark's baseline). The three switches are
+-- named alike everywhere: flags --probe, --use-headers, --respace;
+-- sources.Platform's NoProbe, NoUseHeaders, NoRespace (their negation, so
+-- that the zero value is the default). Bounds and defaults are sources'
+-- (sources.MinFactor, MaxFactor, DefaultBackoffFactor,
+-- DefaultRecoveryFactor).
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS backoff_factor  double precision NOT NULL DEFAULT 1.5
         CONSTRAINT fleetpace_platform_backoff_factor_check CHECK (backoff_factor >= 1.01 AND backoff_factor <= 16),
@@ -67,9 +74,9 @@ CREATE TABLE IF NOT EXISTS fleetpace_pace (
     last_count     integer          NOT NULL DEFAULT 0,  -- slots granted by the last reservation (0: denied)
     last_effect    smallint         NOT NULL DEFAULT 0   -- what the last report did (pacer package codes)
 ) WITH (fillfactor = 50);
--- Added after the first release: reservations in blocks.
+-- Reservations in blocks: how many slots the last reservation granted.
 ALTER TABLE fleetpace_pace ADD COLUMN IF NOT EXISTS last_count integer NOT NULL DEFAULT 0;
--- Added with adaptive pacing (see docs/design.md, "Adaptive pacing"):
+-- Adaptive pacing's state (see docs/design.md, "Adaptive pacing"):
 --   backoff_factor, recovery_factor, probe, use_headers, respace
 --                   copies of the platform's adaptation settings (trigger below)
 --   pressure_mult   the multiplier in force when the last pressure episode
@@ -127,7 +134,7 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS announced_window   double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS announced_window_at double precision NOT NULL DEFAULT 0;
 
--- Added with estimating adaptation (see docs/design.md, "Adaptive pacing"):
+-- Estimating adaptation (see docs/design.md, "Adaptive pacing"):
 --   adapt           how the platform adapts to pressure: 'estimate' (the
 --                   default) measures what the destination accepts and paces
 --                   just under it, recovering in time; 'multiplier' is the
@@ -678,7 +685,7 @@ CREATE TABLE IF NOT EXISTS fleetpace_cooldown (
     started_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now()
 );
--- Added with the operator's view of rate limiting: which rule started the
+-- For the operator's view of rate limiting: which rule started the
 -- cooldown (cause: 'slowest_pace' — pressure while the platform was paced
 -- as slowly as it may be; 'retry_after' — a Retry-After longer than the
 -- fetcher's limit; '' — the fetcher said stop) and the Retry-After that
@@ -716,7 +723,7 @@ CREATE TABLE IF NOT EXISTS fleetpace_source (
     CONSTRAINT fleetpace_source_platform_url_key UNIQUE (platform, url)
 );
 
--- Added with nested limits: the source's key (an account, a token's name,
+-- Nested limits: the source's key (an account, a token's name,
 -- a tenant — never a secret; '' for none), which the platform may limit
 -- separately (fleetpace_platform.key_rate and friends).
 ALTER TABLE fleetpace_source ADD COLUMN IF NOT EXISTS key text NOT NULL DEFAULT '';
@@ -751,11 +758,11 @@ DROP INDEX IF EXISTS fleetpace_source_due_idx;
 -- MaxMultiplierLimit, MaxDecayAfter, MinCooldown, MaxCooldown, MinInterval,
 -- MaxInterval), which validates them in Go before anything is written;
 -- sources.TestSchemaAgreesWithBounds checks that these constraints draw
--- every limit exactly there. They replace the first release's looser checks
--- (*_check, which let a rate of 1e-300, an interval of 0 or a burst of 2^31
--- in, or failed with a raw error): once, in one ALTER per table, after
--- bringing rows outside the bounds to the nearest one. Later runs find the
--- bounds and do nothing.
+-- every limit exactly there. A database made by an older fleetpace has
+-- looser checks instead (*_check, which let a rate of 1e-300, an interval of
+-- 0 or a burst of 2^31 in, or failed with a raw error): they are replaced
+-- once, in one ALTER per table, after bringing rows outside the bounds to
+-- the nearest one. Later runs find the bounds and do nothing.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_constraint

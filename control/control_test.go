@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/control"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -29,20 +30,14 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testdb.PoolOf(t, url)
 	client, err := queue.NewClient(pool, queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{ctx: context.Background(), url: url, pool: pool, client: client}
 	for _, p := range []string{"a", "b"} {
-		if _, err := sources.SetPlatform(f.ctx, pool, sources.Platform{Name: p, RatePerSec: 1}); err != nil {
-			t.Fatal(err)
-		}
+		storetest.Platform(t, pool, sources.Platform{Name: p, RatePerSec: 1})
 	}
 	return f
 }

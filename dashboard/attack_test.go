@@ -8,7 +8,6 @@ package dashboard_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,11 +30,12 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/storetest"
+	"github.com/fleetpace/fleetpace/internal/syncbuf"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -46,24 +46,6 @@ import (
 // longToken is an admin token long enough beyond loopback.
 const longToken = "a long admin token of 32 bytes or more, for every address"
 
-// logBuffer collects a server's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // served is dashboard.Serve on a real database with River UI, for one test.
 type served struct {
 	t      *testing.T
@@ -71,7 +53,7 @@ type served struct {
 	addr   string // 127.0.0.1:port
 	pool   *pgxpool.Pool
 	client *http.Client // a cookie jar; redirects are not followed
-	logs   *logBuffer
+	logs   *syncbuf.Buffer
 	stop   func() error // ends Serve and returns its error
 }
 
@@ -83,7 +65,7 @@ func serve(t *testing.T, pool *pgxpool.Pool, cfg dashboard.ServerConfig) *served
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg.Dashboard.DB = pool
 	cfg.Dashboard.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.RiverClient = client
@@ -279,19 +261,12 @@ func waitLockWaiters(t *testing.T, pool *pgxpool.Pool, n int) {
 func TestRenderAfterOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := pgembed.Start(ctx, pgembed.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c := testdb.Private(t, pgembed.Config{})
 	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: c.URL("postgres"), MaxConns: 4, ConnectTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
 	fleetData(t, pool)
 	want := pages(t, pool)
 	s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{QueryTimeout: 2 * time.Second}})
@@ -804,8 +779,8 @@ func TestBidiIsolation(t *testing.T) {
 	pool := testdb.Pool(t)
 	ctx := context.Background()
 	const rlo = "\u202e"
-	setPlatform(t, pool, sources.Platform{Name: "bidi", RatePerSec: 1})
-	id := addSource(t, pool, "bidi", "https://h.example/"+rlo+"gnp.exe")
+	storetest.Platform(t, pool, sources.Platform{Name: "bidi", RatePerSec: 1})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "bidi", URL: "https://h.example/" + rlo + "gnp.exe"})
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute',
 		last_outcome = 'failed', last_error = $1, etag = $1, last_modified = $1 WHERE id = $2`, "reason "+rlo+"txet", id)
 	exec(t, pool, `INSERT INTO fleetpace_check (source_id, platform, outcome, reason, worker) VALUES ($1, 'bidi', 'failed', $2, $2)`, id, "check "+rlo+"txet")
@@ -918,9 +893,9 @@ func TestSignInToReadBeyondLoopback(t *testing.T) {
 func TestSecretQueryParameters(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	setPlatform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
-	id := addSource(t, pool, "api", "https://api.example/feed?page=2&api_key=s3cretKEY&Access-Token=s3cretTOK")
-	plain := addSource(t, pool, "api", "https://api.example/public?page=3")
+	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://api.example/feed?page=2&api_key=s3cretKEY&Access-Token=s3cretTOK"})
+	plain := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://api.example/public?page=3"})
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute'`)
 	// A reason recorded before fetch masked it.
 	exec(t, pool, `UPDATE fleetpace_source SET last_error = 'HTTP 302 Found to https://cdn.example/f?token=s3cretRSN (redirect not followed)' WHERE id = $1`, id)
@@ -949,6 +924,9 @@ func TestSecretQueryParameters(t *testing.T) {
 // other job, nor pause a platform.
 func TestRiverUIInBrowser(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: drives a real browser")
+	}
 	pool := testdb.Pool(t)
 	fleetData(t, pool)
 	s := serve(t, pool, dashboard.ServerConfig{})

@@ -21,6 +21,7 @@ import (
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testbin"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -136,22 +137,6 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-func setPlatform(t *testing.T, pool *pgxpool.Pool, p sources.Platform) {
-	t.Helper()
-	if _, err := sources.SetPlatform(context.Background(), pool, p); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func addSource(t *testing.T, pool *pgxpool.Pool, platform, u string) int64 {
-	t.Helper()
-	id, _, err := sources.AddSource(context.Background(), pool, sources.NewSource{Platform: platform, URL: u})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 func paceOf(t *testing.T, pool *pgxpool.Pool, platform string) pacer.State {
 	t.Helper()
 	st, err := pacer.StatesOf(context.Background(), pool, []string{platform})
@@ -167,13 +152,13 @@ func paceOf(t *testing.T, pool *pgxpool.Pool, platform string) pacer.State {
 func fleetData(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	setPlatform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 8, Burst: 3})
-	setPlatform(t, pool, sources.Platform{Name: "beta", RatePerSec: 3})
-	setPlatform(t, pool, sources.Platform{Name: "gamma", RatePerSec: 0.5})
+	storetest.Platform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 8, Burst: 3})
+	storetest.Platform(t, pool, sources.Platform{Name: "beta", RatePerSec: 3})
+	storetest.Platform(t, pool, sources.Platform{Name: "gamma", RatePerSec: 0.5})
 	for i := range 12 {
-		addSource(t, pool, "alpha", fmt.Sprintf("https://a.example/%d", i))
+		storetest.Source(t, pool, sources.NewSource{Platform: "alpha", URL: fmt.Sprintf("https://a.example/%d", i)})
 	}
-	addSource(t, pool, "beta", "https://b.example/1")
+	storetest.Source(t, pool, sources.NewSource{Platform: "beta", URL: "https://b.example/1"})
 	// alpha: 3 due (late by 10, 20 and 600 s), 2 queued, 4 failing, 1 disabled
 	// and late (not counted), the rest not due.
 	exec(t, pool, `UPDATE fleetpace_source SET due_at = now() + interval '1 hour', last_checked_at = now() WHERE platform = 'alpha'`)
@@ -277,7 +262,7 @@ func TestOverviewPages(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
 	for _, n := range []string{"p1", "p2", "p3", "p4", "p5"} {
-		setPlatform(t, pool, sources.Platform{Name: n, RatePerSec: 1})
+		storetest.Platform(t, pool, sources.Platform{Name: n, RatePerSec: 1})
 	}
 	s := newSite(t, pool, dashboard.Config{PageSize: 2})
 	var seen []string
@@ -397,8 +382,8 @@ func TestEscaping(t *testing.T) {
 	pool := testdb.Pool(t)
 	const evilURL = `https://evil.example/<script>alert(1)</script>`
 	const evilReason = `<script>alert("reason")</script><img src=x onerror=alert(2)>`
-	setPlatform(t, pool, sources.Platform{Name: "evil", RatePerSec: 1})
-	id := addSource(t, pool, "evil", evilURL)
+	storetest.Platform(t, pool, sources.Platform{Name: "evil", RatePerSec: 1})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "evil", URL: evilURL})
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), last_outcome = 'failed', last_error = $1 WHERE id = $2`, evilReason, id)
 	if err := pacer.Pause(context.Background(), pool, "evil", time.Time{}, evilReason); err != nil {
 		t.Fatal(err)
@@ -426,8 +411,8 @@ func TestEscaping(t *testing.T) {
 func TestURLCredentialsRedacted(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	setPlatform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
-	id := addSource(t, pool, "api", "https://bot:hunter2@api.example/feed?x=1")
+	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://bot:hunter2@api.example/feed?x=1"})
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute' WHERE id = $1`, id)
 	s := newSite(t, pool, dashboard.Config{})
 	for _, path := range []string{"/platforms/api", fmt.Sprintf("/sources/%d", id)} {
@@ -621,7 +606,7 @@ func TestPauseResume(t *testing.T) {
 func TestSetLimits(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	setPlatform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 8, Burst: 3, Cooldown: 42 * time.Minute, MaxMultiplier: 4, NoProbe: true})
+	storetest.Platform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 8, Burst: 3, Cooldown: 42 * time.Minute, MaxMultiplier: 4, NoProbe: true})
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	csrf := s.signIn()
 	get := func() sources.Platform {
@@ -901,8 +886,8 @@ func TestResetAndCheckNow(t *testing.T) {
 func TestEnableDisableSource(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	setPlatform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 1})
-	id := addSource(t, pool, "alpha", "https://a.example/x")
+	storetest.Platform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 1})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "alpha", URL: "https://a.example/x"})
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	csrf := s.signIn()
 	path := fmt.Sprintf("/sources/%d", id)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/pacer"
@@ -170,7 +171,7 @@ func (h *Handler) platformRows(ctx context.Context, tx pgx.Tx, platforms []sourc
 func (h *Handler) states(ctx context.Context, tx pgx.Tx, out []PlatformRow, names []string, idx map[string]int) error {
 	recent := make([]status.Recent, len(out))
 	for i := range recent {
-		recent[i] = status.Recent{Window: status.RecentWindow, Checks: map[string]int64{}}
+		recent[i] = status.Recent{Window: status.RecentWindow, Checks: map[fetch.Outcome]int64{}}
 	}
 	rows, err := tx.Query(ctx, recentOfSQL, names, status.RecentWindow.Seconds())
 	if err != nil {
@@ -178,8 +179,9 @@ func (h *Handler) states(ctx context.Context, tx pgx.Tx, out []PlatformRow, name
 	}
 	for rows.Next() {
 		var (
-			name, outcome string
-			n             int64
+			name    string
+			outcome fetch.Outcome
+			n       int64
 		)
 		if err := rows.Scan(&name, &outcome, &n); err != nil {
 			rows.Close()
@@ -218,7 +220,7 @@ func scanPlatform(row pgx.CollectableRow) (sources.Platform, error) {
 	var probe, headers, respace bool
 	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
 		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace)
-	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
+	p.NoProbe, p.NoUseHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/status"
@@ -45,6 +46,10 @@ var funcs = template.FuncMap{
 	"deref": func(p any) any {
 		switch v := p.(type) {
 		case *string:
+			if v != nil {
+				return *v
+			}
+		case *fetch.Outcome:
 			if v != nil {
 				return *v
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -30,12 +31,12 @@ const (
 // long Retry-After) together.
 var outcomeSeries = []struct {
 	label, class string
-	outcomes     []string
+	outcomes     []fetch.Outcome
 }{
-	{"ok", "ok", []string{"ok"}},
-	{"not modified", "not_modified", []string{"not_modified"}},
-	{"429/503", "rate_limited", []string{"rate_pressure", "rate_limited"}},
-	{"failed", "failed", []string{"failed"}},
+	{"ok", "ok", []fetch.Outcome{fetch.OK}},
+	{"not modified", "not_modified", []fetch.Outcome{fetch.NotModified}},
+	{"429/503", "rate_limited", []fetch.Outcome{fetch.RatePressure, fetch.RateLimited}},
+	{"failed", "failed", []fetch.Outcome{fetch.Failed}},
 }
 
 // sparklines gives each row its requests/s over the last sparkWindow, in
@@ -97,7 +98,7 @@ func (h *Handler) platformChart(ctx context.Context, tx pgx.Tx, row PlatformRow)
 	}
 	since := now.Add(-chartWindow)
 	n := int(chartWindow / chartBucket)
-	perSec := map[string][]float64{}
+	perSec := map[fetch.Outcome][]float64{}
 	for _, s := range outcomeSeries {
 		for _, o := range s.outcomes {
 			perSec[o] = make([]float64, n)

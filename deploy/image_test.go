@@ -32,6 +32,9 @@ import (
 // Without podman the test is skipped, unless CI is set: .ci/run installs
 // podman.
 func TestImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the container image")
+	}
 	podman, err := exec.LookPath("podman")
 	if err != nil {
 		if os.Getenv("CI") != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -54,6 +55,9 @@ var metricRE = regexp.MustCompile(`\bfleetpace_[a-z0-9_]+\b`)
 // from a destination that answers some requests 429.
 func TestGrafanaDashboard(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs a real worker and promtool")
+	}
 	raw, err := os.ReadFile(filepath.Join("grafana", "fleetpace.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +99,9 @@ func TestGrafanaDashboard(t *testing.T) {
 // exports.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: runs promtool on the alert rules against a real worker")
+	}
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -195,7 +202,7 @@ func runAndScrape(t *testing.T, want []string) (map[string]bool, error) {
 			fmt.Fprintf(&csv, "%s,%s/%s/%d,5s\n", p, dest.URL(), p, i)
 		}
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{}); err != nil {
 		return nil, err
 	}
 	fl, err := workers.Start(workers.Config{Executable: binary, N: 1, Dir: t.TempDir(),

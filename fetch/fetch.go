@@ -32,7 +32,9 @@ type Request struct {
 }
 
 // Outcome classifies a fetch. The worker reports it to the pacer and updates
-// the source and the platform's cooldown from it.
+// the source and the platform's cooldown from it; the store records it as
+// it is (a check's outcome, a source's last outcome, the fetch history), and
+// status, the dashboard and the command line read it back as an Outcome.
 type Outcome string
 
 const (
@@ -54,6 +56,9 @@ const (
 	// addresses, oversized bodies). Raises the source's failure count.
 	Failed Outcome = "failed"
 )
+
+// Outcomes lists every outcome, in the order people read them.
+var Outcomes = []Outcome{OK, NotModified, RatePressure, RateLimited, Failed}
 
 // Valid reports whether o is one of the five outcomes. The worker uses it to
 // reject a custom fetcher's malformed result.

@@ -570,7 +570,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestOutcomeValid(t *testing.T) {
 	t.Parallel()
-	for _, o := range []Outcome{OK, NotModified, RatePressure, RateLimited, Failed} {
+	for _, o := range Outcomes {
 		if !o.Valid() {
 			t.Errorf("%q not valid", o)
 		}
@@ -579,5 +579,8 @@ func TestOutcomeValid(t *testing.T) {
 		if o.Valid() {
 			t.Errorf("%q valid", o)
 		}
+	}
+	if len(Outcomes) != 5 {
+		t.Errorf("Outcomes = %q, want the five", Outcomes)
 	}
 }

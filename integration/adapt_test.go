@@ -9,16 +9,18 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 )
 
-// seedFlags are the platform settings of fleetpace before adaptive pacing:
-// ×2 on pressure, ÷2 after 100 clean, no probing, no headers, granted slots
-// used as granted. The negative control of the tests below.
-var seedFlags = []string{"--backoff-factor", "2", "--recovery-factor", "2", "--decay-after", "100",
-	"--probe=false", "--rate-limit-headers=false", "--respace=false"}
+// classicFlags are the negative control of the tests below: no rate-limit
+// headers and granted slots used as granted, with the multiplier's settings
+// of the classic schedule (×2 on pressure, ÷2 after 100 clean, no probing;
+// they shape --adapt multiplier only, and the platform keeps the default
+// --adapt estimate).
+var classicFlags = []string{"--backoff-factor", "2", "--recovery-factor", "2", "--decay-after", "100",
+	"--probe=false", "--use-headers=false", "--respace=false"}
 
 // Three workers, ceiling 20/s, a destination that allows 8/s with strict
 // spacing (a token bucket of capacity 1; a 429 says Retry-After: 1): in the
 // second half the default schedule gets at least 0.7 of what the
-// destination allows with at most 5 % 429s, and the seed's schedule, run
+// destination allows with at most 5 % 429s, and the classic schedule, run
 // beside it on a destination of its own, measurably worse.
 func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	t.Parallel()
@@ -29,26 +31,21 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	)
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{
-		"/new/":  {Rate: allowed, Burst: 1},
-		"/seed/": {Rate: allowed, Burst: 1},
+		"/new/":     {Rate: allowed, Burst: 1},
+		"/classic/": {Rate: allowed, Burst: 1},
 	})
 	setPlatform(t, url, "new", "--rate", fmt.Sprint(ceiling))
-	setPlatform(t, url, "seed", append([]string{"--rate", fmt.Sprint(ceiling)}, seedFlags...)...)
+	setPlatform(t, url, "classic", append([]string{"--rate", fmt.Sprint(ceiling)}, classicFlags...)...)
 	importSources(t, url, "new", d.URL(), pathsN("/new/", 600))
-	importSources(t, url, "seed", d.URL(), pathsN("/seed/", 600))
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "20"))
-	}
+	importSources(t, url, "classic", d.URL(), pathsN("/classic/", 600))
+	ws := startWorkers(t, url, "w", 3, "--concurrency", "20")
 	start := waitArrivals(t, d, "/new/", 1, 30*time.Second)
 	waitUntil(t, d, "/new/", start.Add(run), 30*time.Second)
-	waitUntil(t, d, "/seed/", start.Add(run), 30*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	waitUntil(t, d, "/classic/", start.Add(run), 30*time.Second)
+	stopAll(ws)
 	from, to := start.Add(run/2), start.Add(run)
 	figures := map[string][2]float64{}
-	for _, p := range []string{"new", "seed"} {
+	for _, p := range []string{"new", "classic"} {
 		tl := d.Tally("/"+p+"/", from, to)
 		goodput := float64(tl.Accepted) / (allowed * (to.Sub(from)).Seconds())
 		figures[p] = [2]float64{goodput, tl.LimitedShare()}
@@ -62,9 +59,9 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	// The control is measurably worse: 0.1 of the allowance less, or 3
 	// points more of its requests refused (it halves its pace on pressure,
 	// then doubles it back into more).
-	if seed, def := figures["seed"], figures["new"]; seed[0] > def[0]-0.1 && seed[1] < def[1]+0.03 {
-		t.Errorf("the seed's schedule got %.2f with %.1f %% refused, the default %.2f with %.1f %%: want it measurably worse (0.1 less, or 3 points more refused)",
-			seed[0], 100*seed[1], def[0], 100*def[1])
+	if classic, def := figures["classic"], figures["new"]; classic[0] > def[0]-0.1 && classic[1] < def[1]+0.03 {
+		t.Errorf("the classic schedule got %.2f with %.1f %% refused, the default %.2f with %.1f %%: want it measurably worse (0.1 less, or 3 points more refused)",
+			classic[0], 100*classic[1], def[0], 100*def[1])
 	}
 }
 
@@ -73,7 +70,7 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 // after it (timestamps at the destination), no request of either process
 // reaches the destination until the hold ends: the other process's slots,
 // granted at the old spacing and waiting, were moved past the hold. With
-// re-spacing off (the seed's baseline, on a platform of its own), granted
+// re-spacing off (the baseline, on a platform of its own), granted
 // slots keep going out.
 func TestPressureStopsEveryProcessSlots(t *testing.T) {
 	t.Parallel()
@@ -84,7 +81,7 @@ func TestPressureStopsEveryProcessSlots(t *testing.T) {
 		respace bool
 	}{
 		{"respace", nil, true},
-		{"seed", []string{"--respace=false"}, false},
+		{"no-respace", []string{"--respace=false"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := newURL(t)
@@ -92,19 +89,14 @@ func TestPressureStopsEveryProcessSlots(t *testing.T) {
 			d := newDest(t, map[string]fakedest.Rule{prefix: {}})
 			setPlatform(t, url, tc.name, append([]string{"--rate", "20", "--decay-after", "1000"}, tc.flags...)...)
 			importSources(t, url, tc.name, d.URL(), pathsN(prefix, 600))
-			var ws []*proc
-			for i := range 2 {
-				ws = append(ws, startWorker(t, url, fmt.Sprintf("p%d", i+1), "--concurrency", "20"))
-			}
+			ws := startWorkers(t, url, "p", 2, "--concurrency", "20")
 			start := waitArrivals(t, d, prefix, 1, 30*time.Second)
 			waitUntil(t, d, prefix, start.Add(3*time.Second), 30*time.Second) // both processes hold granted slots now
 			if err := d.SetRule(prefix, fakedest.Rule{Status: http.StatusTooManyRequests, RetryAfter: hold}); err != nil {
 				t.Fatal(err)
 			}
 			waitUntil(t, d, prefix, time.Now().Add(hold+time.Second), 30*time.Second)
-			for _, w := range ws {
-				w.stop()
-			}
+			stopAll(ws)
 			var first time.Time
 			for _, r := range d.Requests() {
 				if r.Status == http.StatusTooManyRequests && (first.IsZero() || r.Time.Before(first)) {
@@ -141,17 +133,11 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 	t.Parallel()
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{"/ann/": {Window: time.Second, WindowLimit: 5, Headers: fakedest.XRateLimit}})
-	setPlatform(t, url, "ann", "--rate", "20")
-	importSources(t, url, "ann", d.URL(), pathsN("/ann/", 300))
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("a%d", i+1), "--concurrency", "10"))
-	}
+	platformWithSources(t, url, "ann", d.URL(), 300, "--rate", "20")
+	ws := startWorkers(t, url, "a", 3, "--concurrency", "10")
 	start := waitArrivals(t, d, "/ann/", 1, 30*time.Second)
 	waitUntil(t, d, "/ann/", start.Add(20*time.Second), 30*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	reqs := d.Requests()
 	var firstAnswer time.Time
 	for _, r := range reqs {

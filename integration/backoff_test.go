@@ -24,8 +24,8 @@ import (
 // every request already granted when the first 429 arrives (up to workers ×
 // concurrency of them, reserved up to --max-pacer-wait ahead) still goes out.
 // Measured with the default: about 15 429s per probe, a 429 share of ~15 %
-// in the 10 s after a probe — the seeds' schedule, shared, not a bug of the
-// sharing.
+// in the 10 s after a probe — the multiplier's schedule, shared, not a bug
+// of the sharing.
 func TestSharedBackoff(t *testing.T) {
 	t.Parallel()
 	const (
@@ -36,8 +36,7 @@ func TestSharedBackoff(t *testing.T) {
 	)
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{"/b/": {Rate: allowed, Burst: 3}})
-	setPlatform(t, url, "b", "--rate", fmt.Sprint(configured), "--burst", "1", "--decay-after", "1000")
-	importSources(t, url, "b", d.URL(), pathsN("/b/", 500))
+	platformWithSources(t, url, "b", d.URL(), 500, "--rate", fmt.Sprint(configured), "--burst", "1", "--decay-after", "1000")
 	db := pool(t, url)
 
 	// Sample the shared multiplier while the fleet runs.
@@ -64,15 +63,10 @@ func TestSharedBackoff(t *testing.T) {
 		}
 	}()
 
-	var ws []*proc
-	for i := range workers {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "10"))
-	}
+	ws := startWorkers(t, url, "w", workers, "--concurrency", "10")
 	start := waitArrivals(t, d, "/b/", 1, 30*time.Second)
 	waitUntil(t, d, "/b/", start.Add(run), 30*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	cancel()
 	wg.Wait()
 

@@ -19,8 +19,7 @@ func ceilingScenario(t *testing.T, urls []string, run time.Duration) (arrivals [
 	t.Helper()
 	d := newDest(t, nil)
 	for _, url := range urls {
-		setPlatform(t, url, "c", "--rate", fmt.Sprint(ceilingRate), "--burst", fmt.Sprint(ceilingBurst))
-		importSources(t, url, "c", d.URL(), pathsN("/c/", 300))
+		platformWithSources(t, url, "c", d.URL(), 300, "--rate", fmt.Sprint(ceilingRate), "--burst", fmt.Sprint(ceilingBurst))
 	}
 	var ws []*proc
 	for i, url := range urls {
@@ -28,9 +27,7 @@ func ceilingScenario(t *testing.T, urls []string, run time.Duration) (arrivals [
 	}
 	first = waitArrivals(t, d, "/c/", 1, 30*time.Second)
 	waitUntil(t, d, "/c/", first.Add(run), 30*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	return d.Arrivals("/c/"), first
 }
 

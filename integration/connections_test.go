@@ -142,8 +142,7 @@ func TestConnectionBudget(t *testing.T) {
 		t.Errorf("idle workers kept %d and %d connections (at most %d and %d), want ≤ 2 (≤ 3 for a moment)", medA, medB, mostA, mostB)
 	}
 
-	setPlatform(t, url, "b", "--rate", "300", "--burst", "10")
-	importSources(t, url, "b", d.URL(), pathsN("/b/", 3000))
+	platformWithSources(t, url, "b", d.URL(), 3000, "--rate", "300", "--burst", "10")
 	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)
 	waitAllChecked(t, db, 2*time.Minute)
 	_, busyA := sa.Stop()

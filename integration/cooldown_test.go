@@ -32,8 +32,7 @@ func TestCooldown(t *testing.T) {
 	url := newURL(t)
 	d := newDest(t, nil)
 	for _, p := range []string{"a", "b"} {
-		setPlatform(t, url, p, "--rate", "5", "--burst", "1")
-		importSources(t, url, p, d.URL(), pathsN("/"+p+"/", 100))
+		platformWithSources(t, url, p, d.URL(), 100, "--rate", "5", "--burst", "1")
 	}
 	db := pool(t, url)
 	var ws []*proc
@@ -102,9 +101,7 @@ func TestCooldown(t *testing.T) {
 	if bAfter < 0.9*rate {
 		t.Errorf("B ran at %.1f/s while A cooled down; want ≥ 0.9 × %.0f/s", bAfter, rate)
 	}
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 }
 
 // Two platforms with a backlog each share the workers' slots: each runs at
@@ -120,8 +117,7 @@ func TestPlatformsShareWorkerSlots(t *testing.T) {
 	url := newURL(t)
 	d := newDest(t, nil)
 	for _, p := range []string{"a", "b"} {
-		setPlatform(t, url, p, "--rate", "5", "--burst", "1")
-		importSources(t, url, p, d.URL(), pathsN("/"+p+"/", 100))
+		platformWithSources(t, url, p, d.URL(), 100, "--rate", "5", "--burst", "1")
 	}
 	for _, name := range []string{"w1", "w2"} {
 		startWorker(t, url, name, "--concurrency", "5", "--max-pacer-wait", "2s")

@@ -58,12 +58,8 @@ func TestFailover(t *testing.T) {
 		primary.Port(), standby.Port())
 	cli(t, url, "schema", "apply")
 	d := newDest(t, nil)
-	setPlatform(t, url, "f", "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	importSources(t, url, "f", d.URL(), pathsN("/f/", sources))
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("f%d", i+1), "--concurrency", "10"))
-	}
+	platformWithSources(t, url, "f", d.URL(), sources, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
+	ws := startWorkers(t, url, "f", 3, "--concurrency", "10")
 	waitArrivals(t, d, "/f/", 3*rate, 30*time.Second)
 
 	// Readiness of every worker, every 100 ms, until the end.

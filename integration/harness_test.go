@@ -5,8 +5,9 @@
 // the destination saw. Every figure the closing note quotes is printed with
 // t.Logf; run `go test ./integration -v -count=1` to see them.
 //
-// Scenarios run in parallel two at a time (go test's default -parallel on a
-// 2-core machine); each lasts 10–30 s.
+// Scenarios run in parallel four at a time (parallelByDefault; -parallel
+// overrides it); each lasts 10–30 s. The fast tier (go test -short) runs
+// none of them.
 package integration
 
 import (
@@ -43,8 +44,27 @@ var bin string
 // TestMain builds the fleetpace binary once and runs every test against it.
 // It starts one embedded PostgreSQL cluster for the package and hands it to
 // testdb through TEST_DATABASE_URL (unless that is set already), so the
-// cluster and the binary are both removed when the tests end.
-func TestMain(m *testing.M) { testbin.Main(withCluster{m}, &bin) }
+// cluster and the binary are both removed when the tests end. Under -short
+// (the fast tier) it runs no scenario: each runs real worker processes for
+// seconds.
+func TestMain(m *testing.M) {
+	if skipAllShort() {
+		os.Exit(m.Run())
+	}
+	testbin.Main(withCluster{m}, &bin)
+}
+
+// skipAllShort makes m.Run run no test under -short, and reports whether it
+// did.
+func skipAllShort() bool {
+	flag.Parse()
+	if !testing.Short() {
+		return false
+	}
+	_ = flag.Set("test.run", "^$")
+	fmt.Fprintln(os.Stderr, "integration: -short runs no scenario (each runs worker processes for seconds)")
+	return true
+}
 
 // withCluster runs the tests against one PostgreSQL cluster of their own
 // (unless TEST_DATABASE_URL names a server), started before and stopped
@@ -122,6 +142,14 @@ func cliCode(t *testing.T, url string, args ...string) (stdout, stderr string, c
 func setPlatform(t *testing.T, url, name string, args ...string) {
 	t.Helper()
 	cli(t, url, append([]string{"platforms", "set", name}, args...)...)
+}
+
+// platformWithSources sets platform name with flags and imports n sources
+// on it, base/name/0 … base/name/(n-1).
+func platformWithSources(t *testing.T, url, name, base string, n int, flags ...string) {
+	t.Helper()
+	setPlatform(t, url, name, flags...)
+	importSources(t, url, name, base, pathsN("/"+name+"/", n))
 }
 
 // importSources imports one source per path (URL base+path) on platform
@@ -229,6 +257,24 @@ func workerArgs(name string) []string {
 		"--heartbeat", "1s",
 		"--allow-private-networks",
 		"--user-agent", name,
+	}
+}
+
+// startWorkers starts n workers on url, named prefix1 … prefixN, each with
+// the extra flags.
+func startWorkers(t *testing.T, url, prefix string, n int, extra ...string) []*proc {
+	t.Helper()
+	ws := make([]*proc, n)
+	for i := range ws {
+		ws[i] = startWorker(t, url, fmt.Sprintf("%s%d", prefix, i+1), extra...)
+	}
+	return ws
+}
+
+// stopAll stops every worker of ws, one after the other.
+func stopAll(ws []*proc) {
+	for _, w := range ws {
+		w.stop()
 	}
 }
 
@@ -414,11 +460,7 @@ func perSecond(xs []float64) string {
 
 func pool(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
-	p, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := testdb.PoolOf(t, url)
 	return p
 }
 

@@ -147,15 +147,10 @@ func TestKeysNestedCeiling(t *testing.T) {
 			}
 		}
 		importKeyed(t, url, d.URL(), rows)
-		var ws []*proc
-		for i := range 3 {
-			ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "20"))
-		}
+		ws := startWorkers(t, url, "w", 3, "--concurrency", "20")
 		first = waitArrivals(t, d, "/k/", 1, 30*time.Second)
 		waitUntil(t, d, "/k/", first.Add(skip+steady), 30*time.Second)
-		for _, w := range ws {
-			w.stop()
-		}
+		stopAll(ws)
 		byKey = map[string][]time.Time{}
 		for _, r := range d.Requests() {
 			arrivals = append(arrivals, r.Time)
@@ -357,10 +352,7 @@ func TestMaxInFlightFleetAndKill(t *testing.T) {
 	importSources(t, url, "slow", d.URL(), pathsN("/f/", 300))
 	args := []string{"--concurrency", "4", "--fetch-timeout", fetchTO.String(),
 		"--max-pacer-wait", maxWait.String(), "--job-timeout", "20s", "--rescue-after", "60s"}
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), args...))
-	}
+	ws := startWorkers(t, url, "w", 3, args...)
 	// The three share the cap: each has sent.
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {

@@ -42,8 +42,7 @@ func TestKillNine(t *testing.T) {
 	)
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{"/k/": {Delay: 400 * time.Millisecond}})
-	setPlatform(t, url, "k", "--rate", "20", "--burst", "1")
-	importSources(t, url, "k", d.URL(), pathsN("/k/", sources))
+	platformWithSources(t, url, "k", d.URL(), sources, "--rate", "20", "--burst", "1")
 	db := pool(t, url)
 	ws := map[string]*proc{}
 	for i := range 3 {

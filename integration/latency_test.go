@@ -39,17 +39,14 @@ func TestCeilingFarDatabase(t *testing.T) {
 	url := newURL(t)
 	far := farURL(t, url, 20*time.Millisecond)
 	d := newDest(t, nil)
-	setPlatform(t, url, "c", "--rate", "15", "--burst", "2")
-	importSources(t, url, "c", d.URL(), pathsN("/c/", 300))
+	platformWithSources(t, url, "c", d.URL(), 300, "--rate", "15", "--burst", "2")
 	var ws []*proc
 	for i := range 3 {
 		ws = append(ws, startWorker(t, far, "far"+string(rune('1'+i)), "--concurrency", "10"))
 	}
 	first := waitArrivals(t, d, "/c/", 1, 60*time.Second)
 	waitUntil(t, d, "/c/", first.Add(12*time.Second), 60*time.Second)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	arrivals := d.Arrivals("/c/")
 	from, to := first.Add(2*time.Second), first.Add(11*time.Second)
 	mean := float64(arrivalsBetween(arrivals, from, to)) / to.Sub(from).Seconds()

@@ -61,10 +61,7 @@ func TestRealNginxLimitReq(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli(t, url, "sources", "import", f)
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, url, fmt.Sprintf("n%d", i+1), "--concurrency", "20"))
-	}
+	ws := startWorkers(t, url, "n", 3, "--concurrency", "20")
 
 	// The run starts with nginx's first request and ends once both
 	// platforms have a request logged at or after start + run.
@@ -95,9 +92,7 @@ func TestRealNginxLimitReq(t *testing.T) {
 			return false
 		})
 	}
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	es := entries()
 	for _, c := range cases {
 		var all []time.Time

@@ -150,8 +150,7 @@ func TestResetGoesAtTheConfiguredPace(t *testing.T) {
 	quota := fakedest.Rule{Window: time.Minute, WindowLimit: 30, Headers: fakedest.XRateLimit}
 	d := newDest(t, map[string]fakedest.Rule{"/a/": quota, "/b/": quota})
 	for _, p := range []string{"a", "b"} {
-		setPlatform(t, url, p, "--rate", "10", "--burst", "1")
-		importSources(t, url, p, d.URL(), pathsN("/"+p+"/", 300))
+		platformWithSources(t, url, p, d.URL(), 300, "--rate", "10", "--burst", "1")
 	}
 	names := []string{"w1", "w2"}
 	for _, n := range names {

@@ -47,8 +47,7 @@ func TestPause(t *testing.T) {
 	url := newURL(t)
 	d := newDest(t, nil)
 	for _, p := range []string{"a", "b"} {
-		setPlatform(t, url, p, "--rate", "5", "--burst", "1")
-		importSources(t, url, p, d.URL(), pathsN("/"+p+"/", 400))
+		platformWithSources(t, url, p, d.URL(), 400, "--rate", "5", "--burst", "1")
 	}
 	names := []string{"w1", "w2", "w3"}
 	ws := map[string]*proc{}
@@ -127,8 +126,7 @@ func TestCooldownClear(t *testing.T) {
 	t.Parallel()
 	url := newURL(t)
 	d := newDest(t, nil)
-	setPlatform(t, url, "a", "--rate", "10", "--burst", "1")
-	importSources(t, url, "a", d.URL(), pathsN("/a/", 80))
+	platformWithSources(t, url, "a", d.URL(), 80, "--rate", "10", "--burst", "1")
 	if out := cli(t, url, "scan"); !strings.Contains(out, "enqueued 80") {
 		t.Fatalf("scan: %s", out)
 	}
@@ -203,7 +201,5 @@ func TestCooldownClear(t *testing.T) {
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_cooldown WHERE platform = 'a'`).Scan(&left); err != nil || left != 0 {
 		t.Errorf("cooldown rows of a after clear: %d (%v)", left, err)
 	}
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
@@ -32,11 +33,7 @@ func TestDatabaseOutage(t *testing.T) {
 		outage  = 8 * time.Second
 	)
 	ctx := context.Background()
-	c, err := pgembed.Start(ctx, pgembed.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c := testdb.Private(t, pgembed.Config{})
 	conn, err := pgx.Connect(ctx, c.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +46,7 @@ func TestDatabaseOutage(t *testing.T) {
 	cli(t, url, "schema", "apply")
 
 	d := newDest(t, nil)
-	setPlatform(t, url, "o", "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	importSources(t, url, "o", d.URL(), pathsN("/o/", sources))
+	platformWithSources(t, url, "o", d.URL(), sources, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
 	var ws []*proc
 	for i := range 3 {
 		ws = append(ws, startWorker(t, url, fmt.Sprintf("w%d", i+1), "--concurrency", "5",

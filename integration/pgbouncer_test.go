@@ -192,16 +192,10 @@ func TestPgBouncer(t *testing.T) {
 	d := newDest(t, nil)
 	const n, rate, burst = 300, 20.0, 2
 	// The CLI through PgBouncer too.
-	setPlatform(t, bouncer, "pb", "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	importSources(t, bouncer, "pb", d.URL(), pathsN("/pb/", n))
-	var ws []*proc
-	for i := range 3 {
-		ws = append(ws, startWorker(t, bouncer, fmt.Sprintf("pb%d", i+1), "--no-scan", "--poll-only", "--concurrency", "10"))
-	}
+	platformWithSources(t, bouncer, "pb", d.URL(), n, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
+	ws := startWorkers(t, bouncer, "pb", 3, "--no-scan", "--poll-only", "--concurrency", "10")
 	scans := scanUntilChecked(t, bouncer, pool(t, direct), 3*time.Minute)
-	for _, w := range ws {
-		w.stop()
-	}
+	stopAll(ws)
 	arrivals := d.Arrivals("/pb/")
 	distinct := map[string]bool{}
 	for _, r := range d.Requests() {
@@ -257,12 +251,8 @@ func TestPgBouncerPlainURL(t *testing.T) {
 	bouncer, bouncerLog := pgBouncer(t, direct, 5, "")
 	d := newDest(t, nil)
 	const n, rate, burst = 100, 20.0, 2
-	setPlatform(t, bouncer, "plain", "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	importSources(t, bouncer, "plain", d.URL(), pathsN("/plain/", n))
-	var ws []*proc
-	for i := range 2 {
-		ws = append(ws, startWorker(t, bouncer, fmt.Sprintf("plain%d", i+1), "--no-scan", "--concurrency", "10"))
-	}
+	platformWithSources(t, bouncer, "plain", d.URL(), n, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
+	ws := startWorkers(t, bouncer, "plain", 2, "--no-scan", "--concurrency", "10")
 	scans := scanUntilChecked(t, bouncer, pool(t, direct), 2*time.Minute)
 	for _, w := range ws {
 		w.stop()

@@ -38,8 +38,7 @@ func TestSIGTERMDuringFetches(t *testing.T) {
 			)
 			url := newURL(t)
 			d := newDest(t, map[string]fakedest.Rule{"/t/": {Delay: tc.delay}})
-			setPlatform(t, url, "t", "--rate", "50")
-			importSources(t, url, "t", d.URL(), pathsN("/t/", sources))
+			platformWithSources(t, url, "t", d.URL(), sources, "--rate", "50")
 			w := startWorker(t, url, "w1", "--concurrency", fmt.Sprint(concurrency), "--soft-stop", tc.softStop.String(),
 				"--job-timeout", "10s", "--rescue-after", "15s")
 			waitArrivals(t, d, "/t/", concurrency, 30*time.Second)

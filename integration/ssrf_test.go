@@ -56,9 +56,9 @@ func TestSSRFGuard(t *testing.T) {
 	}
 }
 
-func deref(p *string) string {
+func deref[S ~string](p *S) string {
 	if p == nil {
 		return "<nil>"
 	}
-	return *p
+	return string(*p)
 }

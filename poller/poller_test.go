@@ -325,7 +325,7 @@ func buckets(offsets []time.Duration, span time.Duration) []int {
 	return b
 }
 
-// The seed's requirement: 1,000 loops started at the same instant have first
+// A fleet restarted at once: 1,000 loops started at the same instant have first
 // polls spread over [0, max], with no 1-s bucket above 3× the mean.
 func TestStartupJitterSpreadsFirstPolls(t *testing.T) {
 	t.Parallel()

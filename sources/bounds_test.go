@@ -184,7 +184,7 @@ func TestSchemaBoundsUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The first release's constraints, and rows only they allowed.
+	// Looser constraints, as older schemas had, and rows only they allowed.
 	exec(`ALTER TABLE fleetpace_platform
 	    DROP CONSTRAINT fleetpace_platform_rate_bounds, DROP CONSTRAINT fleetpace_platform_burst_bounds,
 	    DROP CONSTRAINT fleetpace_platform_max_multiplier_bounds, DROP CONSTRAINT fleetpace_platform_decay_after_bounds,

@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleetpace/fleetpace/fetch"
 )
 
 // The history of checks (table fleetpace_check): one row per fetch, written
-// with the check itself (RecordCheck, RecordChecks, the Recorder), read by
+// with the check itself (RecordCheck, RecordChecks, package recorder), read by
 // `sources show`, the status and the dashboard, pruned by the scan tick.
 
 // DefaultHistoryLimit is how many checks History returns by default.
@@ -23,7 +25,7 @@ const DefaultPruneBatch = 10_000
 // HistoryEntry is one recorded check of a source.
 type HistoryEntry struct {
 	CheckedAt time.Time
-	Outcome   string
+	Outcome   fetch.Outcome
 	Status    int // HTTP status, 0 if none
 	Duration  time.Duration
 	Bytes     int64
@@ -32,13 +34,13 @@ type HistoryEntry struct {
 }
 
 type historyEntryJSON struct {
-	CheckedAt time.Time `json:"checked_at"`
-	Outcome   string    `json:"outcome"`
-	Status    int       `json:"status,omitempty"`
-	Duration  float64   `json:"duration_s"`
-	Bytes     int64     `json:"bytes"`
-	Reason    string    `json:"reason,omitempty"`
-	Worker    string    `json:"worker,omitempty"`
+	CheckedAt time.Time     `json:"checked_at"`
+	Outcome   fetch.Outcome `json:"outcome"`
+	Status    int           `json:"status,omitempty"`
+	Duration  float64       `json:"duration_s"`
+	Bytes     int64         `json:"bytes"`
+	Reason    string        `json:"reason,omitempty"`
+	Worker    string        `json:"worker,omitempty"`
 }
 
 // MarshalJSON writes the duration in seconds, under a key that says so.
@@ -123,10 +125,10 @@ type ActivityQuery struct {
 // ActivityCount is how many checks of one outcome a platform had in one
 // time bucket.
 type ActivityCount struct {
-	Platform string    `json:"platform"`
-	Start    time.Time `json:"start"` // the bucket's start; the bucket is [Start, Start + Bucket)
-	Outcome  string    `json:"outcome"`
-	Checks   int64     `json:"checks"`
+	Platform string        `json:"platform"`
+	Start    time.Time     `json:"start"` // the bucket's start; the bucket is [Start, Start + Bucket)
+	Outcome  fetch.Outcome `json:"outcome"`
+	Checks   int64         `json:"checks"`
 	// MaxMultiplier is the largest backoff multiplier these checks were
 	// paced under (0: none recorded).
 	MaxMultiplier float64 `json:"max_multiplier,omitempty"`

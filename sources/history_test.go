@@ -1,7 +1,6 @@
 package sources_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -9,25 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/sources"
 )
-
-// historyRows counts a source's history rows.
-func historyRows(t *testing.T, f *fixture, id int64) int {
-	t.Helper()
-	var n int
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_check WHERE source_id = $1`, id).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// breakHistory makes every new history row fail a constraint.
-func breakHistory(t *testing.T, f *fixture) {
-	t.Helper()
-	mustExec(t, f, `ALTER TABLE fleetpace_check ADD CONSTRAINT test_broken CHECK (false) NOT VALID`)
-}
 
 // Three checks with different outcomes are kept in the history, newest
 // first, with their status, reason, duration, size and worker; rate
@@ -60,9 +44,10 @@ func TestHistoryKeepsEveryCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []struct {
-		outcome, reason, worker string
-		status                  int
-		bytes                   int64
+		outcome        fetch.Outcome
+		reason, worker string
+		status         int
+		bytes          int64
 	}{
 		{"ok", "", "w3", 200, 7},
 		{"rate_limited", "Retry-After 600 s", "w1", 429, 0},
@@ -87,7 +72,7 @@ func TestHistoryKeepsEveryCheck(t *testing.T) {
 	if h, err := sources.History(f.ctx, f.pool, id, 2); err != nil || len(h) != 2 || h[0].Outcome != "ok" || h[1].Outcome != "rate_limited" {
 		t.Fatalf("History limit 2 = %+v, %v; want the 2 newest", h, err)
 	}
-	if n := historyRows(t, f, other); n != 1 {
+	if n := storetest.HistoryRows(t, f.pool, other); n != 1 {
 		t.Fatalf("the batch's other source has %d history rows, want 1", n)
 	}
 	// JSON: the duration is in seconds under duration_s.
@@ -108,24 +93,23 @@ func TestHistoryOnlyOfWrittenChecks(t *testing.T) {
 	if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "ok", JobID: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if n := historyRows(t, f, id); n != 0 {
+	if n := storetest.HistoryRows(t, f.pool, id); n != 0 {
 		t.Fatalf("a check not written left %d history rows", n)
 	}
 }
 
 // A history write that fails never loses the check: RecordCheck and
 // RecordChecks write the check without its history and say so
-// (ErrHistoryNotRecorded), in a transaction too (which stays usable), and a
-// Recorder counts it, reports success to its callers and writes the next
-// batches without history for HistoryPause.
+// (ErrHistoryNotRecorded), in a transaction too (which stays usable). (The
+// Recorder's side: recorder.TestRecorderHistoryFailure.)
 func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.platform(t, "p", 10)
-	breakHistory(t, f)
+	storetest.BreakHistory(t, f.pool)
 	ids := []int64{f.source(t, "p", "https://p.example/1", nil), f.source(t, "p", "https://p.example/2", nil),
 		f.source(t, "p", "https://p.example/3", nil), f.source(t, "p", "https://p.example/4", nil)}
-	outcome := func(id int64) string {
+	outcome := func(id int64) fetch.Outcome {
 		s, err := sources.GetSource(f.ctx, f.pool, id)
 		if err != nil {
 			t.Fatal(err)
@@ -164,70 +148,8 @@ func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 		t.Fatalf("the check in the transaction was lost")
 	}
 	for _, id := range ids {
-		if n := historyRows(t, f, id); n != 0 {
+		if n := storetest.HistoryRows(t, f.pool, id); n != 0 {
 			t.Fatalf("source %d has %d history rows with a broken history table", id, n)
-		}
-	}
-
-	// The Recorder: submitted and recorded checks land, the failure is
-	// counted, and history is skipped until HistoryPause has passed.
-	clk := clocktest.New()
-	rec, err := sources.NewRecorder(f.pool, sources.RecorderConfig{Clock: clk, HistoryPause: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Start(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Stop(context.Background()) //nolint:errcheck // test cleanup
-	more := []int64{f.source(t, "p", "https://p.example/5", nil), f.source(t, "p", "https://p.example/6", nil),
-		f.source(t, "p", "https://p.example/7", nil)}
-	if err := rec.Record(f.ctx, more[0], sources.Check{Outcome: "ok"}); err != nil {
-		t.Fatalf("Record with a broken history: %v, want nil (the check is written)", err)
-	}
-	if st := rec.Stats(); st.HistoryFailed != 1 || outcome(more[0]) != "ok" {
-		t.Fatalf("stats %+v, outcome %q: want 1 history failure and the check written", st, outcome(more[0]))
-	}
-	mustExec(t, f, `ALTER TABLE fleetpace_check DROP CONSTRAINT test_broken`)
-	if err := rec.Record(f.ctx, more[1], sources.Check{Outcome: "ok"}); err != nil {
-		t.Fatal(err)
-	}
-	if n := historyRows(t, f, more[1]); n != 0 {
-		t.Fatalf("within HistoryPause the Recorder wrote %d history rows, want none", n)
-	}
-	clk.Advance(time.Minute)
-	if err := rec.Record(f.ctx, more[2], sources.Check{Outcome: "ok"}); err != nil {
-		t.Fatal(err)
-	}
-	if n := historyRows(t, f, more[2]); n != 1 {
-		t.Fatalf("after HistoryPause the Recorder wrote %d history rows, want 1", n)
-	}
-}
-
-// The Recorder stamps its worker on the history rows, or writes none with
-// NoHistory.
-func TestRecorderHistory(t *testing.T) {
-	t.Parallel()
-	for _, noHistory := range []bool{false, true} {
-		f := setupRecorder(t, sources.RecorderConfig{Worker: "host-1-abcd", NoHistory: noHistory})
-		ids := f.sources(t, 3)
-		for _, id := range ids {
-			if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := f.rec.Flush(f.ctx); err != nil {
-			t.Fatal(err)
-		}
-		var n, stamped int
-		if err := f.pool.QueryRow(f.ctx, `SELECT count(*), count(*) FILTER (WHERE worker = 'host-1-abcd') FROM fleetpace_check`).Scan(&n, &stamped); err != nil {
-			t.Fatal(err)
-		}
-		if want := map[bool]int{false: 3, true: 0}[noHistory]; n != want || stamped != want {
-			t.Fatalf("NoHistory %v: %d history rows (%d stamped), want %d", noHistory, n, stamped, want)
-		}
-		if got := f.checked(t, ids); got != 3 {
-			t.Fatalf("NoHistory %v: %d checks written, want 3", noHistory, got)
 		}
 	}
 }
@@ -285,7 +207,7 @@ func TestActivity(t *testing.T) {
 	}
 	sum := map[string]int64{}
 	for _, c := range got {
-		sum[c.Platform+"/"+c.Outcome] += c.Checks
+		sum[c.Platform+"/"+string(c.Outcome)] += c.Checks
 	}
 	want := map[string]int64{"a/ok": 2, "a/failed": 1, "b/rate_limited": 1}
 	if len(sum) != len(want) {
@@ -346,7 +268,7 @@ func TestHistoryKeepsMultiplier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byOutcome := map[string]float64{}
+	byOutcome := map[fetch.Outcome]float64{}
 	for _, c := range got {
 		byOutcome[c.Outcome] = c.MaxMultiplier
 	}

@@ -83,7 +83,7 @@ func SetKeyLimit(ctx context.Context, db DBTX, platform, key string, u KeyLimitU
 		Scan(&l.Rate, &l.Burst, &l.MaxInFlight, &created)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
-		return KeyLimit{}, false, fmt.Errorf("key limit: %w", unknownPlatform(platform))
+		return KeyLimit{}, false, fmt.Errorf("key limit: %w", UnknownPlatform(platform))
 	}
 	if err != nil {
 		return KeyLimit{}, false, fmt.Errorf("key limit: set %s %q: %w", platform, key, err)

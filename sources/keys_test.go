@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -23,22 +23,17 @@ func TestSourceKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "api", RatePerSec: 10}); err != nil {
-		t.Fatal(err)
-	}
-	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "api", URL: "https://a.example/1", Key: "acct-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 10})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://a.example/1", Key: "acct-1"})
 	if s, err := sources.GetSource(ctx, pool, id); err != nil || s.Key != "acct-1" {
 		t.Fatalf("GetSource: key %q %v, want acct-1", s.Key, err)
 	}
 	csv := "platform,url,key\napi,https://a.example/2,acct-2\napi,https://a.example/3,\"a key, with a comma\"\napi,https://a.example/4,\n"
-	if res, err := sources.Import(ctx, pool, strings.NewReader(csv), sources.ImportOptions{}); err != nil || res.Added != 3 {
+	if res, err := sourcefile.Import(ctx, pool, strings.NewReader(csv), sourcefile.Options{}); err != nil || res.Added != 3 {
 		t.Fatalf("CSV import: %+v %v", res, err)
 	}
 	jsonl := `{"platform":"api","url":"https://a.example/5","key":"acct-2"}` + "\n" + `{"platform":"api","url":"https://a.example/6","key":"ключ ✓"}` + "\n"
-	if res, err := sources.Import(ctx, pool, strings.NewReader(jsonl), sources.ImportOptions{}); err != nil || res.Added != 2 {
+	if res, err := sourcefile.Import(ctx, pool, strings.NewReader(jsonl), sourcefile.Options{}); err != nil || res.Added != 2 {
 		t.Fatalf("JSON lines import: %+v %v", res, err)
 	}
 	keysOf := func(key *string) string {
@@ -75,8 +70,8 @@ func TestSourceKeys(t *testing.T) {
 		if strings.HasPrefix(name, "csv") {
 			want = 3
 		}
-		_, err := sources.Import(ctx, pool, strings.NewReader(input), sources.ImportOptions{})
-		var ie *sources.ImportError
+		_, err := sourcefile.Import(ctx, pool, strings.NewReader(input), sourcefile.Options{})
+		var ie *sourcefile.Error
 		var fe *sources.FieldError
 		if !errors.As(err, &ie) || len(ie.Lines) != 1 || ie.Lines[0].Line != want || !errors.As(ie.Lines[0].Err, &fe) || fe.Field != "key" {
 			t.Errorf("%s: %v, want line %d refused on key", name, err, want)
@@ -103,11 +98,7 @@ func TestKeyLimitsAndStates(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	saved, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "api", RatePerSec: 100, KeyRate: 2, KeyBurst: 3, MaxInFlight: 50, KeyMaxInFlight: 4})
 	if err != nil {
 		t.Fatal(err)

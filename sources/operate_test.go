@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -20,7 +21,7 @@ func TestConfigurePlatformPartial(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	full := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 2, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, NoUseHeaders: true, Adapt: sources.AdaptMultiplier}
 	if _, err := sources.SetPlatform(f.ctx, f.pool, full); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestDeletePlatform(t *testing.T) {
 	if left != 0 {
 		t.Fatalf("%d rows of platform a left", left)
 	}
-	if n := historyRows(t, f, other); n != 1 {
+	if n := storetest.HistoryRows(t, f.pool, other); n != 1 {
 		t.Fatalf("platform b's history: %d rows, want 1", n)
 	}
 	if _, err := sources.DeletePlatform(f.ctx, f.pool, "a", true); !errors.Is(err, sources.ErrNotFound) {

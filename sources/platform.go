@@ -1,6 +1,7 @@
 package sources
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,17 +73,24 @@ type Platform struct {
 	// RecoveryFactor divides it every DecayAfter clean responses; default
 	// DefaultRecoveryFactor, in [MinFactor, MaxFactor].
 	RecoveryFactor float64 `json:"recovery_factor"`
+	// The three switches below are named for their setting, as the flags
+	// of `platforms set` (--probe, --use-headers, --respace) and the
+	// columns (probe, use_headers, respace) are; each is on by default, so
+	// the Go field is its negation and the zero value keeps it on.
+	//
 	// NoProbe turns probing recovery off: recovery then divides by
-	// RecoveryFactor all the way (the seed's schedule with factors 2, 2 and
-	// DecayAfter 100). Default: probing, which stops just short of where
-	// the last pressure began and climbs from there in small steps.
+	// RecoveryFactor all the way (with factors 2, 2 and DecayAfter 100 the
+	// classic multiplicative schedule). Default: probing, which stops just
+	// short of where the last pressure began and climbs from there in
+	// small steps.
 	NoProbe bool `json:"no_probe,omitempty"`
-	// IgnoreHeaders turns pacing by the destination's announced rate-limit
-	// headers off (Retry-After is honoured regardless).
-	IgnoreHeaders bool `json:"ignore_headers,omitempty"`
+	// NoUseHeaders turns pacing by the destination's announced rate-limit
+	// headers (RateLimit, X-RateLimit-*) off; Retry-After is honoured
+	// regardless.
+	NoUseHeaders bool `json:"no_use_headers,omitempty"`
 	// NoRespace lets slots already granted be used at their old spacing
-	// after a slow-down (fleetpace before adaptive pacing; a benchmark
-	// baseline). Default: re-spaced fleet-wide at once.
+	// after a slow-down (a benchmark's baseline). Default: re-spaced
+	// fleet-wide at once.
 	NoRespace bool `json:"no_respace,omitempty"`
 
 	// Nested limits (docs/keys.md). KeyRate is the most requests per
@@ -100,30 +108,14 @@ type Platform struct {
 
 // WithDefaults fills the zero fields with their defaults.
 func (p Platform) WithDefaults() Platform {
-	if p.Burst == 0 {
-		p.Burst = DefaultBurst
-	}
-	if p.MaxMultiplier == 0 {
-		p.MaxMultiplier = DefaultMaxMultiplier
-	}
-	if p.DecayAfter == 0 {
-		p.DecayAfter = DefaultDecayAfter
-	}
-	if p.Cooldown == 0 {
-		p.Cooldown = DefaultCooldown
-	}
-	if p.BackoffFactor == 0 {
-		p.BackoffFactor = DefaultBackoffFactor
-	}
-	if p.RecoveryFactor == 0 {
-		p.RecoveryFactor = DefaultRecoveryFactor
-	}
-	if p.Adapt == "" {
-		p.Adapt = AdaptEstimate
-	}
-	if p.KeyBurst == 0 {
-		p.KeyBurst = DefaultBurst
-	}
+	p.Burst = cmp.Or(p.Burst, DefaultBurst)
+	p.MaxMultiplier = cmp.Or(p.MaxMultiplier, DefaultMaxMultiplier)
+	p.DecayAfter = cmp.Or(p.DecayAfter, DefaultDecayAfter)
+	p.Cooldown = cmp.Or(p.Cooldown, DefaultCooldown)
+	p.BackoffFactor = cmp.Or(p.BackoffFactor, DefaultBackoffFactor)
+	p.RecoveryFactor = cmp.Or(p.RecoveryFactor, DefaultRecoveryFactor)
+	p.Adapt = cmp.Or(p.Adapt, AdaptEstimate)
+	p.KeyBurst = cmp.Or(p.KeyBurst, DefaultBurst)
 	return p
 }
 
@@ -176,7 +168,7 @@ func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
 		return p, fmt.Errorf("platform: %w", err)
 	}
 	_, err := db.Exec(ctx, setPlatformSQL, p.Name, p.RatePerSec, p.Burst, p.MaxMultiplier, p.DecayAfter, p.Cooldown,
-		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.IgnoreHeaders, !p.NoRespace, p.Adapt,
+		p.BackoffFactor, p.RecoveryFactor, !p.NoProbe, !p.NoUseHeaders, !p.NoRespace, p.Adapt,
 		p.KeyRate, p.KeyBurst, p.MaxInFlight, p.KeyMaxInFlight)
 	if err != nil {
 		return p, fmt.Errorf("platform: set %s: %w", p.Name, err)
@@ -219,7 +211,7 @@ func scanPlatform(row pgx.CollectableRow) (Platform, error) {
 	err := row.Scan(&p.Name, &p.RatePerSec, &p.Burst, &p.MaxMultiplier, &p.DecayAfter, &p.Cooldown,
 		&p.BackoffFactor, &p.RecoveryFactor, &probe, &headers, &respace, &p.Adapt,
 		&p.KeyRate, &p.KeyBurst, &p.MaxInFlight, &p.KeyMaxInFlight)
-	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !probe, !headers, !respace
+	p.NoProbe, p.NoUseHeaders, p.NoRespace = !probe, !headers, !respace
 	return p, err
 }
 
@@ -234,9 +226,9 @@ type PlatformUpdate struct {
 	Cooldown       *time.Duration
 	BackoffFactor  *float64
 	RecoveryFactor *float64
-	Probe          *bool // false: Platform.NoProbe
-	UseHeaders     *bool // false: Platform.IgnoreHeaders
-	Respace        *bool // false: Platform.NoRespace
+	Probe          *bool // --probe; false sets Platform.NoProbe
+	UseHeaders     *bool // --use-headers; false sets Platform.NoUseHeaders
+	Respace        *bool // --respace; false sets Platform.NoRespace
 	Adapt          *string
 	KeyRate        *float64
 	KeyBurst       *int
@@ -274,7 +266,7 @@ func (u PlatformUpdate) Apply(p Platform) Platform {
 		p.NoProbe = !*u.Probe
 	}
 	if u.UseHeaders != nil {
-		p.IgnoreHeaders = !*u.UseHeaders
+		p.NoUseHeaders = !*u.UseHeaders
 	}
 	if u.Respace != nil {
 		p.NoRespace = !*u.Respace

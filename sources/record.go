@@ -13,11 +13,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fleetpace/fleetpace/fetch"
 )
 
 // Check is the recorded result of one fetch of a source.
 type Check struct {
-	Outcome      string // ok, not_modified, rate_pressure, rate_limited, failed
+	Outcome      string // a fetch.Outcome, as it is stored
 	Status       int    // HTTP status, 0 if none
 	Error        string // reason for failed / rate_limited
 	ETag         string // new validators (ok only)
@@ -30,7 +32,7 @@ type Check struct {
 	JobID int64
 	// Duration, Bytes and Worker go to the check's history row only: how
 	// long the fetch took, the body size, and the worker that fetched (a
-	// Recorder fills in its own RecorderConfig.Worker when empty).
+	// recorder.Recorder fills in its own Config.Worker when empty).
 	Duration time.Duration
 	Bytes    int64
 	Worker   string
@@ -213,7 +215,7 @@ func (e *RefusedChecksError) Unwrap() []error {
 //
 // A single check goes through RecordCheck's statement: the batch statement
 // costs about twice as much for one row (PostgreSQL plans it afresh on every
-// execution), and a Recorder under light load sends batches of one.
+// execution), and a recorder.Recorder under light load sends batches of one.
 //
 // One bad row never costs the others their checks. When the database
 // refuses a batch for something a row can cause (a data exception, a
@@ -227,13 +229,13 @@ func (e *RefusedChecksError) Unwrap() []error {
 // (db is a pgx.Tx) a failed statement aborts the transaction: there is no
 // second pass.
 func RecordChecks(ctx context.Context, db DBTX, recs []CheckRecord) error {
-	return recordChecksError(recordChecks(ctx, db, recs, true))
+	return recordChecksError(RecordCheckBatch(ctx, db, recs, true))
 }
 
 // RecordChecksWithoutHistory records checks as RecordChecks does, without
 // their history rows: for a fleet that keeps no history.
 func RecordChecksWithoutHistory(ctx context.Context, db DBTX, recs []CheckRecord) error {
-	return recordChecksError(recordChecks(ctx, db, recs, false))
+	return recordChecksError(RecordCheckBatch(ctx, db, recs, false))
 }
 
 // recordChecksError is RecordChecks' error for recordChecks' results.
@@ -247,11 +249,13 @@ func recordChecksError(refused []*RefusedCheck, err error) error {
 	return err
 }
 
-// recordChecks is RecordChecks, with or without history rows. err is either
-// the batch's error (nothing written) or one wrapping ErrHistoryNotRecorded
-// (every check not refused written, some without history); refused are the
-// rows the database refused when each was written alone.
-func recordChecks(ctx context.Context, db DBTX, recs []CheckRecord, history bool) (refused []*RefusedCheck, err error) {
+// RecordCheckBatch is RecordChecks, with or without history rows, for a
+// caller that tells each check's fate to its own waiter (the group commit
+// of package recorder). err is either the batch's error (nothing written,
+// but see refused) or one wrapping ErrHistoryNotRecorded (every check not
+// refused written, some without history); refused are the rows the
+// database refused when each was written alone.
+func RecordCheckBatch(ctx context.Context, db DBTX, recs []CheckRecord, history bool) (refused []*RefusedCheck, err error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
@@ -283,7 +287,7 @@ func recordChecks(ctx context.Context, db DBTX, recs []CheckRecord, history bool
 				return refused, err // e.g. the database went away: the rest is not written
 			}
 		}
-		failed := Check{Outcome: OutcomeFailed, Status: r.Check.Status, JobID: r.Check.JobID,
+		failed := Check{Outcome: string(fetch.Failed), Status: r.Check.Status, JobID: r.Check.JobID,
 			Duration: r.Check.Duration, Bytes: r.Check.Bytes, Worker: r.Check.Worker, Multiplier: r.Check.Multiplier,
 			Error: "the check could not be recorded: " + dbMessage(err)}
 		rc := &RefusedCheck{SourceID: r.SourceID, Err: err}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/redact"
 )
 
@@ -23,23 +24,23 @@ const DefaultInterval = time.Hour
 
 // Source is one thing fetched on a schedule.
 type Source struct {
-	ID                  int64         `json:"id"`
-	Platform            string        `json:"platform"`
-	Key                 string        `json:"key,omitempty"` // the platform may limit each key (an account, a token's name)
-	URL                 string        `json:"url"`
-	Interval            time.Duration `json:"-"` // JSON: interval_s
-	Enabled             bool          `json:"enabled"`
-	DueAt               time.Time     `json:"due_at"`
-	LastCheckedAt       *time.Time    `json:"last_checked_at"`
-	ConsecutiveFailures int           `json:"consecutive_failures"`
-	LastStatus          *int          `json:"last_status"`
-	LastOutcome         *string       `json:"last_outcome"`
-	LastError           *string       `json:"last_error"`
-	ETag                *string       `json:"etag"`
-	LastModified        *string       `json:"last_modified"`
-	ContentHash         *string       `json:"content_hash"`
-	QueuedAt            *time.Time    `json:"queued_at"`
-	QueuedJobID         *int64        `json:"queued_job_id"` // the River job queued for it, while queued
+	ID                  int64          `json:"id"`
+	Platform            string         `json:"platform"`
+	Key                 string         `json:"key,omitempty"` // the platform may limit each key (an account, a token's name)
+	URL                 string         `json:"url"`
+	Interval            time.Duration  `json:"-"` // JSON: interval_s
+	Enabled             bool           `json:"enabled"`
+	DueAt               time.Time      `json:"due_at"`
+	LastCheckedAt       *time.Time     `json:"last_checked_at"`
+	ConsecutiveFailures int            `json:"consecutive_failures"`
+	LastStatus          *int           `json:"last_status"`
+	LastOutcome         *fetch.Outcome `json:"last_outcome"`
+	LastError           *string        `json:"last_error"`
+	ETag                *string        `json:"etag"`
+	LastModified        *string        `json:"last_modified"`
+	ContentHash         *string        `json:"content_hash"`
+	QueuedAt            *time.Time     `json:"queued_at"`
+	QueuedJobID         *int64         `json:"queued_job_id"` // the River job queued for it, while queued
 }
 
 // NewSource is a source to add. A zero Interval means DefaultInterval.
@@ -65,11 +66,20 @@ func (s NewSource) Validate() error {
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
-	if s.Interval < MinInterval || s.Interval > MaxInterval {
-		return &FieldError{Field: "interval", Value: s.Interval.String(),
-			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
+	if err := ValidateInterval(s.Interval); err != nil {
+		return err
 	}
 	return ValidateKey(s.Key)
+}
+
+// ValidateInterval accepts an interval between two checks of a source in
+// [MinInterval, MaxInterval]. The error is a FieldError on interval.
+func ValidateInterval(d time.Duration) *FieldError {
+	if d < MinInterval || d > MaxInterval {
+		return &FieldError{Field: "interval", Value: d.String(),
+			Reason: fmt.Sprintf("must be in [%s, %s]", MinInterval, fmtHours(MaxInterval))}
+	}
+	return nil
 }
 
 // ValidateKey accepts a source's key: "" (none), or at most MaxKeyBytes
@@ -136,11 +146,35 @@ func AddSource(ctx context.Context, db DBTX, s NewSource) (id int64, created boo
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
-			return 0, false, fmt.Errorf("source: %w", unknownPlatform(s.Platform))
+			return 0, false, fmt.Errorf("source: %w", UnknownPlatform(s.Platform))
 		}
 		return 0, false, fmt.Errorf("source: add: %w", err)
 	}
 	return id, created, nil
+}
+
+// AddSources adds many sources in tx (a temporary table filled by COPY,
+// then one INSERT), each valid already (NewSource.Validate, Interval
+// defaulted) and on a platform that exists; the caller checks both first
+// (package sourcefile does, reporting each bad line). Sources already
+// present (same platform and URL) are left unchanged, their key too. It
+// returns how many were added.
+func AddSources(ctx context.Context, tx pgx.Tx, ss []NewSource) (added int, err error) {
+	if _, err := tx.Exec(ctx, addSourcesTempTableSQL); err != nil {
+		return 0, fmt.Errorf("source: add: %w", err)
+	}
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fleetpace_import"}, []string{"platform", "url", "check_interval", "key"},
+		pgx.CopyFromSlice(len(ss), func(i int) ([]any, error) {
+			return []any{ss[i].Platform, ss[i].URL, ss[i].Interval, ss[i].Key}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("source: add: copy: %w", err)
+	}
+	tag, err := tx.Exec(ctx, addSourcesInsertSQL)
+	if err != nil {
+		return 0, fmt.Errorf("source: add: insert: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // DefaultListLimit is how many sources ListSources returns at most by
@@ -156,25 +190,22 @@ type ListFilter struct {
 	// MinFailures keeps only sources that failed at least this many times
 	// in a row (0: no filter).
 	MinFailures int
-	// Outcome keeps only sources whose last outcome is this one of Outcomes
-	// ("": no filter).
-	Outcome string
+	// Outcome keeps only sources whose last outcome is this one of
+	// fetch.Outcomes ("": no filter).
+	Outcome fetch.Outcome
 	// Key keeps only sources of this key (nil: no filter; "" the sources
 	// without a key).
 	Key *string
 }
 
-// The outcomes of a check, as recorded (Check.Outcome, Source.LastOutcome).
-const (
-	OutcomeOK           = "ok"
-	OutcomeNotModified  = "not_modified"
-	OutcomeRatePressure = "rate_pressure"
-	OutcomeRateLimited  = "rate_limited"
-	OutcomeFailed       = "failed"
-)
-
-// Outcomes lists every outcome a check can have.
-var Outcomes = []string{OutcomeOK, OutcomeNotModified, OutcomeRatePressure, OutcomeRateLimited, OutcomeFailed}
+// outcomeNames lists fetch.Outcomes for an error message.
+func outcomeNames() string {
+	names := make([]string, len(fetch.Outcomes))
+	for i, o := range fetch.Outcomes {
+		names[i] = string(o)
+	}
+	return strings.Join(names, ", ")
+}
 
 // Validate reports an invalid field, wrapping ErrInvalid.
 func (f ListFilter) Validate() error {
@@ -183,8 +214,8 @@ func (f ListFilter) Validate() error {
 		return &FieldError{Field: "limit", Value: strconv.Itoa(f.Limit), Reason: fmt.Sprintf("must be in [1, %d] (0: default)", MaxListLimit)}
 	case f.MinFailures < 0 || f.MinFailures > MaxFailures:
 		return &FieldError{Field: "min_failures", Value: strconv.Itoa(f.MinFailures), Reason: fmt.Sprintf("must be in [0, %d]", MaxFailures)}
-	case f.Outcome != "" && !slices.Contains(Outcomes, f.Outcome):
-		return &FieldError{Field: "outcome", Value: f.Outcome, Reason: "must be one of " + strings.Join(Outcomes, ", ")}
+	case f.Outcome != "" && !f.Outcome.Valid():
+		return &FieldError{Field: "outcome", Value: string(f.Outcome), Reason: "must be one of " + outcomeNames()}
 	case f.Platform != "" && !nameRE.MatchString(f.Platform):
 		return &FieldError{Field: "platform", Value: f.Platform, Reason: nameRule}
 	}
@@ -214,7 +245,7 @@ func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
 	if len(out) == 0 && f.Platform != "" {
 		// Nothing listed: say so if the platform itself does not exist.
 		if _, err := GetPlatform(ctx, db, f.Platform); errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("source: list: %w", unknownPlatform(f.Platform))
+			return nil, fmt.Errorf("source: list: %w", UnknownPlatform(f.Platform))
 		} else if err != nil {
 			return nil, fmt.Errorf("source: list: %w", err)
 		}
@@ -427,7 +458,7 @@ func updateSelected(ctx context.Context, db Beginner, sel Selection, what, sql s
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 	if sel.Platform != "" {
 		if _, err := GetPlatform(ctx, tx, sel.Platform); errors.Is(err, ErrNotFound) {
-			return nil, fmt.Errorf("source: %s: %w", what, unknownPlatform(sel.Platform))
+			return nil, fmt.Errorf("source: %s: %w", what, UnknownPlatform(sel.Platform))
 		} else if err != nil {
 			return nil, fmt.Errorf("source: %s: %w", what, err)
 		}

@@ -1,15 +1,16 @@
 // Package sources is fleetpace's store: platforms (each destination and its
 // limits), sources (what is fetched, how often, when it was last checked and
-// with what outcome), platform cooldowns, imports, and the recording of
-// checks (RecordCheck, and the Recorder's group commit). Package scan, on
-// top of it, turns due sources into River jobs.
+// with what outcome), keys' own limits, platform cooldowns, the recording of
+// checks (RecordCheck, RecordChecks) and their history. Files of sources are
+// read by package sourcefile, checks are written behind the fetch jobs by
+// package recorder, and package scan, on top of it all, turns due sources
+// into River jobs.
 package sources
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -76,44 +77,8 @@ func clip(s string, n int) string {
 // Unwrap makes every FieldError an ErrInvalid, and one with Err that too.
 func (e *FieldError) Unwrap() []error { return []error{ErrInvalid, e.Err} }
 
-// unknownPlatform is the error of a source on a platform that does not exist.
-func unknownPlatform(name string) *FieldError {
+// UnknownPlatform is the error of a source on a platform that does not
+// exist: a FieldError on platform wrapping ErrUnknownPlatform.
+func UnknownPlatform(name string) *FieldError {
 	return &FieldError{Field: "platform", Value: name, Reason: "does not exist", Err: ErrUnknownPlatform}
 }
-
-// LineError is a bad line of an import file.
-type LineError struct {
-	Line int
-	Err  error
-}
-
-func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
-
-// Unwrap makes every LineError an ErrInvalid.
-func (e *LineError) Unwrap() error { return ErrInvalid }
-
-// maxShownLines is the most bad lines an ImportError's message lists (Lines
-// holds them all).
-const maxShownLines = 50
-
-// ImportError lists every bad line of an import; nothing was written.
-type ImportError struct {
-	Lines []*LineError
-}
-
-func (e *ImportError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "import rejected, nothing written: %d bad line(s)", len(e.Lines))
-	for i, l := range e.Lines {
-		if i == maxShownLines {
-			fmt.Fprintf(&b, "\n  … and %d more", len(e.Lines)-i)
-			break
-		}
-		b.WriteString("\n  ")
-		b.WriteString(l.Error())
-	}
-	return b.String()
-}
-
-// Unwrap makes an ImportError an ErrInvalid.
-func (e *ImportError) Unwrap() error { return ErrInvalid }

@@ -3,9 +3,7 @@ package sources_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -31,24 +30,16 @@ func setup(t *testing.T) *fixture {
 
 func (f *fixture) platform(t *testing.T, name string, rate float64) {
 	t.Helper()
-	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: name, RatePerSec: rate}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, f.pool, sources.Platform{Name: name, RatePerSec: rate})
 }
 
 // source adds a source checked `ago` ago (nil = never) and due now.
 func (f *fixture) source(t *testing.T, platform, url string, ago *time.Duration) int64 {
 	t.Helper()
-	id, _, err := sources.AddSource(f.ctx, f.pool, sources.NewSource{Platform: platform, URL: url, Interval: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := storetest.Source(t, f.pool, sources.NewSource{Platform: platform, URL: url, Interval: time.Minute})
 	if ago != nil {
-		_, err = f.pool.Exec(f.ctx, `UPDATE fleetpace_source SET last_checked_at = now() - make_interval(secs => $2),
+		storetest.Exec(t, f.pool, `UPDATE fleetpace_source SET last_checked_at = now() - make_interval(secs => $2),
 			due_at = now() - interval '1 second' WHERE id = $1`, id, ago.Seconds())
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	return id
 }
@@ -57,9 +48,7 @@ func dur(d time.Duration) *time.Duration { return &d }
 
 func mustExec(t *testing.T, f *fixture, sql string, args ...any) {
 	t.Helper()
-	if _, err := f.pool.Exec(f.ctx, sql, args...); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Exec(t, f.pool, sql, args...)
 }
 
 func TestCooldownConcurrentUpsert(t *testing.T) {
@@ -95,9 +84,7 @@ func TestCooldownConcurrentUpsert(t *testing.T) {
 func TestCooldownDurations(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	if _, err := sources.SetPlatform(f.ctx, f.pool, sources.Platform{Name: "a", RatePerSec: 1, Cooldown: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, f.pool, sources.Platform{Name: "a", RatePerSec: 1, Cooldown: time.Minute})
 	remaining := func() time.Duration {
 		t.Helper()
 		var secs float64
@@ -280,54 +267,5 @@ func TestAddSourceValidation(t *testing.T) {
 	}
 	if n, err := sources.RemoveSources(f.ctx, f.pool, []int64{id1}); err != nil || n != 1 {
 		t.Fatalf("remove: %d %v", n, err)
-	}
-}
-
-func TestImport(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 1)
-	var b strings.Builder
-	b.WriteString("platform,url,interval\n")
-	for i := 1; i <= 1000; i++ {
-		if i == 537 {
-			b.WriteString("p,notaurl,1h\n")
-			continue
-		}
-		fmt.Fprintf(&b, "p,https://p.example/%d,30m\n", i)
-	}
-	_, err := sources.Import(f.ctx, f.pool, strings.NewReader(b.String()), sources.ImportOptions{})
-	var ie *sources.ImportError
-	if !errors.As(err, &ie) || len(ie.Lines) != 1 || ie.Lines[0].Line != 538 || !errors.Is(err, sources.ErrInvalid) {
-		t.Fatalf("import error = %v, want exactly line 538 (header is line 1)", err)
-	}
-	if !strings.Contains(err.Error(), "line 538") {
-		t.Fatalf("message does not name the line: %v", err)
-	}
-	var n int
-	if err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("rows written after a rejected import: %d %v", n, err)
-	}
-
-	// Every bad line is reported, not just the first.
-	_, err = sources.Import(f.ctx, f.pool, strings.NewReader(
-		`{"platform":"p","url":"https://p.example/a"}
-{"platform":"nope","url":"https://p.example/b"}
-
-{"platform":"p","url":"https://p.example/c","interval":"soon"}
-{not json}
-`), sources.ImportOptions{})
-	if !errors.As(err, &ie) || len(ie.Lines) != 3 || ie.Lines[0].Line != 2 || ie.Lines[1].Line != 4 || ie.Lines[2].Line != 5 {
-		t.Fatalf("jsonl errors = %v, want lines 2, 4, 5", err)
-	}
-
-	good := strings.ReplaceAll(b.String(), "p,notaurl,1h", "p,https://p.example/537,1h")
-	res, err := sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
-	if err != nil || res.Added != 1000 {
-		t.Fatalf("good import: %+v %v", res, err)
-	}
-	res, err = sources.Import(f.ctx, f.pool, strings.NewReader(good), sources.ImportOptions{})
-	if err != nil || res.Added != 0 || res.Existing != 1000 {
-		t.Fatalf("re-import: %+v %v, want nothing added", res, err)
 	}
 }

@@ -35,8 +35,6 @@ const listPlatformsSQL = `SELECT ` + platformColumns + ` FROM fleetpace_platform
 
 const getPlatformSQL = `SELECT ` + platformColumns + ` FROM fleetpace_platform WHERE name = $1`
 
-const platformNamesSQL = `SELECT name FROM fleetpace_platform`
-
 const addSourceSQL = `
 WITH ins AS (
     INSERT INTO fleetpace_source (platform, url, check_interval, key)
@@ -149,7 +147,9 @@ UPDATE fleetpace_source s SET ` + sourceUpdateSet + `
 WHERE ` + selectedSources + `
 RETURNING s.id`
 
-const importTempTableSQL = `
+// addSourcesTempTableSQL and addSourcesInsertSQL are AddSources': the rows
+// are copied into a temporary table, then inserted unless present.
+const addSourcesTempTableSQL = `
 CREATE TEMP TABLE fleetpace_import (
     platform       text     NOT NULL,
     url            text     NOT NULL,
@@ -157,7 +157,7 @@ CREATE TEMP TABLE fleetpace_import (
     key            text     NOT NULL
 ) ON COMMIT DROP`
 
-const importInsertSQL = `
+const addSourcesInsertSQL = `
 INSERT INTO fleetpace_source (platform, url, check_interval, key)
 SELECT platform, url, check_interval, key FROM fleetpace_import
 ON CONFLICT (platform, url) DO NOTHING`

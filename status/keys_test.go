@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
@@ -24,11 +22,7 @@ func TestReadKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	for _, p := range []sources.Platform{
 		{Name: "api", RatePerSec: 100, KeyRate: 2, KeyMaxInFlight: 3},
 		{Name: "plain", RatePerSec: 5},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
@@ -87,7 +88,7 @@ func ReadSource(ctx context.Context, db DB, ref string, historyLimit int) (*Sour
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	recent := Recent{Window: RecentWindow, Checks: map[string]int64{}}
+	recent := Recent{Window: RecentWindow, Checks: map[fetch.Outcome]int64{}}
 	for _, a := range activity {
 		recent.Checks[a.Outcome] += a.Checks
 	}

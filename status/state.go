@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -198,7 +199,7 @@ func (u Usage) Text() string {
 // Refused counts the window's 429 and 503 answers (outcomes rate_pressure
 // and rate_limited).
 func (r Recent) Refused() int64 {
-	return r.Checks["rate_pressure"] + r.Checks["rate_limited"]
+	return r.Checks[fetch.RatePressure] + r.Checks[fetch.RateLimited]
 }
 
 func num(f float64) string {

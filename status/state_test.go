@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
@@ -18,7 +20,7 @@ import (
 func TestConditions(t *testing.T) {
 	t.Parallel()
 	p := sources.Platform{Name: "feeds", RatePerSec: 7, Cooldown: 15 * time.Minute, MaxMultiplier: 16}
-	minute := func(checks map[string]int64) status.Recent {
+	minute := func(checks map[fetch.Outcome]int64) status.Recent {
 		return status.Recent{Window: time.Minute, Checks: checks}
 	}
 	ceiling := pacer.State{Rate: 7, EffectiveRate: 7, Multiplier: 1, MaxMultiplier: 16, PacedBy: pacer.PacedByCeiling, Adapt: sources.AdaptEstimate}
@@ -32,13 +34,13 @@ func TestConditions(t *testing.T) {
 		want     []string // String() of each condition
 		level    string
 	}{
-		{"running", ceiling, nil, minute(map[string]int64{"ok": 400}), 0, []string{"running"}, status.LevelOK},
-		{"429s between holds", ceiling, nil, minute(map[string]int64{"ok": 40, "rate_pressure": 6}),
+		{"running", ceiling, nil, minute(map[fetch.Outcome]int64{"ok": 400}), 0, []string{"running"}, status.LevelOK},
+		{"429s between holds", ceiling, nil, minute(map[fetch.Outcome]int64{"ok": 40, "rate_pressure": 6}),
 			0, []string{"429s: 6 in the last minute"}, status.LevelSlowed},
 		{"holding for Retry-After", with(func(s *pacer.State) {
 			s.Hold, s.HoldReason, s.PacedBy = 7*time.Second, "Retry-After", pacer.PacedByHold
 		}), nil,
-			minute(map[string]int64{"rate_pressure": 1}), 0, []string{"holding for Retry-After, 7s left", "429s: 1 in the last minute"}, status.LevelStopped},
+			minute(map[fetch.Outcome]int64{"rate_pressure": 1}), 0, []string{"holding for Retry-After, 7s left", "429s: 1 in the last minute"}, status.LevelStopped},
 		{"throttled", with(func(s *pacer.State) {
 			s.Adapt, s.Multiplier, s.PacedBy, s.EffectiveRate = sources.AdaptMultiplier, 5.1, pacer.PacedByBackoff, 7/5.1
 		}), nil,
@@ -46,14 +48,14 @@ func TestConditions(t *testing.T) {
 		{"backing off", with(func(s *pacer.State) { s.Estimate, s.Multiplier, s.PacedBy = 6.1, 7/5.9, pacer.PacedByBackoff }), nil,
 			minute(nil), 0, []string{"backing off: estimate 6.1/s"}, status.LevelSlowed},
 		{"hanging", ceiling, nil, minute(nil), 4, []string{"waiting: 4 request(s) in flight, none answered in the last minute"}, status.LevelSlowed},
-		{"answering slowly", ceiling, nil, minute(map[string]int64{"ok": 3}), 4, []string{"running"}, status.LevelOK},
+		{"answering slowly", ceiling, nil, minute(map[fetch.Outcome]int64{"ok": 3}), 4, []string{"running"}, status.LevelOK},
 		{"paused", with(func(s *pacer.State) { s.Paused, s.PauseReason, s.PacedBy = 4*time.Minute, "deploy", pacer.PacedByPause }), nil,
 			minute(nil), 0, []string{"paused by operator, 4m left"}, status.LevelStopped},
 		{"cooling down", with(func(s *pacer.State) {
 			s.Hold, s.HoldReason, s.PacedBy = 13*time.Minute, "cooldown: x", pacer.PacedByHold
 		}),
 			&sources.Cooldown{Platform: "feeds", Remaining: 13*time.Minute + 30*time.Second, Count: 1, Cause: sources.CauseSlowestPace, RetryAfter: 10 * time.Second, Reason: "HTTP 429"},
-			minute(map[string]int64{"rate_limited": 1}), 0, []string{"cooling down: max multiplier reached, 13m30s left", "429s: 1 in the last minute"}, status.LevelStopped},
+			minute(map[fetch.Outcome]int64{"rate_limited": 1}), 0, []string{"cooling down: max multiplier reached, 13m30s left", "429s: 1 in the last minute"}, status.LevelStopped},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cs := status.Conditions(p, tt.pace, tt.cd, tt.recent, tt.inFlight)
@@ -78,13 +80,8 @@ func TestReadUsage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 8}); err != nil {
-		t.Fatal(err)
-	}
-	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
 	for _, c := range []sources.Check{{Outcome: "ok", Status: 200}, {Outcome: "rate_pressure", Status: 429, Error: "HTTP 429, Retry-After 10s"},
 		{Outcome: "rate_pressure", Status: 429, Error: "HTTP 429, Retry-After 10s"}} {
 		if err := sources.RecordCheck(ctx, pool, id, c); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -49,7 +50,7 @@ type Recent struct {
 	Window time.Duration
 	// Checks counts the window's fetches by outcome (ok, not_modified,
 	// rate_pressure, rate_limited, failed); absent outcomes are 0.
-	Checks map[string]int64
+	Checks map[fetch.Outcome]int64
 }
 
 // Total is the number of fetches in the window.
@@ -70,16 +71,16 @@ func (r Recent) PerSec() float64 {
 }
 
 type recentJSON struct {
-	Window float64          `json:"window_s"`
-	Checks map[string]int64 `json:"checks"`
-	PerSec float64          `json:"requests_per_sec"`
+	Window float64                 `json:"window_s"`
+	Checks map[fetch.Outcome]int64 `json:"checks"`
+	PerSec float64                 `json:"requests_per_sec"`
 }
 
 // MarshalJSON writes the window in seconds and the rate beside the counts.
 func (r Recent) MarshalJSON() ([]byte, error) {
 	checks := r.Checks
 	if checks == nil {
-		checks = map[string]int64{}
+		checks = map[fetch.Outcome]int64{}
 	}
 	return json.Marshal(recentJSON{r.Window.Seconds(), checks, r.PerSec()})
 }
@@ -236,7 +237,7 @@ func ReadTop(ctx context.Context, db DB, topKeys int) (*Report, error) {
 	for _, a := range activity {
 		r, ok := recent[a.Platform]
 		if !ok {
-			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
+			r = Recent{Window: RecentWindow, Checks: map[fetch.Outcome]int64{}}
 		}
 		r.Checks[a.Outcome] += a.Checks
 		recent[a.Platform] = r
@@ -244,7 +245,7 @@ func ReadTop(ctx context.Context, db DB, topKeys int) (*Report, error) {
 	for _, p := range platforms {
 		r, ok := recent[p.Name]
 		if !ok {
-			r = Recent{Window: RecentWindow, Checks: map[string]int64{}}
+			r = Recent{Window: RecentWindow, Checks: map[fetch.Outcome]int64{}}
 		}
 		pp := Platform{Platform: p, Pace: pace[p.Name], Cooldown: cooldown[p.Name], Counts: count[p.Name], Recent: r, Keys: keys[p.Name]}
 		pp.State = Conditions(p, pp.Pace, pp.Cooldown, r, inFlight[p.Name])

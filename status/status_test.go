@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -39,9 +40,7 @@ func TestRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 8}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
 	if _, err := fleet.Beat(ctx, pool, fleet.Self("w1")); err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +86,7 @@ func TestCacheReadsOncePerMaxAge(t *testing.T) {
 		}
 	}
 
-	if _, err := sources.SetPlatform(ctx, db.Pool, sources.Platform{Name: "new", RatePerSec: 1}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, db.Pool, sources.Platform{Name: "new", RatePerSec: 1})
 	clk.Advance(9 * time.Second)
 	if rep, err := cache.Get(ctx); err != nil || len(rep.Platforms) != 0 || db.reads.Load() != 1 {
 		t.Fatalf("Get 9 s later: %d platforms, %d reads, %v; want the cached report", len(rep.Platforms), db.reads.Load(), err)
@@ -107,13 +104,8 @@ func TestReportJSON(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 8}); err != nil {
-		t.Fatal(err)
-	}
-	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
 	for _, c := range []sources.Check{{Outcome: "ok"}, {Outcome: "failed", Error: "HTTP 500"}, {Outcome: "rate_limited"}} {
 		if err := sources.RecordCheck(ctx, pool, id, c); err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
@@ -105,15 +106,9 @@ func (p *countingProxy) accept() {
 func busyWorker(t *testing.T, cfg worker.Config) (string, *countingProxy, *pgxpool.Pool) {
 	t.Helper()
 	dbURL := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testdb.PoolOf(t, dbURL)
 	ctx := context.Background()
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "storm", RatePerSec: 50, Burst: 5}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "storm", RatePerSec: 50, Burst: 5})
 	for i := range 100 {
 		if _, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "storm", URL: fmt.Sprintf("https://storm.example/%d", i), Interval: time.Second}); err != nil {
 			t.Fatal(err)

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/scan"
@@ -25,32 +25,11 @@ import (
 	"github.com/fleetpace/fleetpace/worker"
 )
 
-// cluster starts a private PostgreSQL for tests that stop it or exhaust it,
-// with the schema applied.
-func cluster(t *testing.T, settings map[string]string) *pgembed.Cluster {
-	t.Helper()
-	ctx := context.Background()
-	c, err := pgembed.Start(ctx, pgembed.Config{Settings: settings})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: c.URL("postgres"), MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // An exhausted server refuses at once; the scan loop makes one attempt per
 // cycle and backs off on its jittered schedule instead of re-knocking.
 func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, map[string]string{"max_connections": "4", "superuser_reserved_connections": "0"})
+	c := testdb.Private(t, pgembed.Config{Settings: map[string]string{"max_connections": "4", "superuser_reserved_connections": "0"}})
 	ctx := context.Background()
 	// Occupy every connection slot.
 	var held []*pgx.Conn
@@ -139,7 +118,7 @@ func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 // again once it is back, without restarting the worker.
 func TestReadyzFollowsDatabase(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, nil)
+	c := testdb.Private(t, pgembed.Config{Settings: nil})
 	t.Cleanup(http.DefaultClient.CloseIdleConnections) // no keep-alive goroutines left behind
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -292,7 +271,10 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 // TestReadyzFollowsDatabase).
 func TestRunReportsShutdownErrors(t *testing.T) {
 	t.Parallel()
-	c := cluster(t, nil)
+	if testing.Short() {
+		t.Skip("-short: stops a private PostgreSQL under a running worker")
+	}
+	c := testdb.Private(t, pgembed.Config{Settings: nil})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, done := runWorker(t, ctx, worker.Config{DatabaseURL: c.URL("postgres"), ConnectTimeout: time.Second, SoftStop: time.Second, DisableScan: true})

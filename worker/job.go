@@ -17,6 +17,7 @@ import (
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/pacer/riverpace"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -34,7 +35,7 @@ type FetchWorker struct {
 	river.WorkerDefaults[queue.FetchArgs]
 
 	pool     *pgxpool.Pool
-	recorder *sources.Recorder
+	recorder *recorder.Recorder
 	pacer    Pacer
 	pacing   *riverpace.Middleware // the slot rules every paced job follows
 	fetcher  fetch.Fetcher
@@ -107,7 +108,7 @@ type JobConfig struct {
 	// group commit (Recorder.Submit): a job does not wait for its check, and
 	// concurrent jobs of the process share one statement. Default nil: each
 	// job records its check with a statement of its own before it ends.
-	Recorder *sources.Recorder
+	Recorder *recorder.Recorder
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
 	// worker slot; a longer one snoozes the job instead. Default
 	// DefaultMaxWait.
@@ -262,7 +263,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 			r.Reason = fmt.Sprintf("%s at the slowest pace (ceiling ÷ %g, the maximum multiplier)", r.Reason, rr.MaxMultiplier)
 		}
 	}
-	w.metrics.fetched(args.Platform, string(outcome))
+	w.metrics.fetched(args.Platform, outcome)
 
 	check := sources.Check{
 		Outcome: string(outcome), Status: r.Status, ETag: r.ETag, LastModified: r.LastModified,

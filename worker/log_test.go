@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,29 +12,18 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
+	"github.com/fleetpace/fleetpace/internal/syncbuf"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
-// lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// lines are the lines of b that hold substr.
+func lines(b *syncbuf.Buffer, substr string) []string {
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(b.String(), "\n") {
 		if strings.Contains(line, substr) {
 			out = append(out, line)
 		}
@@ -51,7 +39,7 @@ func TestFetchWorkerLogs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	results := map[string][]fetch.Result{
 		"feeds":   {{Outcome: fetch.Failed, Status: 404, Reason: "HTTP 404 Not Found"}, {Outcome: fetch.Failed, Reason: "refused: 127.0.0.1 is a loopback address"}},
 		"limited": {{Outcome: fetch.RatePressure, Status: 429}, {Outcome: fetch.RatePressure, Status: 429}, {Outcome: fetch.OK, Status: 200}, {Outcome: fetch.RatePressure, Status: 503}},
@@ -80,15 +68,15 @@ func TestFetchWorkerLogs(t *testing.T) {
 			}
 		}
 	}
-	feeds := addSources(t, pool, "feeds", 2)
+	feeds := storetest.Queued(t, pool, "feeds", 2)
 	run("feeds", feeds, "https://user:secret@feeds.example/x")
-	limited := addSources(t, pool, "limited", 4)
+	limited := storetest.Queued(t, pool, "limited", 4)
 	run("limited", limited, "https://limited.example/x")
-	run("stop", addSources(t, pool, "stop", 2), "https://stop.example/x")
+	run("stop", storetest.Queued(t, pool, "stop", 2), "https://stop.example/x")
 
-	failed := logs.lines(`msg="fetch failed"`)
+	failed := lines(&logs, `msg="fetch failed"`)
 	if len(failed) != 2 {
-		t.Fatalf("%d 'fetch failed' lines, want 2:\n%s", len(failed), strings.Join(logs.lines(""), "\n"))
+		t.Fatalf("%d 'fetch failed' lines, want 2:\n%s", len(failed), strings.Join(lines(&logs, ""), "\n"))
 	}
 	for i, want := range []string{fmt.Sprintf("source=%d", feeds[0]), "HTTP 404 Not Found"} {
 		if !strings.Contains(failed[0], want) {
@@ -98,14 +86,14 @@ func TestFetchWorkerLogs(t *testing.T) {
 	if !strings.Contains(failed[1], "loopback address") || !strings.Contains(failed[0], "level=WARN") {
 		t.Errorf("second failure: %q", failed[1])
 	}
-	all := strings.Join(logs.lines(""), "\n")
+	all := strings.Join(lines(&logs, ""), "\n")
 	if strings.Contains(all, "secret") || !strings.Contains(failed[0], "https://user:xxxxx@feeds.example/x") {
 		t.Errorf("the URL's credentials are not redacted:\n%s", all)
 	}
-	if n := len(logs.lines(`msg="platform is rate limiting"`)); n != 3 {
+	if n := len(lines(&logs, `msg="platform is rate limiting"`)); n != 3 {
 		t.Errorf("%d 'rate limiting' lines for three episodes (429, 429, ok, 503 on one platform; 429, 429 on another), want 3:\n%s", n, all)
 	}
-	if n := len(logs.lines(`msg="platform cooling down"`)); n != 1 {
+	if n := len(lines(&logs, `msg="platform cooling down"`)); n != 1 {
 		t.Errorf("%d 'cooling down' lines for one cooldown extended by a second answer, want 1:\n%s", n, all)
 	}
 	h, err := sources.History(ctx, pool, feeds[0], 0)
@@ -121,14 +109,9 @@ func TestFetchWorkerLoadsSourceQueuedByID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "auth", RatePerSec: 1000}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "auth", RatePerSec: 1000})
 	const url = "https://reader:hunter2@auth.example/feed"
-	id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "auth", URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := storetest.Source(t, pool, sources.NewSource{Platform: "auth", URL: url})
 	if _, err := pool.Exec(ctx, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id, etag = '"v1"' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}

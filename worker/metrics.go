@@ -9,8 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
-	"github.com/fleetpace/fleetpace/sources"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/status"
 )
 
@@ -88,7 +89,7 @@ func StatusClass(status int) string {
 // report, read at most once per its MaxAge however often and by however
 // many scrapers the worker is scraped. pacer and recorder, when set, provide
 // this process's counters.
-func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logger *slog.Logger) *Metrics {
+func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *recorder.Recorder, logger *slog.Logger) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
@@ -144,9 +145,9 @@ func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *sources.Recorder, logg
 	return m
 }
 
-func (m *Metrics) fetched(platform, outcome string) {
+func (m *Metrics) fetched(platform string, outcome fetch.Outcome) {
 	if m != nil {
-		m.fetches.WithLabelValues(platform, outcome).Inc()
+		m.fetches.WithLabelValues(platform, string(outcome)).Inc()
 	}
 }
 
@@ -232,7 +233,7 @@ var (
 	descRecQueued  = prometheus.NewDesc("fleetpace_record_queued", "Checks waiting to be written.", nil, nil)
 )
 
-type recorderCollector struct{ r *sources.Recorder }
+type recorderCollector struct{ r *recorder.Recorder }
 
 func (c recorderCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRecBatches, descRecChecks, descRecQueued} {

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
@@ -48,14 +49,14 @@ func TestEveryNonOKCheckHasItsReason(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slowed := addSources(t, pool, "slowed", 1)[0]
+	slowed := storetest.Queued(t, pool, "slowed", 1)[0]
 	work(grantAll{}, "slowed", slowed)
 	h, err := sources.History(ctx, pool, slowed, 0)
 	if err != nil || len(h) != 1 || h[0].Outcome != "rate_pressure" || h[0].Reason != "HTTP 429, Retry-After 10s" {
 		t.Fatalf("history of a 429: %+v, %v; want rate_pressure with its status and Retry-After as reason", h, err)
 	}
 
-	stopped := addSources(t, pool, "stopped", 1)[0]
+	stopped := storetest.Queued(t, pool, "stopped", 1)[0]
 	work(atMax{}, "stopped", stopped)
 	h, err = sources.History(ctx, pool, stopped, 0)
 	if err != nil || len(h) != 1 || h[0].Outcome != "rate_limited" ||
@@ -77,7 +78,7 @@ func TestEveryNonOKCheckHasItsReason(t *testing.T) {
 	// The fetcher's own rate limit (a Retry-After over its limit) is
 	// another rule.
 	answer = fetch.Result{Outcome: fetch.RateLimited, Status: 429, RetryAfter: 2 * time.Hour, Reason: "HTTP 429 Too Many Requests with Retry-After 2h0m0s (over 1m0s)"}
-	long := addSources(t, pool, "long", 1)[0]
+	long := storetest.Queued(t, pool, "long", 1)[0]
 	work(grantAll{}, "long", long)
 	cds, err = sources.ActiveCooldowns(ctx, pool)
 	if err != nil || len(cds) != 2 || cds[0].Platform != "long" || cds[0].Cause != sources.CauseRetryAfter || cds[0].Headline() != "Retry-After 2h" ||
@@ -119,7 +120,7 @@ func TestFetchMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := addSources(t, pool, "p", 5)
+	ids := storetest.Queued(t, pool, "p", 5)
 	done := make(chan error, 1)
 	for i, id := range ids {
 		job := &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1},

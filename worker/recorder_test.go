@@ -16,10 +16,12 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
@@ -46,28 +48,7 @@ func (grantAll) Report(context.Context, string, pacer.Reservation, pacer.Feedbac
 	return pacer.ReportResult{}, nil
 }
 
-// addSources adds a platform and n queued sources on it.
-func addSources(t *testing.T, pool *pgxpool.Pool, platform string, n int) []int64 {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: platform, RatePerSec: 1000}); err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]int64, n)
-	for i := range ids {
-		id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: platform, URL: fmt.Sprintf("https://%s.example/%d", platform, i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
-	}
-	if _, err := pool.Exec(ctx, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id WHERE platform = $1`, platform); err != nil {
-		t.Fatal(err)
-	}
-	return ids
-}
-
-func outcome(t *testing.T, pool *pgxpool.Pool, id int64) string {
+func outcome(t *testing.T, pool *pgxpool.Pool, id int64) fetch.Outcome {
 	t.Helper()
 	s, err := sources.GetSource(context.Background(), pool, id)
 	if err != nil {
@@ -89,10 +70,10 @@ func TestFetchWorkerRecorder(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool := testdb.Pool(t)
-			var rec *sources.Recorder
+			var rec *recorder.Recorder
 			if withRecorder {
 				var err error
-				rec, err = sources.NewRecorder(pool, sources.RecorderConfig{})
+				rec, err = recorder.New(pool, recorder.Config{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -111,8 +92,8 @@ func TestFetchWorkerRecorder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ok := addSources(t, pool, "ok", 20)
-			limited := addSources(t, pool, "limited", 1)[0]
+			ok := storetest.Queued(t, pool, "ok", 20)
+			limited := storetest.Queued(t, pool, "limited", 1)[0]
 			job := func(id int64, platform string) *river.Job[queue.FetchArgs] {
 				return &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1},
 					Args: queue.FetchArgs{SourceID: id, Platform: platform, URL: fmt.Sprintf("https://%s.example/x", platform)}}
@@ -167,16 +148,12 @@ func TestFetchWorkerRecorder(t *testing.T) {
 // River client. The job is let go only once the worker has logged that it
 // stops River (after its loops ended, before River's stop), so it finishes
 // during the stop: were the Recorder stopped before River, its check would
-// be refused (ErrRecorderStopped) and never written.
+// be refused (recorder.ErrStopped) and never written.
 func TestRunRecordsChecksOfJobsFinishingAtShutdown(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	id := addSources(t, pool, "p", 1)[0]
+	pool := testdb.PoolOf(t, url)
+	id := storetest.Queued(t, pool, "p", 1)[0]
 	if _, err := pool.Exec(context.Background(), `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL`); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/scan"
@@ -29,16 +30,11 @@ func TestRetriedJobFetchesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: "p", RatePerSec: 1000}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 1000})
 	const plainURL, secretURL = "https://p.example/feed", "https://user:hunter2@p.example/private"
 	var ids []int64
 	for _, u := range []string{plainURL, secretURL} {
-		id, _, err := sources.AddSource(ctx, pool, sources.NewSource{Platform: "p", URL: u})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: u})
 		ids = append(ids, id)
 	}
 	client, err := queue.NewClient(pool, queue.Config{})

@@ -37,8 +37,6 @@ import (
 	"github.com/fleetpace/fleetpace/sources"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
-
 // The load, per process: hotSenders goroutines (River: jobs) on the hot
 // key, one per cold key, slowSenders on the capped platform.
 const (
@@ -328,11 +326,7 @@ func fleet(t *testing.T, adapter, mode string) (*fakedest.Server, func()) {
 	t.Helper()
 	ctx := context.Background()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testdb.PoolOf(t, url)
 	for _, p := range []sources.Platform{
 		{Name: "api", RatePerSec: apiRate, Burst: apiBurst, KeyRate: keyRate, KeyBurst: 1},
 		{Name: "slow", RatePerSec: 100, Burst: 10, MaxInFlight: slowCap},

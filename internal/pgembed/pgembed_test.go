@@ -130,6 +130,9 @@ func TestSharedClusterKeepsItsPort(t *testing.T) {
 // promoted, and accepts them after.
 func TestStandbyPromote(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: starts a primary and a streaming standby")
+	}
 	ctx := context.Background()
 	primary, err := pgembed.Start(ctx, pgembed.Config{})
 	if err != nil {

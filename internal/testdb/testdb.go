@@ -164,7 +164,14 @@ func create(t testing.TB, withSchema bool) string {
 // when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), URL(t))
+	return PoolOf(t, URL(t))
+}
+
+// PoolOf returns a pool on url, closed when the test ends: for a test that
+// needs the database's URL too (for a process, a second pool).
+func PoolOf(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatalf("testdb: pool: %v", err)
 	}
@@ -172,9 +179,32 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// Private starts a PostgreSQL cluster of the test's own (cfg: its
+// settings), with the fleetpace schema applied to its postgres database,
+// for a test that stops, restarts or exhausts its server; it is removed
+// when the test ends.
+func Private(t testing.TB, cfg pgembed.Config) *pgembed.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgembed.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testdb: private cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	pool, err := pgxpool.New(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("testdb: private cluster: %v", err)
+	}
+	defer pool.Close()
+	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
+		t.Fatalf("testdb: private cluster: schema: %v", err)
+	}
+	return c
+}
+
 // Cluster returns the package's embedded cluster, or nil when
 // TEST_DATABASE_URL points at an external server. Tests that stop the server
-// must start a cluster of their own with pgembed instead.
+// start a cluster of their own (Private).
 func Cluster(t testing.TB) *pgembed.Cluster {
 	t.Helper()
 	ensure(t)

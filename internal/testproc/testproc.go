@@ -36,6 +36,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/syncbuf"
 )
 
 // childEnv marks a child process; its value is the child's index.
@@ -66,7 +68,7 @@ type Group struct {
 type proc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	out   *syncBuffer
+	out   *syncbuf.Buffer
 }
 
 // Start starts the children; they are killed when the test ends if Stop was
@@ -92,7 +94,7 @@ func Start(t testing.TB, cfg Config) *Group {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := &syncBuffer{}
+		out := &syncbuf.Buffer{}
 		cmd.Stdout = out
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -184,23 +186,4 @@ func Exit(result any) {
 	}
 	fmt.Fprintf(os.Stdout, "\n%s%s\n", resultPrefix, b)
 	os.Exit(0)
-}
-
-// syncBuffer is a bytes.Buffer safe for the exec package's copying
-// goroutine and a reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.buf.Bytes()...)
 }

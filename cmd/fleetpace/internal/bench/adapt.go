@@ -1,12 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 )
@@ -43,7 +43,7 @@ type AdaptConfig struct {
 	// NginxModels with Nginx), or path.Match patterns ("window*"). Default:
 	// all of them (without headers for a sweep).
 	Models []string
-	// Sweep replaces the schedules: "" (default, seed, aws and oracle side
+	// Sweep replaces the schedules: "" (default, classic, aws and oracle side
 	// by side), "decay" (the multiplier with decay_after ∈ SweepDecay) or
 	// "factors" (backoff × recovery factors ∈ SweepBackoff ×
 	// SweepRecovery). Sweeps run the models without headers.
@@ -82,41 +82,18 @@ const (
 )
 
 func (c *AdaptConfig) setDefaults() error {
-	if c.Executable == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: AdaptConfig.Executable: %w", err)
-		}
-		c.Executable = exe
-	}
-	if c.Workers == 0 {
-		c.Workers = DefaultAdaptWorkers
-	}
-	if c.Ceiling == 0 {
-		c.Ceiling = DefaultAdaptCeiling
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultAdaptDuration
-	}
-	if c.Runs == 0 {
-		c.Runs = DefaultAdaptRuns
-	}
-	if c.NginxRate == 0 {
-		c.NginxRate = DefaultAdaptNginxRate
-	}
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
+	c.Workers = cmp.Or(c.Workers, DefaultAdaptWorkers)
+	c.Ceiling = cmp.Or(c.Ceiling, DefaultAdaptCeiling)
+	c.Duration = cmp.Or(c.Duration, DefaultAdaptDuration)
+	c.Runs = cmp.Or(c.Runs, DefaultAdaptRuns)
+	c.NginxRate = cmp.Or(c.NginxRate, DefaultAdaptNginxRate)
+	return processDefaults("AdaptConfig", &c.Executable, &c.Progress, &c.Logger)
 }
 
 // knownModels are the models a run may choose from.
 func (c AdaptConfig) knownModels() []Model {
 	if c.Nginx {
-		return NginxModels(cmpOr(c.NginxRate, DefaultAdaptNginxRate))
+		return NginxModels(cmp.Or(c.NginxRate, DefaultAdaptNginxRate))
 	}
 	return Models()
 }

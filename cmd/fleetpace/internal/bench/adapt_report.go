@@ -48,7 +48,7 @@ type AdaptResult struct {
 	LoadAfter  string `json:"load_average_after"`
 }
 
-// Targets (issue 23), for the default schedule: goodput over seconds
+// Targets of the default schedule: goodput over seconds
 // 10–70 ≥ 0.9 with ≤ 2 % 429s; announced limits ≥ 0.95 with ≤ 0.5 %; real
 // nginx ≥ 0.9 with ≤ 1 % without burst, ≥ 0.97 with; a 5-s span at ≥ 0.85
 // within 10 s; after a drop ×2 the 429s stop within 3 s, after a rise ×2

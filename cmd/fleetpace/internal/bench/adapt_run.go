@@ -17,6 +17,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/workers"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/ratelimit"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -142,7 +143,7 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 			fmt.Fprintf(&csv, "%s,%s%s%d,%s\n", c.platform, dest.url(), c.prefix(), i, adaptSourceInterval)
 		}
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(csv.String()), sourcefile.Options{Format: sourcefile.FormatCSV}); err != nil {
 		return nil, err
 	}
 

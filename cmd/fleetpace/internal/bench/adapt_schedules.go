@@ -29,15 +29,15 @@ type Schedule struct {
 // Schedule names of a run without a sweep.
 const (
 	ScheduleDefault = "default"
-	ScheduleSeed    = "seed"
+	ScheduleClassic = "classic"
 	ScheduleAWS     = "aws"
 	ScheduleOracle  = "oracle"
 )
 
-// SeedSchedule is fleetpace before adaptive pacing: the multiplier, ×2 on
-// pressure, ÷2 after 100 clean responses, no probing, no headers, slots
-// already granted used as granted.
-var SeedSchedule = Schedule{Name: ScheduleSeed, Adapt: sources.AdaptMultiplier, Backoff: 2, Recovery: 2, DecayAfter: 100}
+// ClassicSchedule is the classic multiplicative schedule without adaptive
+// pacing's refinements: the multiplier, ×2 on pressure, ÷2 after 100 clean
+// responses, no probing, no headers, slots already granted used as granted.
+var ClassicSchedule = Schedule{Name: ScheduleClassic, Adapt: sources.AdaptMultiplier, Backoff: 2, Recovery: 2, DecayAfter: 100}
 
 // AWSSchedule is the AWS SDKs' adaptive retry mode in every process on its
 // own (a token bucket whose rate follows CUBIC over the measured send rate,
@@ -56,7 +56,7 @@ func DefaultSchedule() Schedule {
 		DecayAfter: sources.DefaultDecayAfter, Probe: true, Headers: true, Respace: true}
 }
 
-// schedules are a run's schedules: default, seed, aws and oracle side by
+// schedules are a run's schedules: default, classic, aws and oracle side by
 // side; or a sweep of the multiplier's settings (its backoff, recovery and
 // decay shape the multiplier only).
 func (c *AdaptConfig) schedules() []Schedule {
@@ -86,7 +86,7 @@ func (c *AdaptConfig) schedules() []Schedule {
 		}
 		return out
 	}
-	return []Schedule{DefaultSchedule(), SeedSchedule, AWSSchedule, OracleSchedule}
+	return []Schedule{DefaultSchedule(), ClassicSchedule, AWSSchedule, OracleSchedule}
 }
 
 // describe is the schedule in one line.
@@ -111,7 +111,7 @@ func (s Schedule) platform(name string, ceiling float64) sources.Platform {
 		return p
 	}
 	p.Adapt, p.BackoffFactor, p.RecoveryFactor, p.DecayAfter = s.Adapt, s.Backoff, s.Recovery, s.DecayAfter
-	p.NoProbe, p.IgnoreHeaders, p.NoRespace = !s.Probe, !s.Headers, !s.Respace
+	p.NoProbe, p.NoUseHeaders, p.NoRespace = !s.Probe, !s.Headers, !s.Respace
 	return p
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -88,39 +89,17 @@ var (
 )
 
 func (c *FleetConfig) setDefaults() error {
-	if c.Executable == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: FleetConfig.Executable: %w", err)
-		}
-		c.Executable = exe
-	}
-	c.Workers = cmpOr(c.Workers, DefaultFleetWorkers)
-	c.Concurrency = cmpOr(c.Concurrency, DefaultFleetConcurrency)
 	if len(c.Rates) == 0 {
 		c.Rates = DefaultFleetRates
 	}
 	if len(c.RTTs) == 0 {
 		c.RTTs = DefaultFleetRTTs
 	}
-	if c.Duration == 0 {
-		c.Duration = DefaultFleetDuration
-	}
-	c.Runs = cmpOr(c.Runs, 1)
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
-}
-
-func cmpOr(v, d int) int {
-	if v == 0 {
-		return d
-	}
-	return v
+	c.Workers = cmp.Or(c.Workers, DefaultFleetWorkers)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultFleetConcurrency)
+	c.Duration = cmp.Or(c.Duration, DefaultFleetDuration)
+	c.Runs = cmp.Or(c.Runs, 1)
+	return processDefaults("FleetConfig", &c.Executable, &c.Progress, &c.Logger)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
@@ -129,9 +108,7 @@ func (c FleetConfig) Validate() error {
 	if err := c.setDefaults(); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.FleetConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
+	bad := invalidField("FleetConfig")
 	switch {
 	case c.Workers < 1:
 		return bad("Workers must be ≥ 1, got %d", c.Workers)
@@ -260,11 +237,8 @@ func fleetRun(ctx context.Context, cfg FleetConfig, pool *pgxpool.Pool, rate flo
 	if cfg.Enforce {
 		rule = fakedest.Rule{Rate: rate, Burst: burst}
 	}
-	dest, err := fakedest.New(fakedest.Config{Logger: cfg.Logger, Rules: map[string]fakedest.Rule{"/f/": rule}})
+	dest, err := startDest(cfg.Logger, map[string]fakedest.Rule{"/f/": rule})
 	if err != nil {
-		return row, err
-	}
-	if err := dest.Start(); err != nil {
 		return row, err
 	}
 	defer dest.Close()
@@ -277,7 +251,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, pool *pgxpool.Pool, rate flo
 	for i := range n {
 		fmt.Fprintf(&csv, "f,%s/f/%d,1h\n", dest.URL(), i)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if err := importCSV(ctx, pool, csv.String()); err != nil {
 		return row, err
 	}
 
@@ -296,38 +270,15 @@ func fleetRun(ctx context.Context, cfg FleetConfig, pool *pgxpool.Pool, rate flo
 			return row, err
 		}
 	}
-	args := append([]string{
-		"worker", "--database-url", workerURL, "-q", "--log-level", "info",
-		"--allow-private-networks", "--http-addr", "127.0.0.1:0", "--startup-jitter", "0",
-		"--concurrency", strconv.Itoa(cfg.Concurrency),
-	}, cfg.WorkerArgs...)
-	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: args})
+	args := append(workerArgs(workerURL, "info", "127.0.0.1:0", cfg.Concurrency), cfg.WorkerArgs...)
+	start, m, err := runWorkers(ctx, workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: args},
+		cfg.Duration, cfg.Logger, "bench fleet")
 	if err != nil {
 		return row, err
 	}
-	defer fleet.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // stopped below; this is the error path
-	start := time.Now()
-	addrs, err := workerAddrs(ctx, fleet, 30*time.Second)
-	if err != nil {
-		return row, err
-	}
-	select {
-	case <-ctx.Done():
-		return row, ctx.Err()
-	case <-time.After(cfg.Duration):
-	}
-	if err := fleet.Exited(); err != nil {
-		return row, err
-	}
-	for _, a := range addrs {
-		m := scrape(a)
-		row.FromBlock += m["fleetpace_pacer_block_reservations_total"]
-		row.Discarded += m["fleetpace_pacer_block_slots_discarded_total"]
-		row.Late += m[`fleetpace_job_snoozes_total{platform="f",reason="late"}`]
-	}
-	if err := fleet.Stop(ctx); err != nil {
-		cfg.Logger.Warn("bench fleet: stopping the workers", "err", err)
-	}
+	row.FromBlock = m["fleetpace_pacer_block_reservations_total"]
+	row.Discarded = m["fleetpace_pacer_block_slots_discarded_total"]
+	row.Late = m[`fleetpace_job_snoozes_total{platform="f",reason="late"}`]
 	from, to := start.Add(fleetWarmup), start.Add(cfg.Duration-time.Second)
 	var all []time.Time
 	accepted, total := 0, 0

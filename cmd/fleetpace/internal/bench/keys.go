@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -90,42 +91,19 @@ const (
 )
 
 func (c *KeysConfig) setDefaults() error {
-	if c.Executable == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: KeysConfig.Executable: %w", err)
-		}
-		c.Executable = exe
-	}
-	c.Runs = cmpOr(c.Runs, DefaultKeysRuns)
-	c.Samples = cmpOr(c.Samples, DefaultKeysSamples)
-	c.Callers = cmpOr(c.Callers, DefaultKeysCallers)
-	c.IdleKeys = cmpOr(c.IdleKeys, DefaultKeysIdleKeys)
-	c.Workers = cmpOr(c.Workers, DefaultKeysWorkers)
-	c.Concurrency = cmpOr(c.Concurrency, DefaultKeysConcurrency)
-	c.Keys = cmpOr(c.Keys, DefaultKeysKeys)
-	if c.ThroughputDuration == 0 {
-		c.ThroughputDuration = DefaultKeysThroughput
-	}
-	if c.Idle == 0 {
-		c.Idle = DefaultKeysIdle
-	}
-	if c.KeyRate == 0 {
-		c.KeyRate = DefaultKeysKeyRate
-	}
-	if c.Rate == 0 {
-		c.Rate = DefaultKeysRate
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultKeysDuration
-	}
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
+	c.Runs = cmp.Or(c.Runs, DefaultKeysRuns)
+	c.Samples = cmp.Or(c.Samples, DefaultKeysSamples)
+	c.Callers = cmp.Or(c.Callers, DefaultKeysCallers)
+	c.IdleKeys = cmp.Or(c.IdleKeys, DefaultKeysIdleKeys)
+	c.Workers = cmp.Or(c.Workers, DefaultKeysWorkers)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultKeysConcurrency)
+	c.Keys = cmp.Or(c.Keys, DefaultKeysKeys)
+	c.ThroughputDuration = cmp.Or(c.ThroughputDuration, DefaultKeysThroughput)
+	c.Idle = cmp.Or(c.Idle, DefaultKeysIdle)
+	c.KeyRate = cmp.Or(c.KeyRate, DefaultKeysKeyRate)
+	c.Rate = cmp.Or(c.Rate, DefaultKeysRate)
+	c.Duration = cmp.Or(c.Duration, DefaultKeysDuration)
+	return processDefaults("KeysConfig", &c.Executable, &c.Progress, &c.Logger)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
@@ -134,9 +112,7 @@ func (c KeysConfig) Validate() error {
 	if err := c.setDefaults(); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.KeysConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
+	bad := invalidField("KeysConfig")
 	switch {
 	case c.Runs < 1 || c.Runs > 100:
 		return bad("Runs must be in [1, 100], got %d", c.Runs)
@@ -433,11 +409,8 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_key_limit, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
 		return nil, fmt.Errorf("empty the tables: %w", err)
 	}
-	dest, err := fakedest.New(fakedest.Config{Logger: cfg.Logger})
+	dest, err := startDest(cfg.Logger, nil)
 	if err != nil {
-		return nil, err
-	}
-	if err := dest.Start(); err != nil {
 		return nil, err
 	}
 	defer dest.Close()
@@ -451,45 +424,24 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 		k := i % cfg.Keys
 		fmt.Fprintf(&csv, "f,%s/k/%d/%d,1h,key-%d\n", dest.URL(), k, i, k)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if err := importCSV(ctx, pool, csv.String()); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(cfg.Progress, "bench keys: whole path, %d workers, %d keys at %g/s under %g/s, %d sources, %s\n",
 		cfg.Workers, cfg.Keys, cfg.KeyRate, cfg.Rate, n, cfg.Duration)
-	args := []string{"worker", "--database-url", cfg.DatabaseURL, "-q", "--log-level", "info",
-		"--allow-private-networks", "--http-addr", "127.0.0.1:0", "--startup-jitter", "0",
-		"--concurrency", strconv.Itoa(cfg.Concurrency)}
 	logs := filepath.Join(dir, "path")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, err
 	}
-	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: logs, N: cfg.Workers, Args: args})
+	args := workerArgs(cfg.DatabaseURL, "info", "127.0.0.1:0", cfg.Concurrency)
+	start, m, err := runWorkers(ctx, workers.Config{Executable: cfg.Executable, Dir: logs, N: cfg.Workers, Args: args},
+		cfg.Duration, cfg.Logger, "bench keys")
 	if err != nil {
 		return nil, err
 	}
-	defer fleet.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // stopped below; this is the error path
-	start := time.Now()
-	addrs, err := workerAddrs(ctx, fleet, 30*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(cfg.Duration):
-	}
-	if err := fleet.Exited(); err != nil {
-		return nil, err
-	}
-	for _, a := range addrs {
-		m := scrape(a)
-		out.Granted += m[`fleetpace_pacer_reservations_total{result="granted"}`]
-		out.Denied += m[`fleetpace_pacer_reservations_total{result="denied"}`]
-		out.Snoozed += m["fleetpace_job_snoozes_total"]
-	}
-	if err := fleet.Stop(ctx); err != nil {
-		cfg.Logger.Warn("bench keys: stopping the workers", "err", err)
-	}
+	out.Granted = m[`fleetpace_pacer_reservations_total{result="granted"}`]
+	out.Denied = m[`fleetpace_pacer_reservations_total{result="denied"}`]
+	out.Snoozed = m["fleetpace_job_snoozes_total"]
 	from, to := start.Add(fleetWarmup), start.Add(cfg.Duration-time.Second)
 	var all []time.Time
 	byKey := map[string][]time.Time{}

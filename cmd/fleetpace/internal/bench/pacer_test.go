@@ -46,6 +46,9 @@ func pacerTestSpawn(args []string) *exec.Cmd {
 // The pacer benchmark runs end to end with tiny sizes and reports sane
 // figures; FLEETPACE_BENCH_PACER_FULL=1 runs it at full size and prints it.
 func TestPacerBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the pacer benchmark with child processes")
+	}
 	cfg := PacerConfig{
 		DatabaseURL:        testdb.URL(t),
 		Spawn:              pacerTestSpawn,

@@ -2,13 +2,13 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,34 +72,15 @@ const (
 )
 
 func (c *SoakConfig) setDefaults() error {
-	if c.Executable == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: SoakConfig.Executable: %w", err)
-		}
-		c.Executable = exe
-	}
-	c.Workers = cmpOr(c.Workers, DefaultSoakWorkers)
-	c.Concurrency = cmpOr(c.Concurrency, DefaultSoakConcurrency)
-	c.Platforms = cmpOr(c.Platforms, DefaultSoakPlatforms)
-	if c.Rate == 0 {
-		c.Rate = DefaultSoakRate
-	}
-	c.Burst = cmpOr(c.Burst, DefaultSoakBurst)
-	c.Sources = cmpOr(c.Sources, DefaultSoakSources)
-	if c.Interval == 0 {
-		c.Interval = DefaultSoakInterval
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultSoakDuration
-	}
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
+	c.Workers = cmp.Or(c.Workers, DefaultSoakWorkers)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultSoakConcurrency)
+	c.Platforms = cmp.Or(c.Platforms, DefaultSoakPlatforms)
+	c.Rate = cmp.Or(c.Rate, DefaultSoakRate)
+	c.Burst = cmp.Or(c.Burst, DefaultSoakBurst)
+	c.Sources = cmp.Or(c.Sources, DefaultSoakSources)
+	c.Interval = cmp.Or(c.Interval, DefaultSoakInterval)
+	c.Duration = cmp.Or(c.Duration, DefaultSoakDuration)
+	return processDefaults("SoakConfig", &c.Executable, &c.Progress, &c.Logger)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
@@ -108,9 +89,7 @@ func (c SoakConfig) Validate() error {
 	if err := c.setDefaults(); err != nil {
 		return err
 	}
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: bench.SoakConfig."+format, append([]any{ErrInvalidConfig}, args...)...)
-	}
+	bad := invalidField("SoakConfig")
 	switch {
 	case c.Workers < 1:
 		return bad("Workers must be ≥ 1, got %d", c.Workers)
@@ -190,11 +169,8 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
 		return nil, fmt.Errorf("bench soak: empty the tables: %w", err)
 	}
-	dest, err := fakedest.New(fakedest.Config{Logger: cfg.Logger})
+	dest, err := startDest(cfg.Logger, nil)
 	if err != nil {
-		return nil, err
-	}
-	if err := dest.Start(); err != nil {
 		return nil, err
 	}
 	defer dest.Close()
@@ -211,14 +187,11 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 		p := names[i%len(names)]
 		fmt.Fprintf(&csv, "%s,%s/%s/%d,%s\n", p, dest.URL(), p, i, cfg.Interval)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(csv.String()), sources.ImportOptions{Format: sources.FormatCSV}); err != nil {
+	if err := importCSV(ctx, pool, csv.String()); err != nil {
 		return nil, err
 	}
-	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: filepath.Join(dir), N: cfg.Workers, Args: []string{
-		"worker", "--database-url", cfg.DatabaseURL, "-q", "--log-level", "warn",
-		"--allow-private-networks", "--http-addr", "", "--startup-jitter", "0",
-		"--concurrency", strconv.Itoa(cfg.Concurrency),
-	}})
+	fleet, err := workers.Start(workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers,
+		Args: workerArgs(cfg.DatabaseURL, "warn", "", cfg.Concurrency)})
 	if err != nil {
 		return nil, err
 	}

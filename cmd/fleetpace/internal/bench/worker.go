@@ -27,6 +27,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/queue"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
@@ -244,14 +245,14 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	sources.ConfigureRecorderPool(recPoolCfg, cfg.RecorderAsyncCommit)
+	recorder.ConfigurePool(recPoolCfg, cfg.RecorderAsyncCommit)
 	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	defer recPool.Close()
 	host, _ := os.Hostname()
-	rec, err := sources.NewRecorder(recPool, sources.RecorderConfig{Logger: cfg.Logger, NoHistory: cfg.NoHistory,
+	rec, err := recorder.New(recPool, recorder.Config{Logger: cfg.Logger, NoHistory: cfg.NoHistory,
 		Worker: fmt.Sprintf("%s-%d-bench", host, os.Getpid())})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

@@ -59,11 +59,7 @@ func snapshot(t *testing.T, pool *pgxpool.Pool) string {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	for _, setup := range [][]string{
 		{"platforms", "set", "ok", "--rate", "5"},
 		{"sources", "add", "--platform", "ok", "--url", "https://ok.example/1"},

@@ -74,11 +74,7 @@ func envWithout(name string) []string {
 
 func count(t *testing.T, url, sql string) int {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	var n int
 	if err := pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
 		t.Fatal(err)

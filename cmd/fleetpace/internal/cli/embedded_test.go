@@ -1,35 +1,17 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/syncbuf"
 )
-
-// lockedBuffer is a process's stderr, read while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // eventually polls cond every 100 ms until it holds or the deadline passes.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -49,6 +31,9 @@ var embeddedPortRE = regexp.MustCompile(`using embedded PostgreSQL in \S+ \(127\
 // /readyz stayed 503 for ever).
 func TestWorkerRidesThroughEmbeddedRestart(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("-short: restarts the embedded cluster under a running worker")
+	}
 	dir := embeddedDataDir(t)
 	port := func(r result) string {
 		t.Helper()
@@ -67,7 +52,7 @@ func TestWorkerRidesThroughEmbeddedRestart(t *testing.T) {
 		"--startup-jitter", "0", "--poll-base", "200ms", "--poll-max", "1s", "--heartbeat", "1s")
 	worker.Env = envWithout("DATABASE_URL")
 	worker.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	worker.Stderr = &log
 	if err := worker.Start(); err != nil {
 		t.Fatal(err)

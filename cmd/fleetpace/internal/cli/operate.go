@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetpace/fleetpace/control"
+	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/redact"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -220,7 +221,7 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 	case s.ConsecutiveFailures > 0:
 		state = fmt.Sprintf("failing (%d in a row)", s.ConsecutiveFailures)
 	case s.LastOutcome != nil:
-		state = *s.LastOutcome
+		state = string(*s.LastOutcome)
 	}
 	fmt.Fprintf(tw, "state\t%s\n", state)
 	// The last check that counted (a 429 is no check: the source keeps its
@@ -295,9 +296,9 @@ func (a *app) writeSource(rep *status.SourceReport) error {
 
 // fmtAnswer is an answer's status and outcome: "HTTP 429, rate_pressure",
 // "no answer, failed".
-func fmtAnswer(status int, outcome string) string {
+func fmtAnswer(status int, outcome fetch.Outcome) string {
 	if status == 0 {
-		return "no answer, " + outcome
+		return "no answer, " + string(outcome)
 	}
 	return fmt.Sprintf("HTTP %d, %s", status, outcome)
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -35,11 +33,7 @@ func TestOperateBadInput(t *testing.T) {
 	url := testdb.URL(t)
 	dbq(t, url, "platforms", "set", "feeds", "--rate", "7", "--burst", "2")
 	dbq(t, url, "sources", "add", "--platform", "feeds", "--url", "https://feeds.example/a")
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	before := snapshot(t, pool)
 	tests := []struct {
 		args []string
@@ -112,12 +106,13 @@ func TestOperateBadInput(t *testing.T) {
 }
 
 // Changing only --burst keeps the rate, the cooldown, the multiplier and
-// every other setting.
+// every other setting. --rate-limit-headers, the deprecated name of
+// --use-headers, still sets it, and says so.
 func TestPlatformsSetPartial(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	dbq(t, url, "platforms", "set", "feeds", "--rate", "7", "--burst", "2", "--cooldown", "20m", "--max-multiplier", "8",
-		"--decay-after", "50", "--backoff-factor", "2", "--recovery-factor", "1.5", "--probe=false", "--rate-limit-headers=false",
+		"--decay-after", "50", "--backoff-factor", "2", "--recovery-factor", "1.5", "--probe=false", "--use-headers=false",
 		"--adapt", "multiplier")
 	r := dbq(t, url, "platforms", "set", "feeds", "--burst", "3")
 	if !strings.Contains(r.stdout, "platform feeds updated: rate 7/s, burst 3, cooldown 20m0s, max multiplier 8") {
@@ -128,9 +123,13 @@ func TestPlatformsSetPartial(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sources.Platform{Name: "feeds", RatePerSec: 7, Burst: 3, Cooldown: 20 * time.Minute, MaxMultiplier: 8,
-		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, IgnoreHeaders: true, Adapt: sources.AdaptMultiplier, KeyBurst: 1}
+		DecayAfter: 50, BackoffFactor: 2, RecoveryFactor: 1.5, NoProbe: true, NoUseHeaders: true, Adapt: sources.AdaptMultiplier, KeyBurst: 1}
 	if len(ps) != 1 || ps[0] != want {
 		t.Fatalf("after --burst 3: %+v, want %+v", ps, want)
+	}
+	r = dbq(t, url, "platforms", "set", "feeds", "--rate-limit-headers=true")
+	if !strings.Contains(r.stdout, "use headers true") || !strings.Contains(r.stderr, "--rate-limit-headers is deprecated: use --use-headers") {
+		t.Fatalf("set --rate-limit-headers=true: %s", r)
 	}
 }
 
@@ -142,11 +141,7 @@ func TestSourcesShowHistory(t *testing.T) {
 	url := testdb.URL(t)
 	dbq(t, url, "platforms", "set", "feeds", "--rate", "7")
 	dbq(t, url, "sources", "add", "--platform", "feeds", "--url", "https://user:s3cret@feeds.example/a")
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	for _, c := range []sources.Check{
 		{Outcome: "ok", Status: 200, Bytes: 512, Worker: "w1"},
 		{Outcome: "failed", Status: 404, Error: "HTTP 404 Not Found", Worker: "w2"},
@@ -194,11 +189,7 @@ func TestStatusCompactAndDue(t *testing.T) {
 		dbq(t, url, "sources", "add", "--platform", p, "--url", "https://"+p+".example/1")
 		dbq(t, url, "sources", "add", "--platform", p, "--url", "https://"+p+".example/2")
 	}
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	long := "HTTP 429 Too Many Requests, Retry-After 600 s, from a very talkative destination that explains itself at length"
 	if _, _, err := sources.SetCooldown(context.Background(), pool, "cool", 600*time.Second, long, 0.5); err != nil {
 		t.Fatal(err)
@@ -318,11 +309,7 @@ func TestSteerCommands(t *testing.T) {
 		dbq(t, url, "sources", "add", "--platform", "feeds", "--url", u)
 	}
 	dbq(t, url, "sources", "add", "--platform", "other", "--url", "https://other.example/a")
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := testdb.PoolOf(t, url)
 	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET multiplier = 16 WHERE platform = 'feeds'`); err != nil {
 		t.Fatal(err)
 	}

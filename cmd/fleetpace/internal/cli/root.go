@@ -297,17 +297,7 @@ PostgreSQL cluster under --data-dir, started on first use.`,
 		a.embeddedCmd(),
 		a.demoCmd(),
 		a.simulateCmd(),
-		a.benchCmd(
-			a.benchScanCmd(),
-			a.benchPacerCmd(),
-			a.benchPacerChildCmd(),
-			a.benchFleetCmd(),
-			a.benchSoakCmd(),
-			a.benchWorkerCmd(),
-			a.benchAdaptCmd(),
-			a.benchDashboardCmd(),
-			a.benchKeysCmd(),
-		),
+		a.benchCmd(a.benchCmds()...),
 	)
 	a.addVersion(root)
 	refuseUnknownSubcommands(root)

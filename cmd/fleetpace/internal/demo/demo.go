@@ -43,6 +43,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 	"github.com/fleetpace/fleetpace/internal/workers"
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -433,7 +434,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, destURL string, n int, tl ti
 		// the whole run.
 		fmt.Fprintf(&b, "%s,%s%s%d,2s\n", s.name, destURL, s.prefix(), i/len(specs)+1)
 	}
-	if _, err := sources.Import(ctx, pool, strings.NewReader(b.String()), sources.ImportOptions{}); err != nil {
+	if _, err := sourcefile.Import(ctx, pool, strings.NewReader(b.String()), sourcefile.Options{}); err != nil {
 		return fmt.Errorf("demo: sources: %w", err)
 	}
 	return nil

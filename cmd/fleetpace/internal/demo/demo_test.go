@@ -2,7 +2,6 @@ package demo_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/xml"
 	"errors"
 	"io"
@@ -10,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/browser"
+	"github.com/fleetpace/fleetpace/internal/syncbuf"
 	"github.com/fleetpace/fleetpace/internal/testbin"
 )
 
@@ -39,29 +38,11 @@ func setup(t *testing.T) string {
 	return dir
 }
 
-// syncBuffer collects a process's output while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func demoCmd(dir string, args ...string) (*exec.Cmd, *syncBuffer) {
+func demoCmd(dir string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	all := append([]string{"demo", "--tmp-dir", dir, "--chart", filepath.Join(dir, "chart.svg")}, args...)
 	cmd := exec.Command(binary, all...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/ignored")
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	return cmd, out
 }
@@ -100,6 +81,9 @@ func assertNothingLeft(t *testing.T, dir string) {
 // ceiling exceeded), shows every platform's effect, writes a valid SVG chart
 // and leaves no process or temporary directory behind.
 func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the demo: real worker processes for seconds")
+	}
 	dir := setup(t)
 	cmd, out := demoCmd(dir, "--duration", "15s", "--workers", "2")
 	err := cmd.Run()
@@ -183,10 +167,10 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-// The chart check fails the chart the demo drew before issue 12: legend
+// The chart check fails a chart with both faults it looks for: legend
 // entries on top of each other, ticks "0.00" and "25.00".
-func TestChartCheckFailsTheOldChart(t *testing.T) {
-	old, err := filepath.Abs("testdata/chart-before-issue-12.svg")
+func TestChartCheckFailsABadChart(t *testing.T) {
+	old, err := filepath.Abs("testdata/chart-overlapping-legend.svg")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,9 +184,9 @@ func TestChartCheckFailsTheOldChart(t *testing.T) {
 		ticks = ticks || strings.Contains(p, "is not a whole number")
 	}
 	if !overlap || !ticks {
-		t.Fatalf("the old chart passes the check: %q", c.Problems)
+		t.Fatalf("the bad chart passes the check: %q", c.Problems)
 	}
-	t.Logf("the old chart's problems: %q", c.Problems)
+	t.Logf("the bad chart's problems: %q", c.Problems)
 }
 
 func assertSVG(t *testing.T, path string) {
@@ -238,6 +222,9 @@ func assertSVG(t *testing.T, path string) {
 // TestDemoInterrupt sends SIGINT to a running demo: it exits promptly with a
 // failure code and stops and removes everything it started.
 func TestDemoInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the demo: real worker processes")
+	}
 	dir := setup(t)
 	cmd, out := demoCmd(dir, "--duration", "60s", "--workers", "2")
 	if err := cmd.Start(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"image/color"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -14,6 +13,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/atomicfile"
 )
 
 var (
@@ -103,24 +104,5 @@ func (r *SimResult) WriteChart(path string) error {
 			}
 		}
 	}
-	return writeFileAtomic(path, canvas)
-}
-
-// writeFileAtomic writes to a temporary file beside path and renames it.
-func writeFileAtomic(path string, w io.WriterTo) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := w.WriteTo(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, canvas)
 }

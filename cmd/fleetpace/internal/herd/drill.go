@@ -1,12 +1,12 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -96,18 +96,12 @@ type DrillConfig struct {
 }
 
 func (c DrillConfig) withDefaults() DrillConfig {
-	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultDrillMaxConnections
-	}
-	if c.Pollers == 0 {
-		c.Pollers = DefaultDrillPollers
-	}
+	c.MaxConnections = cmp.Or(c.MaxConnections, DefaultDrillMaxConnections)
+	c.Pollers = cmp.Or(c.Pollers, DefaultDrillPollers)
 	orDefault(&c.ClaimTime, DefaultDrillClaimTime)
 	orDefault(&c.Base, poller.DefaultBase)
 	orDefault(&c.Max, poller.DefaultMax)
-	if c.JitterRatio == 0 {
-		c.JitterRatio = poller.DefaultJitterRatio
-	}
+	c.JitterRatio = cmp.Or(c.JitterRatio, poller.DefaultJitterRatio)
 	orDefault(&c.Warmup, c.Max+10*time.Second)
 	orDefault(&c.Window, DefaultDrillWindow)
 	orDefault(&c.After, time.Duration(float64(c.Max)*(1+c.JitterRatio))+5*time.Second)
@@ -115,9 +109,7 @@ func (c DrillConfig) withDefaults() DrillConfig {
 	orDefault(&c.RetryFor, DefaultRetryFor)
 	orDefault(&c.ConnectTimeout, dbconn.DefaultConnectTimeout)
 	orDefault(&c.SampleEvery, DefaultSampleEvery)
-	if c.Seed == 0 {
-		c.Seed = DefaultSeed
-	}
+	c.Seed = cmp.Or(c.Seed, DefaultSeed)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,29 +118,23 @@ func (c DrillConfig) withDefaults() DrillConfig {
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c DrillConfig) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	d := c.withDefaults()
 	switch {
 	case c.MaxConnections < 0 || (c.DatabaseURL == "" && d.MaxConnections < 5):
-		return bad("MaxConnections %d must be ≥ 5", c.MaxConnections)
+		return invalid("MaxConnections %d must be ≥ 5", c.MaxConnections)
 	case c.Pollers < 0 || d.Pollers > 10_000:
-		return bad("Pollers %d must be in 1..10000", c.Pollers)
-	case c.ClaimTime < 0:
-		return bad("ClaimTime %s must be > 0", c.ClaimTime)
-	case c.Base < 0:
-		return bad("Base %s must be > 0", c.Base)
-	case c.Max < 0 || d.Max < d.Base:
-		return bad("Max %s must be ≥ Base %s", d.Max, d.Base)
-	case math.IsNaN(c.JitterRatio) || c.JitterRatio < 0 || c.JitterRatio > 1:
-		return bad("JitterRatio %v must be in (0, 1]", c.JitterRatio)
+		return invalid("Pollers %d must be in 1..10000", c.Pollers)
+	}
+	if err := checkPolling(c.ClaimTime, c.Base, c.Max, d.Base, d.Max, c.JitterRatio); err != nil {
+		return err
+	}
+	switch {
 	case c.Warmup < 0, c.Window < 0, c.After < 0:
-		return bad("Warmup, Window and After must be > 0")
+		return invalid("Warmup, Window and After must be > 0")
 	case c.RetryDelay < 0 || c.RetryFor < 0:
-		return bad("RetryDelay and RetryFor must be > 0")
+		return invalid("RetryDelay and RetryFor must be > 0")
 	case c.ConnectTimeout < 0 || c.SampleEvery < 0:
-		return bad("ConnectTimeout and SampleEvery must be > 0")
+		return invalid("ConnectTimeout and SampleEvery must be > 0")
 	}
 	return nil
 }

@@ -17,6 +17,9 @@ import (
 // schedule, retry-on-acquire: the negative control) is refused more, in
 // all and after the window, and recovers no sooner.
 func TestDrill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: drills 2,000 pollers against a real PostgreSQL for a minute")
+	}
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -1,6 +1,7 @@
 package herd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,58 +143,52 @@ const NoAttemptCost time.Duration = -1
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c SimConfig) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	d := c.withDefaults()
 	switch {
 	case c.Pollers < 0 || c.Pollers > MaxPollers:
-		return bad("Pollers %d must be in 1..%d", c.Pollers, MaxPollers)
+		return invalid("Pollers %d must be in 1..%d", c.Pollers, MaxPollers)
 	case c.Backends < 0:
-		return bad("Backends %d must be ≥ 1", c.Backends)
-	case c.ClaimTime < 0:
-		return bad("ClaimTime %s must be > 0", c.ClaimTime)
-	case c.Base < 0:
-		return bad("Base %s must be > 0", c.Base)
-	case c.Max < 0 || d.Max < d.Base:
-		return bad("Max %s must be ≥ Base %s", d.Max, d.Base)
-	case math.IsNaN(c.JitterRatio) || c.JitterRatio < 0 || c.JitterRatio > 1:
-		return bad("JitterRatio %v must be in (0, 1]", c.JitterRatio)
+		return invalid("Backends %d must be ≥ 1", c.Backends)
+	}
+	if err := checkPolling(c.ClaimTime, c.Base, c.Max, d.Base, d.Max, c.JitterRatio); err != nil {
+		return err
+	}
+	switch {
 	case c.Duration < 0 || d.Duration > 24*time.Hour:
-		return bad("Duration %s must be in (0, 24h]", c.Duration)
+		return invalid("Duration %s must be in (0, 24h]", c.Duration)
 	case c.RetryDelay < 0:
-		return bad("RetryDelay %s must be > 0", c.RetryDelay)
+		return invalid("RetryDelay %s must be > 0", c.RetryDelay)
 	case c.RetryFor < 0:
-		return bad("RetryFor %s must be > 0", c.RetryFor)
+		return invalid("RetryFor %s must be > 0", c.RetryFor)
 	case c.AttemptCost < NoAttemptCost:
-		return bad("AttemptCost %s must be ≥ 0", c.AttemptCost)
+		return invalid("AttemptCost %s must be ≥ 0", c.AttemptCost)
 	case c.Cores < 0:
-		return bad("Cores %d must be ≥ 1", c.Cores)
+		return invalid("Cores %d must be ≥ 1", c.Cores)
 	case c.Parallel < 0:
-		return bad("Parallel %d must be ≥ 1", c.Parallel)
+		return invalid("Parallel %d must be ≥ 1", c.Parallel)
 	}
 	s := d.Scenario
 	switch s.Kind {
 	case Restart, DBRestart, Saturation:
 	default:
-		return bad("Scenario.Kind %q is not one of %s, %s, %s", s.Kind, Restart, DBRestart, Saturation)
+		return invalid("Scenario.Kind %q is not one of %s, %s, %s", s.Kind, Restart, DBRestart, Saturation)
 	}
 	switch {
 	case c.Scenario.At < 0:
-		return bad("Scenario.At %s must not be negative", c.Scenario.At)
+		return invalid("Scenario.At %s must not be negative", c.Scenario.At)
 	case c.Scenario.For < 0:
-		return bad("Scenario.For %s must be > 0", c.Scenario.For)
+		return invalid("Scenario.For %s must be > 0", c.Scenario.For)
 	case math.IsNaN(c.Scenario.Slowdown) || math.IsInf(c.Scenario.Slowdown, 0) || c.Scenario.Slowdown < 0 || (c.Scenario.Slowdown > 0 && c.Scenario.Slowdown < 1):
-		return bad("Scenario.Slowdown %v must be ≥ 1", c.Scenario.Slowdown)
+		return invalid("Scenario.Slowdown %v must be ≥ 1", c.Scenario.Slowdown)
 	case s.Hold < 0 || s.Hold >= d.Backends:
-		return bad("Scenario.Hold %d must be in 0..Backends−1 (%d)", s.Hold, d.Backends-1)
+		return invalid("Scenario.Hold %d must be in 0..Backends−1 (%d)", s.Hold, d.Backends-1)
 	case s.Kind != Restart && s.At+s.For > d.Duration:
-		return bad("Scenario.At + For (%s) must be ≤ Duration %s", s.At+s.For, d.Duration)
+		return invalid("Scenario.At + For (%s) must be ≤ Duration %s", s.At+s.For, d.Duration)
 	}
 	seen := map[Mode]bool{}
 	for _, m := range c.Modes {
 		if seen[m] {
-			return bad("Modes lists %s twice", m)
+			return invalid("Modes lists %s twice", m)
 		}
 		seen[m] = true
 	}
@@ -201,36 +196,24 @@ func (c SimConfig) Validate() error {
 }
 
 func (c SimConfig) withDefaults() SimConfig {
-	if c.Pollers == 0 {
-		c.Pollers = DefaultPollers
-	}
-	if c.Backends == 0 {
-		c.Backends = DefaultBackends
-	}
+	c.Pollers = cmp.Or(c.Pollers, DefaultPollers)
+	c.Backends = cmp.Or(c.Backends, DefaultBackends)
 	orDefault(&c.ClaimTime, DefaultClaimTime)
 	orDefault(&c.Base, poller.DefaultBase)
 	orDefault(&c.Max, poller.DefaultMax)
-	if c.JitterRatio == 0 {
-		c.JitterRatio = poller.DefaultJitterRatio
-	}
+	c.JitterRatio = cmp.Or(c.JitterRatio, poller.DefaultJitterRatio)
 	orDefault(&c.RetryDelay, DefaultRetryDelay)
 	orDefault(&c.RetryFor, DefaultRetryFor)
 	orDefault(&c.AttemptCost, DefaultAttemptCost)
 	if c.AttemptCost < 0 {
 		c.AttemptCost = 0
 	}
-	if c.Cores == 0 {
-		c.Cores = DefaultCores
-	}
-	if c.Seed == 0 {
-		c.Seed = DefaultSeed
-	}
+	c.Cores = cmp.Or(c.Cores, DefaultCores)
+	c.Seed = cmp.Or(c.Seed, DefaultSeed)
 	if len(c.Modes) == 0 {
 		c.Modes = AllModes()
 	}
-	if c.Parallel == 0 {
-		c.Parallel = runtime.GOMAXPROCS(0)
-	}
+	c.Parallel = cmp.Or(c.Parallel, runtime.GOMAXPROCS(0))
 	s := &c.Scenario
 	if s.Kind == "" {
 		s.Kind = Restart
@@ -261,6 +244,27 @@ func (c SimConfig) withDefaults() SimConfig {
 }
 
 // orDefault sets *v to def if it is zero.
+// checkPolling checks the polling schedule the simulation and the drill
+// share: the settings as given, and Base and Max with their defaults.
+func checkPolling(claimTime, base, max, dBase, dMax time.Duration, jitterRatio float64) error {
+	switch {
+	case claimTime < 0:
+		return invalid("ClaimTime %s must be > 0", claimTime)
+	case base < 0:
+		return invalid("Base %s must be > 0", base)
+	case max < 0 || dMax < dBase:
+		return invalid("Max %s must be ≥ Base %s", dMax, dBase)
+	case math.IsNaN(jitterRatio) || jitterRatio < 0 || jitterRatio > 1:
+		return invalid("JitterRatio %v must be in (0, 1]", jitterRatio)
+	}
+	return nil
+}
+
+// invalid is the error of a bad field: format, wrapping ErrInvalidConfig.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
 func orDefault(v *time.Duration, def time.Duration) {
 	if *v == 0 {
 		*v = def

@@ -1,10 +1,9 @@
-package sources
+package sourcefile
 
 import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -15,149 +14,20 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/fleetpace/fleetpace/sources"
 )
-
-// Format is the format of an import file.
-type Format string
-
-// Import formats.
-const (
-	FormatAuto  Format = ""      // decided from the first non-blank byte: '{' is JSON lines, else CSV
-	FormatCSV   Format = "csv"   // header line naming platform, url and optionally interval and key
-	FormatJSONL Format = "jsonl" // one object per line: {"platform":..., "url":..., "interval":"30m", "key":...}
-)
-
-// ImportOptions configures Import.
-type ImportOptions struct {
-	Format          Format        // default: FormatAuto
-	DefaultInterval time.Duration // for rows without an interval; default DefaultInterval
-}
-
-// Validate reports an invalid option, wrapping ErrInvalid.
-func (o ImportOptions) Validate() error {
-	switch {
-	case o.Format != FormatAuto && o.Format != FormatCSV && o.Format != FormatJSONL:
-		return &FieldError{Field: "format", Value: string(o.Format), Reason: "must be csv or jsonl"}
-	case o.DefaultInterval != 0 && (o.DefaultInterval < MinInterval || o.DefaultInterval > MaxInterval):
-		return &FieldError{Field: "interval", Value: o.DefaultInterval.String(),
-			Reason: fmt.Sprintf("must be in [%s, %s] (0: default)", MinInterval, fmtHours(MaxInterval))}
-	}
-	return nil
-}
-
-// ImportResult reports an import that was written.
-type ImportResult struct {
-	Rows     int `json:"rows"`     // data rows read
-	Added    int `json:"added"`    // new sources
-	Existing int `json:"existing"` // rows whose platform and URL were already present (or repeated in the file)
-}
-
-// ImportRow is one valid row of an import file.
-type ImportRow struct {
-	Line int // its line number in the file, 1-based
-	NewSource
-}
-
-// Import reads every row of r, validates all of them, and writes them in one
-// transaction only if every row is valid: one bad line means nothing is
-// written and the ImportError lists every bad line with its number and
-// reason. Rows already present (same platform and URL) are left unchanged
-// (their key too), so re-importing a file adds nothing.
-func Import(ctx context.Context, db Beginner, r io.Reader, opts ImportOptions) (*ImportResult, error) {
-	rows, badRows, err := parse(r, opts)
-	if err != nil {
-		return nil, err
-	}
-
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("import: %w", err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-
-	// Platforms must exist: check every row against one read of the table.
-	known := map[string]bool{}
-	nameRows, err := tx.Query(ctx, platformNamesSQL)
-	if err != nil {
-		return nil, fmt.Errorf("import: platforms: %w", err)
-	}
-	names, err := pgx.CollectRows(nameRows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("import: platforms: %w", err)
-	}
-	for _, n := range names {
-		known[n] = true
-	}
-	for _, row := range rows {
-		if !known[row.Platform] {
-			badRows = append(badRows, &LineError{row.Line, unknownPlatform(row.Platform)})
-		}
-	}
-	if len(badRows) > 0 {
-		sortLineErrors(badRows)
-		return nil, &ImportError{Lines: badRows}
-	}
-	if len(rows) == 0 {
-		return &ImportResult{}, nil
-	}
-
-	if _, err := tx.Exec(ctx, importTempTableSQL); err != nil {
-		return nil, fmt.Errorf("import: %w", err)
-	}
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"fleetpace_import"}, []string{"platform", "url", "check_interval", "key"},
-		pgx.CopyFromSlice(len(rows), func(i int) ([]any, error) {
-			return []any{rows[i].Platform, rows[i].URL, rows[i].Interval, rows[i].Key}, nil
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("import: copy: %w", err)
-	}
-	tag, err := tx.Exec(ctx, importInsertSQL)
-	if err != nil {
-		return nil, fmt.Errorf("import: insert: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("import: commit: %w", err)
-	}
-	added := int(tag.RowsAffected())
-	return &ImportResult{Rows: len(rows), Added: added, Existing: len(rows) - added}, nil
-}
-
-// Parse reads an import file without a database: it returns every row,
-// each valid on its own (NewSource.Validate: the platform's name, the URL,
-// the interval, the key) with its line number, or an *ImportError that lists every
-// bad line. Whether the platforms exist is left to Import. Other errors
-// are the reader's.
-//
-// What it refuses, besides bad fields: in CSV, a header naming a column
-// other than platform, url, interval and key (or one twice), a row with more
-// fields than the header, and broken quoting (reported at the line where
-// the quoted field began); in JSON lines, anything but exactly one object
-// per line (two objects, trailing data), a key given twice, unknown keys
-// and values that are not strings; in both, a line longer than
-// MaxLineBytes and bytes that are not UTF-8. A UTF-8 byte order mark at
-// the start is skipped, and blank lines are ignored.
-func Parse(r io.Reader, opts ImportOptions) ([]ImportRow, error) {
-	rows, bad, err := parse(r, opts)
-	if err != nil {
-		return nil, err
-	}
-	if len(bad) > 0 {
-		return nil, &ImportError{Lines: bad}
-	}
-	return rows, nil
-}
 
 // MaxLineBytes is the longest line of an import file: far more than a row
-// needs (a URL is at most MaxURLBytes), and a bound on what one line costs.
+// needs (a URL is at most sources.MaxURLBytes), and a bound on what one
+// line costs.
 const MaxLineBytes = 1 << 20
 
-func parse(r io.Reader, opts ImportOptions) ([]ImportRow, []*LineError, error) {
+func parse(r io.Reader, opts Options) ([]Row, []*LineError, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("import: %w", err)
 	}
 	if opts.DefaultInterval == 0 {
-		opts.DefaultInterval = DefaultInterval
+		opts.DefaultInterval = sources.DefaultInterval
 	}
 	br := bufio.NewReaderSize(r, 64*1024)
 	if b, err := br.Peek(len(bom)); err == nil && string(b) == bom {
@@ -168,7 +38,7 @@ func parse(r io.Reader, opts ImportOptions) ([]ImportRow, []*LineError, error) {
 		format = sniff(br)
 	}
 	var (
-		rows []ImportRow
+		rows []Row
 		bad  []*LineError
 		err  error
 	)
@@ -204,7 +74,7 @@ func sniff(br *bufio.Reader) Format {
 // csvColumns are the columns an import's CSV header may name.
 var csvColumns = []string{"platform", "url", "interval", "key"}
 
-func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError, error) {
+func readCSV(r io.Reader, defInterval time.Duration) ([]Row, []*LineError, error) {
 	lr := &lineLimiter{r: r, max: MaxLineBytes, line: 1}
 	cr := csv.NewReader(lr)
 	cr.FieldsPerRecord = -1
@@ -217,7 +87,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 		var pe *csv.ParseError
 		switch {
 		case errors.As(err, &tooLong):
-			return &LineError{tooLong.line, &FieldError{Field: "line", Value: "", Reason: fmt.Sprintf("is longer than %d bytes", MaxLineBytes)}}, nil
+			return &LineError{tooLong.line, &sources.FieldError{Field: "line", Value: "", Reason: fmt.Sprintf("is longer than %d bytes", MaxLineBytes)}}, nil
 		case errors.As(err, &pe):
 			line, reason := pe.StartLine, pe.Err.Error()
 			if line == 0 {
@@ -226,7 +96,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 			if errors.Is(pe.Err, csv.ErrQuote) && pe.Line > line {
 				reason = fmt.Sprintf("has a quoted field that is never closed (read to line %d)", pe.Line)
 			}
-			return &LineError{line, &FieldError{Field: "csv", Value: "", Reason: reason}}, nil
+			return &LineError{line, &sources.FieldError{Field: "csv", Value: "", Reason: reason}}, nil
 		}
 		return nil, fmt.Errorf("import: read: %w", err)
 	}
@@ -237,7 +107,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 	if err != nil {
 		le, err := csvError(err)
 		if le != nil {
-			le.Err = &FieldError{Field: "header", Value: "", Reason: "cannot be read: " + le.Err.Error()}
+			le.Err = &sources.FieldError{Field: "header", Value: "", Reason: "cannot be read: " + le.Err.Error()}
 			return nil, []*LineError{le}, nil
 		}
 		return nil, nil, err
@@ -247,17 +117,17 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 	for i, h := range header {
 		name := strings.ToLower(strings.TrimSpace(h))
 		if !slices.Contains(csvColumns, name) {
-			return nil, []*LineError{{headerLine, &FieldError{Field: "header", Value: h,
+			return nil, []*LineError{{headerLine, &sources.FieldError{Field: "header", Value: h,
 				Reason: fmt.Sprintf("names an unknown column (column %d; the columns are %s)", i+1, strings.Join(csvColumns, ", "))}}}, nil
 		}
 		if _, dup := col[name]; dup {
-			return nil, []*LineError{{headerLine, &FieldError{Field: "header", Value: h, Reason: fmt.Sprintf("names column %s twice", name)}}}, nil
+			return nil, []*LineError{{headerLine, &sources.FieldError{Field: "header", Value: h, Reason: fmt.Sprintf("names column %s twice", name)}}}, nil
 		}
 		col[name] = i
 	}
 	for _, need := range []string{"platform", "url"} {
 		if _, ok := col[need]; !ok {
-			return nil, []*LineError{{headerLine, &FieldError{Field: "header", Value: strings.Join(header, ","),
+			return nil, []*LineError{{headerLine, &sources.FieldError{Field: "header", Value: strings.Join(header, ","),
 				Reason: "must name the columns platform and url (and optionally interval and key)"}}}, nil
 		}
 	}
@@ -268,7 +138,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 		}
 		return strings.TrimSpace(rec[i])
 	}
-	var rows []ImportRow
+	var rows []Row
 	var bad []*LineError
 	for {
 		rec, err := cr.Read()
@@ -291,7 +161,7 @@ func readCSV(r io.Reader, defInterval time.Duration) ([]ImportRow, []*LineError,
 			continue
 		}
 		if len(rec) > len(header) {
-			bad = append(bad, &LineError{line, &FieldError{Field: "csv", Value: strings.Join(rec[len(header):], ","),
+			bad = append(bad, &LineError{line, &sources.FieldError{Field: "csv", Value: strings.Join(rec[len(header):], ","),
 				Reason: fmt.Sprintf("has %d fields, more than the header's %d", len(rec), len(header))}})
 			continue
 		}
@@ -341,8 +211,8 @@ func (l *lineLimiter) Read(p []byte) (int, error) {
 // jsonKeys are the keys of an import's JSON object.
 var jsonKeys = []string{"platform", "url", "interval", "key"}
 
-func readJSONL(br *bufio.Reader, defInterval time.Duration) ([]ImportRow, []*LineError, error) {
-	var rows []ImportRow
+func readJSONL(br *bufio.Reader, defInterval time.Duration) ([]Row, []*LineError, error) {
+	var rows []Row
 	var bad []*LineError
 	for line := 1; ; line++ {
 		text, tooLong, err := readLine(br, MaxLineBytes)
@@ -351,7 +221,7 @@ func readJSONL(br *bufio.Reader, defInterval time.Duration) ([]ImportRow, []*Lin
 		}
 		switch {
 		case tooLong:
-			bad = append(bad, &LineError{line, &FieldError{Field: "line", Value: "", Reason: fmt.Sprintf("is longer than %d bytes", MaxLineBytes)}})
+			bad = append(bad, &LineError{line, &sources.FieldError{Field: "line", Value: "", Reason: fmt.Sprintf("is longer than %d bytes", MaxLineBytes)}})
 		case len(bytes.TrimSpace(text)) > 0:
 			fields, lerr := parseJSONLine(line, bytes.TrimSpace(text))
 			if lerr != nil {
@@ -401,7 +271,7 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 // values are strings.
 func parseJSONLine(line int, text []byte) (map[string]string, *LineError) {
 	bad := func(field, value, reason string) *LineError {
-		return &LineError{line, &FieldError{Field: field, Value: value, Reason: reason}}
+		return &LineError{line, &sources.FieldError{Field: field, Value: value, Reason: reason}}
 	}
 	if !utf8.Valid(text) {
 		return nil, bad("json", "", "is not valid UTF-8")
@@ -451,21 +321,30 @@ func parseJSONLine(line int, text []byte) (map[string]string, *LineError) {
 	return fields, nil
 }
 
-func parseRow(line int, platform, rawURL, interval, key string, def time.Duration) (ImportRow, *LineError) {
-	s := NewSource{Platform: platform, URL: rawURL, Interval: def, Key: key}
+func parseRow(line int, platform, rawURL, interval, key string, def time.Duration) (Row, *LineError) {
+	s := sources.NewSource{Platform: platform, URL: rawURL, Interval: def, Key: key}
 	if interval != "" {
 		d, err := time.ParseDuration(interval)
 		if err != nil {
-			return ImportRow{}, &LineError{line, &FieldError{Field: "interval", Value: interval, Reason: `must be a duration such as "30m" or "1h"`}}
+			return Row{}, &LineError{line, &sources.FieldError{Field: "interval", Value: interval, Reason: `must be a duration such as "30m" or "1h"`}}
 		}
 		s.Interval = d
 	}
 	if err := s.Validate(); err != nil {
-		return ImportRow{}, &LineError{line, err}
+		return Row{}, &LineError{line, err}
 	}
-	return ImportRow{Line: line, NewSource: s}, nil
+	return Row{Line: line, NewSource: s}, nil
 }
 
 func sortLineErrors(errs []*LineError) {
 	slices.SortStableFunc(errs, func(a, b *LineError) int { return cmp.Compare(a.Line, b.Line) })
+}
+
+// clip shortens valid UTF-8 s to at most n bytes, cut at a character
+// boundary, marking the cut with "…".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }

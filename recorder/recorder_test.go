@@ -1,10 +1,8 @@
-package sources_test
+package recorder_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,178 +13,29 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
+	"github.com/fleetpace/fleetpace/recorder"
 	"github.com/fleetpace/fleetpace/sources"
 )
-
-// sourceState is a source's state before a check is recorded.
-type sourceState struct {
-	name string
-	sql  string // UPDATE … WHERE id = $1; $2 is a fixed point in time
-}
-
-var recordStates = []sourceState{
-	{"never checked", `UPDATE fleetpace_source SET due_at = $2::timestamptz, queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
-	{"checked with validators", `UPDATE fleetpace_source SET last_checked_at = $2::timestamptz - interval '1 hour',
-		due_at = $2::timestamptz - interval '1 second', consecutive_failures = 2, last_status = 500, last_outcome = 'failed',
-		last_error = 'boom', etag = '"old"', last_modified = 'Mon, 01 Jan 2024 00:00:00 GMT', content_hash = 'h-old',
-		queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
-	{"failures at cap", `UPDATE fleetpace_source SET last_checked_at = $2::timestamptz - interval '1 hour', due_at = $2::timestamptz,
-		consecutive_failures = 30, etag = '"old"', content_hash = 'h-old', queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
-	{"long interval", `UPDATE fleetpace_source SET check_interval = interval '2 days', due_at = $2::timestamptz,
-		last_checked_at = $2::timestamptz - interval '1 hour', consecutive_failures = 3, queued_at = $2::timestamptz, queued_job_id = 7 WHERE id = $1`},
-}
-
-var recordChecks = []struct {
-	name  string
-	check sources.Check
-}{
-	{"ok with validators", sources.Check{Outcome: "ok", Status: 200, ETag: `"v2"`, LastModified: "Tue, 02 Jan 2024 00:00:00 GMT", ContentHash: "h-new"}},
-	{"ok bare", sources.Check{Outcome: "ok", Status: 200}},
-	{"not_modified", sources.Check{Outcome: "not_modified", Status: 304, ETag: `"ignored"`, ContentHash: "h-ignored"}},
-	{"failed", sources.Check{Outcome: "failed", Status: 500, Error: "HTTP 500"}},
-	{"failed without status", sources.Check{Outcome: "failed", Error: "dial: connection refused"}},
-	{"rate_pressure", sources.Check{Outcome: "rate_pressure", Status: 429}},
-	{"rate_limited", sources.Check{Outcome: "rate_limited", Status: 503, Error: "told to stop"}},
-}
-
-// rowJSON is a source's row without its identity (id, url, created_at).
-func rowJSON(t *testing.T, ctx context.Context, db sources.DBTX, id int64) string {
-	t.Helper()
-	var s string
-	err := db.QueryRow(ctx, `SELECT (to_jsonb(s) - 'id' - 'url' - 'created_at')::text FROM fleetpace_source s WHERE id = $1`, id).Scan(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// Every outcome from every starting state: a source updated by RecordCheck
-// and its twin updated in one RecordChecks batch (with all the other cases)
-// end up with identical rows. Both run in one transaction, so now() is the
-// same for both.
-func TestRecordChecksMatchesRecordCheck(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
-	type pair struct {
-		name   string
-		single int64
-		batch  int64
-		check  sources.Check
-	}
-	var pairs []pair
-	t0 := time.Now().Add(-time.Minute)
-	for _, st := range recordStates {
-		for _, c := range recordChecks {
-			p := pair{name: st.name + " / " + c.name, check: c.check}
-			p.single = f.source(t, "p", fmt.Sprintf("https://p.example/%d/single", len(pairs)), nil)
-			p.batch = f.source(t, "p", fmt.Sprintf("https://p.example/%d/batch", len(pairs)), nil)
-			mustExec(t, f, st.sql, p.single, t0)
-			mustExec(t, f, st.sql, p.batch, t0)
-			if a, b := rowJSON(t, f.ctx, f.pool, p.single), rowJSON(t, f.ctx, f.pool, p.batch); a != b {
-				t.Fatalf("%s: twins differ before the check:\n%s\n%s", p.name, a, b)
-			}
-			pairs = append(pairs, p)
-		}
-	}
-
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx) //nolint:errcheck // test cleanup
-	var batch []sources.CheckRecord
-	for _, p := range pairs {
-		if err := sources.RecordCheck(f.ctx, tx, p.single, p.check); err != nil {
-			t.Fatal(err)
-		}
-		batch = append(batch, sources.CheckRecord{SourceID: p.batch, Check: p.check})
-	}
-	if err := sources.RecordChecks(f.ctx, tx, batch); err != nil {
-		t.Fatal(err)
-	}
-	outcomes := map[string]bool{}
-	for _, p := range pairs {
-		a, b := rowJSON(t, f.ctx, tx, p.single), rowJSON(t, f.ctx, tx, p.batch)
-		if a != b {
-			t.Errorf("%s:\nRecordCheck:  %s\nRecordChecks: %s", p.name, a, b)
-		}
-		outcomes[p.check.Outcome] = true
-	}
-	if len(outcomes) != 5 {
-		t.Fatalf("covered outcomes %v, want all five", outcomes)
-	}
-	// The comparison means something only if the checks changed the rows.
-	if err := tx.Commit(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	s, err := sources.GetSource(f.ctx, f.pool, pairs[0].batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.QueuedAt != nil || s.QueuedJobID != nil || s.LastOutcome == nil || *s.LastOutcome != "ok" || s.ETag == nil || *s.ETag != `"v2"` {
-		t.Fatalf("batch row not updated: %+v", s)
-	}
-}
-
-// A source given twice in one batch gets its last check; the caller's slice
-// is left as it was; an empty batch is a no-op.
-func TestRecordChecksLastWins(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
-	a := f.source(t, "p", "https://p.example/a", nil)
-	b := f.source(t, "p", "https://p.example/b", nil)
-	recs := []sources.CheckRecord{
-		{SourceID: a, Check: sources.Check{Outcome: "failed", Status: 500, Error: "first"}},
-		{SourceID: b, Check: sources.Check{Outcome: "failed", Status: 502, Error: "only"}},
-		{SourceID: a, Check: sources.Check{Outcome: "ok", Status: 200, ETag: `"last"`}},
-	}
-	orig := slices.Clone(recs)
-	if err := sources.RecordChecks(f.ctx, f.pool, recs); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(recs, orig) {
-		t.Fatalf("RecordChecks modified its input: %+v", recs)
-	}
-	sa, err := sources.GetSource(f.ctx, f.pool, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *sa.LastOutcome != "ok" || *sa.LastStatus != 200 || sa.ETag == nil || *sa.ETag != `"last"` ||
-		sa.LastError != nil || sa.ConsecutiveFailures != 0 {
-		t.Fatalf("source a: want its last check (ok, \"last\"), got %+v", sa)
-	}
-	sb, err := sources.GetSource(f.ctx, f.pool, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *sb.LastOutcome != "failed" || *sb.LastError != "only" || sb.ConsecutiveFailures != 1 {
-		t.Fatalf("source b: %+v", sb)
-	}
-	if err := sources.RecordChecks(f.ctx, f.pool, nil); err != nil {
-		t.Fatalf("empty batch: %v", err)
-	}
-}
 
 func TestRecorderConfig(t *testing.T) {
 	t.Parallel()
 	pool := testdb.Pool(t)
-	if _, err := sources.NewRecorder(pool, sources.RecorderConfig{MaxBatch: -1}); err == nil || !strings.Contains(err.Error(), "MaxBatch") {
+	if _, err := recorder.New(pool, recorder.Config{MaxBatch: -1}); err == nil || !strings.Contains(err.Error(), "MaxBatch") {
 		t.Fatalf("MaxBatch -1: err = %v, want one naming MaxBatch", err)
 	}
-	if _, err := sources.NewRecorder(nil, sources.RecorderConfig{}); err == nil {
+	if _, err := recorder.New(nil, recorder.Config{}); err == nil {
 		t.Fatal("nil pool accepted")
 	}
-	r, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+	r, err := recorder.New(pool, recorder.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Record(context.Background(), 1, sources.Check{Outcome: "ok"}); !errors.Is(err, sources.ErrRecorderStopped) {
-		t.Fatalf("Record before Start: %v, want ErrRecorderStopped", err)
+	if err := r.Record(context.Background(), 1, sources.Check{Outcome: "ok"}); !errors.Is(err, recorder.ErrStopped) {
+		t.Fatalf("Record before Start: %v, want ErrStopped", err)
 	}
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -200,21 +49,22 @@ func TestRecorderConfig(t *testing.T) {
 	if err := r.Stop(context.Background()); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	if err := r.Start(context.Background()); !errors.Is(err, sources.ErrRecorderStopped) {
-		t.Fatalf("Start after Stop: %v, want ErrRecorderStopped", err)
+	if err := r.Start(context.Background()); !errors.Is(err, recorder.ErrStopped) {
+		t.Fatalf("Start after Stop: %v, want ErrStopped", err)
 	}
 }
 
-type recorderFixture struct {
-	*fixture
-	rec *sources.Recorder
+type fixture struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	rec  *recorder.Recorder
 }
 
-func setupRecorder(t *testing.T, cfg sources.RecorderConfig) *recorderFixture {
+// setup starts a Recorder with cfg on a database of the test's own.
+func setup(t *testing.T, cfg recorder.Config) *fixture {
 	t.Helper()
-	f := setup(t)
-	f.platform(t, "p", 10)
-	rec, err := sources.NewRecorder(f.pool, cfg)
+	f := &fixture{ctx: context.Background(), pool: testdb.Pool(t)}
+	rec, err := recorder.New(f.pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,31 +72,16 @@ func setupRecorder(t *testing.T, cfg sources.RecorderConfig) *recorderFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Stop(context.Background()) })
-	return &recorderFixture{fixture: f, rec: rec}
+	f.rec = rec
+	return f
 }
 
-func (f *recorderFixture) sources(t *testing.T, n int) []int64 {
-	t.Helper()
-	ids := make([]int64, n)
-	for i := range ids {
-		ids[i] = f.source(t, "p", fmt.Sprintf("https://p.example/%d", i), nil)
-	}
-	mustExec(t, f.fixture, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id`)
-	return ids
-}
+// sources makes n sources on platform p, each queued for the job of its
+// id.
+func (f *fixture) sources(t *testing.T, n int) []int64 { return storetest.Queued(t, f.pool, "p", n) }
 
-// checked counts the sources (of ids) whose check landed: last outcome ok,
-// no longer queued.
-func (f *recorderFixture) checked(t *testing.T, ids []int64) int {
-	t.Helper()
-	var n int
-	err := f.pool.QueryRow(f.ctx, `SELECT count(*) FROM fleetpace_source
-		WHERE id = ANY($1) AND last_outcome = 'ok' AND queued_at IS NULL`, ids).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
+// checked counts the sources (of ids) whose check landed.
+func (f *fixture) checked(t *testing.T, ids []int64) int { return storetest.Checked(t, f.pool, ids) }
 
 // eventually polls cond every 5 ms for up to 10 s.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -261,7 +96,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // lockWaiter returns the pid of the recorder's statement once it waits for a
 // row lock in this test's database. (pg_stat_activity keeps only the first
 // 1 kB of a query: match its start.)
-func (f *recorderFixture) lockWaiter(t *testing.T) int {
+func (f *fixture) lockWaiter(t *testing.T) int {
 	t.Helper()
 	var pid int
 	eventually(t, "the recorder's statement to wait for a row lock", func() bool {
@@ -273,7 +108,7 @@ func (f *recorderFixture) lockWaiter(t *testing.T) int {
 }
 
 // lockRows locks the given sources in a transaction until release is called.
-func (f *recorderFixture) lockRows(t *testing.T, ids ...int64) (release func()) {
+func (f *fixture) lockRows(t *testing.T, ids ...int64) (release func()) {
 	t.Helper()
 	tx, err := f.pool.Begin(f.ctx)
 	if err != nil {
@@ -289,7 +124,7 @@ func (f *recorderFixture) lockRows(t *testing.T, ids ...int64) (release func()) 
 }
 
 // recordAsync calls Record in a goroutine; the error arrives on the channel.
-func (f *recorderFixture) recordAsync(ctx context.Context, id int64) <-chan error {
+func (f *fixture) recordAsync(ctx context.Context, id int64) <-chan error {
 	ch := make(chan error, 1)
 	go func() { ch <- f.rec.Record(ctx, id, sources.Check{Outcome: "ok", Status: 200}) }()
 	return ch
@@ -299,7 +134,7 @@ func (f *recorderFixture) recordAsync(ctx context.Context, id int64) <-chan erro
 // than 200: one per call would be 200 batches.
 func TestRecorderGroupsConcurrentRecords(t *testing.T) {
 	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
+	f := setup(t, recorder.Config{})
 	ids := f.sources(t, 200)
 	start := make(chan struct{})
 	errs := make(chan error, len(ids))
@@ -329,7 +164,7 @@ func TestRecorderGroupsConcurrentRecords(t *testing.T) {
 // go out in batches of at most 3.
 func TestRecorderMaxBatch(t *testing.T) {
 	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{MaxBatch: 3})
+	f := setup(t, recorder.Config{MaxBatch: 3})
 	ids := f.sources(t, 11)
 	release := f.lockRows(t, ids[0])
 	first := f.recordAsync(f.ctx, ids[0])
@@ -354,10 +189,10 @@ func TestRecorderMaxBatch(t *testing.T) {
 }
 
 // Stop writes the checks already queued before it returns; Record after
-// Stop fails with ErrRecorderStopped and writes nothing.
+// Stop fails with ErrStopped and writes nothing.
 func TestRecorderStopFlushesQueued(t *testing.T) {
 	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
+	f := setup(t, recorder.Config{})
 	ids := f.sources(t, 12)
 	queued, late := ids[:11], ids[11]
 	release := f.lockRows(t, queued[0])
@@ -381,7 +216,7 @@ func TestRecorderStopFlushesQueued(t *testing.T) {
 		// skipped when the final batch is taken.
 		ctx, cancel := context.WithTimeout(f.ctx, 10*time.Millisecond)
 		defer cancel()
-		return errors.Is(f.rec.Record(ctx, late, sources.Check{Outcome: "ok"}), sources.ErrRecorderStopped)
+		return errors.Is(f.rec.Record(ctx, late, sources.Check{Outcome: "ok"}), recorder.ErrStopped)
 	})
 	select {
 	case <-stopped:
@@ -401,8 +236,8 @@ func TestRecorderStopFlushesQueued(t *testing.T) {
 	if n := f.checked(t, []int64{late}); n != 0 {
 		t.Fatal("a check refused after Stop was written")
 	}
-	if err := f.rec.Record(f.ctx, late, sources.Check{Outcome: "ok"}); !errors.Is(err, sources.ErrRecorderStopped) {
-		t.Fatalf("Record after Stop: %v, want ErrRecorderStopped", err)
+	if err := f.rec.Record(f.ctx, late, sources.Check{Outcome: "ok"}); !errors.Is(err, recorder.ErrStopped) {
+		t.Fatalf("Record after Stop: %v, want ErrStopped", err)
 	}
 }
 
@@ -410,7 +245,7 @@ func TestRecorderStopFlushesQueued(t *testing.T) {
 // error, and none of the batch is written.
 func TestRecorderStatementErrorReachesEveryWaiter(t *testing.T) {
 	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
+	f := setup(t, recorder.Config{})
 	ids := f.sources(t, 9)
 	f.lockRows(t, ids[0], ids[1])
 	first := f.recordAsync(f.ctx, ids[0])
@@ -451,13 +286,13 @@ func TestRecorderStatementErrorReachesEveryWaiter(t *testing.T) {
 
 // closedPoolRecorder returns a started Recorder whose pool is closed: every
 // statement fails.
-func closedPoolRecorder(t *testing.T) *sources.Recorder {
+func closedPoolRecorder(t *testing.T) *recorder.Recorder {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), testdb.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+	rec, err := recorder.New(pool, recorder.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +310,7 @@ func TestRecorderClosedPool(t *testing.T) {
 	t.Parallel()
 	rec := closedPoolRecorder(t)
 	err := rec.Record(context.Background(), 1, sources.Check{Outcome: "ok"})
-	if err == nil || errors.Is(err, sources.ErrRecorderStopped) {
+	if err == nil || errors.Is(err, recorder.ErrStopped) {
 		t.Fatalf("Record on a closed pool: %v, want the statement's error", err)
 	}
 }
@@ -484,7 +319,7 @@ func TestRecorderClosedPool(t *testing.T) {
 // statement whose every caller gave up is cancelled, freeing the loop.
 func TestRecorderCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
+	f := setup(t, recorder.Config{})
 	ids := f.sources(t, 3)
 	blocked, skipped, after := ids[0], ids[1], ids[2]
 	f.lockRows(t, blocked)
@@ -514,6 +349,210 @@ func TestRecorderCallerGivesUp(t *testing.T) {
 	}
 	if st := f.rec.Stats(); st.Skipped != 1 {
 		t.Fatalf("stats %+v: want 1 skipped", st)
+	}
+}
+
+// Submit writes behind its caller: it returns while the statement that will
+// hold its check is still blocked, the checks of many callers share
+// statements, and Flush returns once all of them have landed.
+func TestRecorderSubmitWritesBehind(t *testing.T) {
+	t.Parallel()
+	f := setup(t, recorder.Config{})
+	ids := f.sources(t, 50)
+	release := f.lockRows(t, ids[0])
+	for _, id := range ids {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.lockWaiter(t) // the first statement is blocked, and every Submit has returned
+	if n := f.checked(t, ids); n != 0 {
+		t.Fatalf("%d checks landed through a locked row", n)
+	}
+	release()
+	if err := f.rec.Flush(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.checked(t, ids); n != len(ids) {
+		t.Fatalf("after Flush: %d of %d checks landed", n, len(ids))
+	}
+	if st := f.rec.Stats(); st.Records != 50 || st.Batches > 10 || st.Failed != 0 {
+		t.Fatalf("stats %+v: want 50 checks in a few statements", st)
+	}
+}
+
+// While MaxQueued checks wait, Submit waits for its write like Record: the
+// database's pace, not the jobs', bounds the queue.
+func TestRecorderSubmitBackpressure(t *testing.T) {
+	t.Parallel()
+	f := setup(t, recorder.Config{MaxQueued: 5})
+	ids := f.sources(t, 7)
+	release := f.lockRows(t, ids[0])
+	if err := f.rec.Submit(f.ctx, ids[0], sources.Check{Outcome: "ok", Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	f.lockWaiter(t)
+	for _, id := range ids[1:6] {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := f.rec.Submit(ctx, ids[6], sources.Check{Outcome: "ok", Status: 200}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit with 5 checks queued: %v, want it to wait (and time out)", err)
+	}
+	release()
+	if err := f.rec.Flush(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.checked(t, ids[:6]); n != 6 {
+		t.Fatalf("%d of the 6 submitted checks landed", n)
+	}
+}
+
+// A failed statement of submitted checks reaches nobody's return value: it
+// is counted, and Flush reports it.
+func TestRecorderSubmitFailureCounted(t *testing.T) {
+	t.Parallel()
+	rec := closedPoolRecorder(t)
+	for id := range int64(3) {
+		if err := rec.Submit(context.Background(), id+1, sources.Check{Outcome: "ok"}); err != nil {
+			t.Fatalf("Submit: %v, want nil (written behind)", err)
+		}
+	}
+	_ = rec.Flush(context.Background()) // the last statement's error, if it rode with it
+	if st := rec.Stats(); st.Failed != 3 {
+		t.Fatalf("stats %+v: want 3 failed checks", st)
+	}
+}
+
+// Stop is bounded by its context: when the bound has passed while a
+// statement of submitted checks waits for a lock, Stop gives it up and the
+// rest, says how many checks it gave up, and returns without waiting for
+// the lock. Unbounded (the Recorder before Stop took a context), it waited
+// for as long as the lock was held.
+func TestRecorderStopBounded(t *testing.T) {
+	t.Parallel()
+	f := setup(t, recorder.Config{})
+	ids := f.sources(t, 5)
+	f.lockRows(t, ids[0]) // released when the test ends
+	for _, id := range ids {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.lockWaiter(t) // the statement holding the first check waits for the lock
+	ctx, cancel := context.WithCancel(f.ctx)
+	cancel() // the bound has passed
+	done := make(chan error, 1)
+	go func() { done <- f.rec.Stop(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "gave up 5 submitted check(s)") {
+			t.Fatalf("Stop past its bound = %v, want context.Canceled and 5 lost checks", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for a blocked statement past its bound")
+	}
+	if st := f.rec.Stats(); st.Failed != 5 {
+		t.Fatalf("stats %+v: want the 5 lost checks counted as failed", st)
+	}
+}
+
+// A Recorder's pool honours the server's synchronous_commit (here the
+// database's own, remote_apply, as a cluster with a synchronous standby
+// might have it) unless told otherwise; asked for async commits, its
+// sessions commit with synchronous_commit off.
+func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	admin := testdb.PoolOf(t, url)
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = remote_apply', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		async bool
+		want  string
+	}{{false, "remote_apply"}, {true, "off"}} {
+		pc, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorder.ConfigurePool(pc, tc.async)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
+		pool.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("recorder pool (async %v): synchronous_commit %q %v, want %q", tc.async, got, err, tc.want)
+		}
+	}
+}
+
+// Submitted checks whose statement fails because the database is down (a
+// restart, a failover) are kept and written once it answers again: none
+// is lost, none counted failed. With OutageRetry negative they are dropped
+// at the first failure.
+func TestRecorderKeepsChecksThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testdb.Private(t, pgembed.Config{})
+	pool, err := pgxpool.New(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	f := &fixture{ctx: ctx, pool: pool}
+	ids := f.sources(t, 6)
+	keeping, err := recorder.New(pool, recorder.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropping, err := recorder.New(pool, recorder.Config{OutageRetry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []*recorder.Recorder{keeping, dropping} {
+		if err := rec.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rec.Stop(context.Background()) })
+	}
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		rec := keeping
+		if i >= 3 {
+			rec = dropping
+		}
+		if err := rec.Submit(ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the keeping recorder tried and kept its checks; the other dropped its own", func() bool {
+		k, d := keeping.Stats(), dropping.Stats()
+		return k.Batches >= 2 && k.Queued == 3 && k.Failed == 0 && d.Failed == 3
+	})
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the kept checks written once the database is back", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM fleetpace_source WHERE id = ANY($1) AND last_outcome = 'ok' AND queued_at IS NULL`,
+			ids[:3]).Scan(&n)
+		return err == nil && n == 3
+	})
+	if st := keeping.Stats(); st.Failed != 0 || st.Queued != 0 {
+		t.Fatalf("keeping recorder after the outage: %+v, want nothing failed or left", st)
+	}
+	if n := f.checked(t, ids[3:]); n != 0 {
+		t.Fatalf("%d checks of the dropping recorder landed", n)
 	}
 }
 
@@ -593,7 +632,7 @@ func BenchmarkRecordConcurrent(b *testing.B) {
 	})
 	b.Run("Recorder", func(b *testing.B) {
 		pool, ids := benchDB(b, goroutines*perGoroutine)
-		rec, err := sources.NewRecorder(pool, sources.RecorderConfig{})
+		rec, err := recorder.New(pool, recorder.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -629,249 +668,112 @@ func BenchmarkRecordSingle(b *testing.B) {
 	})
 }
 
-// Submit writes behind its caller: it returns while the statement that will
-// hold its check is still blocked, the checks of many callers share
-// statements, and Flush returns once all of them have landed.
-func TestRecorderSubmitWritesBehind(t *testing.T) {
+// Through the Recorder: each caller gets its own row's result, and a
+// submitted check the database refuses is counted as refused, not failed.
+func TestRecorderRefusedRow(t *testing.T) {
 	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
-	ids := f.sources(t, 50)
-	release := f.lockRows(t, ids[0])
-	for _, id := range ids {
-		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
-			t.Fatal(err)
+	f := setup(t, recorder.Config{})
+	storetest.RefuseETag(t, f.pool)
+	ids := f.sources(t, 6)
+	release := f.lockRows(t, ids...) // every check waits, so they share batches
+	var waits []<-chan error
+	for i, id := range ids[:5] {
+		etag := `"fine"`
+		if i == 2 {
+			etag = `"boom"`
 		}
+		ch := make(chan error, 1)
+		go func() { ch <- f.rec.Record(f.ctx, id, sources.Check{Outcome: "ok", Status: 200, ETag: etag}) }()
+		waits = append(waits, ch)
 	}
-	f.lockWaiter(t) // the first statement is blocked, and every Submit has returned
-	if n := f.checked(t, ids); n != 0 {
-		t.Fatalf("%d checks landed through a locked row", n)
-	}
-	release()
-	if err := f.rec.Flush(f.ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.checked(t, ids); n != len(ids) {
-		t.Fatalf("after Flush: %d of %d checks landed", n, len(ids))
-	}
-	if st := f.rec.Stats(); st.Records != 50 || st.Batches > 10 || st.Failed != 0 {
-		t.Fatalf("stats %+v: want 50 checks in a few statements", st)
-	}
-}
-
-// While MaxQueued checks wait, Submit waits for its write like Record: the
-// database's pace, not the jobs', bounds the queue.
-func TestRecorderSubmitBackpressure(t *testing.T) {
-	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{MaxQueued: 5})
-	ids := f.sources(t, 7)
-	release := f.lockRows(t, ids[0])
-	if err := f.rec.Submit(f.ctx, ids[0], sources.Check{Outcome: "ok", Status: 200}); err != nil {
+	if err := f.rec.Submit(f.ctx, ids[5], sources.Check{Outcome: "ok", ETag: `"boom"`}); err != nil {
 		t.Fatal(err)
 	}
 	f.lockWaiter(t)
-	for _, id := range ids[1:6] {
-		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
-			t.Fatal(err)
+	release()
+	for i, w := range waits {
+		err := <-w
+		if i == 2 && !errors.Is(err, sources.ErrCheckRefused) {
+			t.Errorf("refused row: Record = %v, want ErrCheckRefused", err)
+		}
+		if i != 2 && err != nil {
+			t.Errorf("row %d: Record = %v, want nil (another row was refused)", i, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
-	defer cancel()
-	if err := f.rec.Submit(ctx, ids[6], sources.Check{Outcome: "ok", Status: 200}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Submit with 5 checks queued: %v, want it to wait (and time out)", err)
-	}
-	release()
 	if err := f.rec.Flush(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.checked(t, ids[:6]); n != 6 {
-		t.Fatalf("%d of the 6 submitted checks landed", n)
+	if n := f.checked(t, ids); n != 4 {
+		t.Fatalf("%d checks landed as ok, want the 4 good ones", n)
+	}
+	if st := f.rec.Stats(); st.Refused != 1 || st.Failed != 0 {
+		t.Fatalf("stats %+v: want the submitted refused check counted as refused", st)
 	}
 }
 
-// A failed statement of submitted checks reaches nobody's return value: it
-// is counted, and Flush reports it.
-func TestRecorderSubmitFailureCounted(t *testing.T) {
+// The Recorder stamps its worker on the history rows, or writes none with
+// NoHistory.
+func TestRecorderHistory(t *testing.T) {
 	t.Parallel()
-	rec := closedPoolRecorder(t)
-	for id := range int64(3) {
-		if err := rec.Submit(context.Background(), id+1, sources.Check{Outcome: "ok"}); err != nil {
-			t.Fatalf("Submit: %v, want nil (written behind)", err)
+	for _, noHistory := range []bool{false, true} {
+		f := setup(t, recorder.Config{Worker: "host-1-abcd", NoHistory: noHistory})
+		ids := f.sources(t, 3)
+		for _, id := range ids {
+			if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	_ = rec.Flush(context.Background()) // the last statement's error, if it rode with it
-	if st := rec.Stats(); st.Failed != 3 {
-		t.Fatalf("stats %+v: want 3 failed checks", st)
-	}
-}
-
-// Stop is bounded by its context: when the bound has passed while a
-// statement of submitted checks waits for a lock, Stop gives it up and the
-// rest, says how many checks it gave up, and returns without waiting for
-// the lock. Unbounded (the Recorder before Stop took a context), it waited
-// for as long as the lock was held.
-func TestRecorderStopBounded(t *testing.T) {
-	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
-	ids := f.sources(t, 5)
-	f.lockRows(t, ids[0]) // released when the test ends
-	for _, id := range ids {
-		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
+		if err := f.rec.Flush(f.ctx); err != nil {
 			t.Fatal(err)
 		}
-	}
-	f.lockWaiter(t) // the statement holding the first check waits for the lock
-	ctx, cancel := context.WithCancel(f.ctx)
-	cancel() // the bound has passed
-	done := make(chan error, 1)
-	go func() { done <- f.rec.Stop(ctx) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "gave up 5 submitted check(s)") {
-			t.Fatalf("Stop past its bound = %v, want context.Canceled and 5 lost checks", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stop waited for a blocked statement past its bound")
-	}
-	if st := f.rec.Stats(); st.Failed != 5 {
-		t.Fatalf("stats %+v: want the 5 lost checks counted as failed", st)
-	}
-}
-
-// A check of a job that no longer holds its source's queue mark (the source
-// was released and queued again for another job) is not written, alone or
-// in a batch; the job that holds it, an unmarked source, and an unknown job
-// (0) are.
-func TestRecordCheckOnlyByTheQueuedJob(t *testing.T) {
-	t.Parallel()
-	f := setupRecorder(t, sources.RecorderConfig{})
-	ids := f.sources(t, 8) // queued, queued_job_id = id
-	mustExec(t, f.fixture, `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL WHERE id = $1 OR id = $2`, ids[2], ids[6])
-	ok := sources.Check{Outcome: "ok", Status: 200}
-	with := func(job int64) sources.Check { c := ok; c.JobID = job; return c }
-	// One at a time (RecordCheck's statement).
-	for i, c := range []sources.Check{with(ids[0]), with(ids[1] + 1000), with(999), ok} {
-		if err := sources.RecordCheck(f.ctx, f.pool, ids[i], c); err != nil {
+		var n, stamped int
+		if err := f.pool.QueryRow(f.ctx, `SELECT count(*), count(*) FILTER (WHERE worker = 'host-1-abcd') FROM fleetpace_check`).Scan(&n, &stamped); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// In one batch (RecordChecks' statement).
-	if err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{
-		{SourceID: ids[4], Check: with(ids[4])}, {SourceID: ids[5], Check: with(ids[5] + 1000)},
-		{SourceID: ids[6], Check: with(999)}, {SourceID: ids[7], Check: ok},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []bool{true, false, true, true, true, false, true, true} {
-		if got := f.checked(t, ids[i:i+1]) == 1; got != want {
-			t.Errorf("source %d: written %v, want %v", i, got, want)
+		if want := map[bool]int{false: 3, true: 0}[noHistory]; n != want || stamped != want {
+			t.Fatalf("NoHistory %v: %d history rows (%d stamped), want %d", noHistory, n, stamped, want)
+		}
+		if got := f.checked(t, ids); got != 3 {
+			t.Fatalf("NoHistory %v: %d checks written, want 3", noHistory, got)
 		}
 	}
 }
 
-// A Recorder's pool honours the server's synchronous_commit (here the
-// database's own, remote_apply, as a cluster with a synchronous standby
-// might have it) unless told otherwise; asked for async commits, its
-// sessions commit with synchronous_commit off.
-func TestRecorderPoolHonoursSynchronousCommit(t *testing.T) {
+// A history write that fails never loses the check: the Recorder counts
+// it, reports success to its callers and writes the next batches without
+// history for HistoryPause.
+func TestRecorderHistoryFailure(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	url := testdb.URL(t)
-	admin, err := pgxpool.New(ctx, url)
+	ctx, pool := context.Background(), testdb.Pool(t)
+	more := storetest.Queued(t, pool, "p", 3)
+	storetest.BreakHistory(t, pool)
+	clk := clocktest.New()
+	rec, err := recorder.New(pool, recorder.Config{Clock: clk, HistoryPause: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET synchronous_commit = remote_apply', current_database()); END $$`); err != nil {
+	if err := rec.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		async bool
-		want  string
-	}{{false, "remote_apply"}, {true, "off"}} {
-		pc, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sources.ConfigureRecorderPool(pc, tc.async)
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		err = pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&got)
-		pool.Close()
-		if err != nil || got != tc.want {
-			t.Errorf("recorder pool (async %v): synchronous_commit %q %v, want %q", tc.async, got, err, tc.want)
-		}
+	defer rec.Stop(context.Background()) //nolint:errcheck // test cleanup
+	if err := rec.Record(ctx, more[0], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatalf("Record with a broken history: %v, want nil (the check is written)", err)
 	}
-}
-
-// Submitted checks whose statement fails because the database is down (a
-// restart, a failover) are kept and written once it answers again: none
-// is lost, none counted failed. With OutageRetry negative they are dropped
-// at the first failure, as before.
-func TestRecorderKeepsChecksThroughAnOutage(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	c, err := pgembed.Start(ctx, pgembed.Config{})
-	if err != nil {
+	if st := rec.Stats(); st.HistoryFailed != 1 || storetest.Checked(t, pool, more[:1]) != 1 {
+		t.Fatalf("stats %+v: want 1 history failure and the check written", st)
+	}
+	storetest.Exec(t, pool, `ALTER TABLE fleetpace_check DROP CONSTRAINT test_broken`)
+	if err := rec.Record(ctx, more[1], sources.Check{Outcome: "ok"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
-	pool, err := pgxpool.New(ctx, c.URL("postgres"))
-	if err != nil {
+	if n := storetest.HistoryRows(t, pool, more[1]); n != 0 {
+		t.Fatalf("within HistoryPause the Recorder wrote %d history rows, want none", n)
+	}
+	clk.Advance(time.Minute)
+	if err := rec.Record(ctx, more[2], sources.Check{Outcome: "ok"}); err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	if _, err := fleetpace.Apply(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
-	f := &recorderFixture{fixture: &fixture{ctx: ctx, pool: pool}}
-	f.platform(t, "p", 10)
-	ids := f.sources(t, 6)
-	keeping, err := sources.NewRecorder(pool, sources.RecorderConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropping, err := sources.NewRecorder(pool, sources.RecorderConfig{OutageRetry: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rec := range []*sources.Recorder{keeping, dropping} {
-		if err := rec.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = rec.Stop(context.Background()) })
-	}
-	if err := c.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i, id := range ids {
-		rec := keeping
-		if i >= 3 {
-			rec = dropping
-		}
-		if err := rec.Submit(ctx, id, sources.Check{Outcome: "ok", Status: 200}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, "the keeping recorder tried and kept its checks; the other dropped its own", func() bool {
-		k, d := keeping.Stats(), dropping.Stats()
-		return k.Batches >= 2 && k.Queued == 3 && k.Failed == 0 && d.Failed == 3
-	})
-	if err := c.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the kept checks written once the database is back", func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM fleetpace_source WHERE id = ANY($1) AND last_outcome = 'ok' AND queued_at IS NULL`,
-			ids[:3]).Scan(&n)
-		return err == nil && n == 3
-	})
-	if st := keeping.Stats(); st.Failed != 0 || st.Queued != 0 {
-		t.Fatalf("keeping recorder after the outage: %+v, want nothing failed or left", st)
-	}
-	if n := f.checked(t, ids[3:]); n != 0 {
-		t.Fatalf("%d checks of the dropping recorder landed", n)
+	if n := storetest.HistoryRows(t, pool, more[2]); n != 1 {
+		t.Fatalf("after HistoryPause the Recorder wrote %d history rows, want 1", n)
 	}
 }

@@ -1,4 +1,4 @@
-package sources_test
+package sourcefile_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/sourcefile"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -13,11 +14,11 @@ import (
 // otherwise be read wrongly or silently dropped, naming the line.
 func TestParseRefuses(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("a", sources.MaxLineBytes)
+	long := strings.Repeat("a", sourcefile.MaxLineBytes)
 	tests := []struct {
 		name    string
 		in      string
-		format  sources.Format
+		format  sourcefile.Format
 		line    int
 		mention string // in the line's message
 	}{
@@ -37,7 +38,7 @@ func TestParseRefuses(t *testing.T) {
 		{"unknown key", `{"platform":"p","url":"https://a.example/1","extra":1}`, "", 1, `"extra"`},
 		{"not a string", `{"platform":"p","url":7}`, "", 1, "string"},
 		{"null", `{"platform":null,"url":"https://a.example/1"}`, "", 1, "string"},
-		{"an array", `[{"platform":"p","url":"https://a.example/1"}]`, sources.FormatJSONL, 1, "object"},
+		{"an array", `[{"platform":"p","url":"https://a.example/1"}]`, sourcefile.FormatJSONL, 1, "object"},
 		{"json line over 1 MiB names its line", "{\"platform\":\"p\",\"url\":\"https://a.example/1\"}\n{\"platform\":\"p\",\"url\":\"https://a.example/" + long + "\"}\n", "", 2, "longer than"},
 		{"json invalid UTF-8", "{\"platform\":\"p\",\"url\":\"https://a.example/\xff\"}", "", 1, "UTF-8"},
 		{"json control character in the URL", `{"platform":"p","url":"https://a.example/\u0000"}`, "", 1, "control"},
@@ -45,8 +46,8 @@ func TestParseRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rows, err := sources.Parse(strings.NewReader(tt.in), sources.ImportOptions{Format: tt.format})
-			var ie *sources.ImportError
+			rows, err := sourcefile.Parse(strings.NewReader(tt.in), sourcefile.Options{Format: tt.format})
+			var ie *sourcefile.Error
 			if !errors.As(err, &ie) || !errors.Is(err, sources.ErrInvalid) {
 				t.Fatalf("Parse = %v, %v; want an ImportError", rows, err)
 			}
@@ -77,7 +78,7 @@ func TestParseAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rows, err := sources.Parse(strings.NewReader(tt.in), sources.ImportOptions{})
+			rows, err := sourcefile.Parse(strings.NewReader(tt.in), sourcefile.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,13 +102,13 @@ func TestParseReportsEveryLine(t *testing.T) {
 	t.Parallel()
 	in := strings.Join([]string{
 		`{"platform":"p","url":"https://a.example/1"}`,
-		`{"platform":"p","url":"https://a.example/` + strings.Repeat("x", sources.MaxLineBytes) + `"}`,
+		`{"platform":"p","url":"https://a.example/` + strings.Repeat("x", sourcefile.MaxLineBytes) + `"}`,
 		`{"platform":"p","url":"https://a.example/3"}{}`,
 		`{"platform":"p","url":"ftp://a.example/4"}`,
 		`{"platform":"p","url":"https://a.example/5"}`,
 	}, "\n")
-	_, err := sources.Parse(strings.NewReader(in), sources.ImportOptions{})
-	var ie *sources.ImportError
+	_, err := sourcefile.Parse(strings.NewReader(in), sourcefile.Options{})
+	var ie *sourcefile.Error
 	if !errors.As(err, &ie) || len(ie.Lines) != 3 || ie.Lines[0].Line != 2 || ie.Lines[1].Line != 3 || ie.Lines[2].Line != 4 {
 		t.Fatalf("Parse = %v; want lines 2, 3 and 4", err)
 	}

@@ -1,4 +1,8 @@
-package sources
+// Package recorder writes the checks of fetch jobs behind the jobs, with
+// group commit: the checks of concurrent jobs in one process share one
+// statement of the store (sources.RecordCheckBatch). A worker builds one
+// Recorder on a pool of its own (ConfigurePool).
+package recorder
 
 import (
 	"context"
@@ -13,17 +17,18 @@ import (
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/sources"
 )
 
-// ErrRecorderStopped is returned by Recorder.Record after Stop (or after the
+// ErrStopped is returned by Recorder.Record after Stop (or after the
 // context given to Start ended), and by Start on a stopped Recorder.
-var ErrRecorderStopped = errors.New("sources: recorder stopped")
+var ErrStopped = errors.New("recorder: stopped")
 
-// DefaultMaxBatch is RecorderConfig.MaxBatch's default.
+// DefaultMaxBatch is Config.MaxBatch's default.
 const DefaultMaxBatch = 256
 
-// RecorderConfig configures a Recorder. The zero value means every default.
-type RecorderConfig struct {
+// Config configures a Recorder. The zero value means every default.
+type Config struct {
 	// MaxBatch is the most checks one statement records. Default 256.
 	MaxBatch int
 	// MaxQueued is how many checks Submit leaves waiting before it makes its
@@ -33,7 +38,7 @@ type RecorderConfig struct {
 	// Logger receives failed writes of submitted checks. Default: discard.
 	Logger *slog.Logger
 	// Worker names the process in the history rows of its checks (a check's
-	// own Check.Worker wins). Default: "".
+	// own sources.Check.Worker wins). Default: "".
 	Worker string
 	// NoHistory turns the history rows off: checks are recorded without
 	// them (when the scan keeps no history, or to measure their cost).
@@ -55,7 +60,7 @@ type RecorderConfig struct {
 	Clock clock.Clock
 }
 
-// Defaults of RecorderConfig.
+// Defaults of Config.
 const (
 	DefaultHistoryPause = time.Minute
 	DefaultOutageRetry  = 2 * time.Minute
@@ -67,28 +72,28 @@ const (
 	maxOutageWait = time.Second
 )
 
-func (c *RecorderConfig) validate() error {
+func (c *Config) validate() error {
 	if c.MaxBatch < 0 {
-		return fmt.Errorf("sources: RecorderConfig.MaxBatch must be ≥ 0, got %d", c.MaxBatch)
+		return fmt.Errorf("recorder: Config.MaxBatch must be ≥ 0, got %d", c.MaxBatch)
 	}
 	if c.MaxQueued < 0 {
-		return fmt.Errorf("sources: RecorderConfig.MaxQueued must be ≥ 0, got %d", c.MaxQueued)
+		return fmt.Errorf("recorder: Config.MaxQueued must be ≥ 0, got %d", c.MaxQueued)
 	}
 	if c.HistoryPause < 0 {
-		return fmt.Errorf("sources: RecorderConfig.HistoryPause must be ≥ 0, got %s", c.HistoryPause)
+		return fmt.Errorf("recorder: Config.HistoryPause must be ≥ 0, got %s", c.HistoryPause)
 	}
 	return nil
 }
 
 // Recorder records fetch checks with group commit: the checks of concurrent
-// callers in one process share one autocommit statement (RecordChecks)
+// callers in one process share one autocommit statement (sources.RecordChecks)
 // instead of one round trip and one commit each. It adds no delay: its loop
 // takes whatever is queued (at most MaxBatch), writes it, and while that
 // statement runs the next batch gathers. With one caller at a time it is one
-// statement per check, as RecordCheck is. Each check's history row is
-// written by the same statement (RecordChecks), unless NoHistory.
+// statement per check, as sources.RecordCheck is. Each check's history row
+// is written by the same statement, unless NoHistory.
 //
-// ConfigureRecorderPool sets up its pool: by default the server's
+// ConfigurePool sets up its pool: by default the server's
 // synchronous_commit applies; a caller may trade the durability of the last
 // checks for speed (a check lost with its commit is recovered like any
 // check the Recorder loses, see Submit).
@@ -130,16 +135,16 @@ type Recorder struct {
 
 type recordRequest struct {
 	ctx    context.Context
-	rec    CheckRecord
+	rec    sources.CheckRecord
 	done   chan error // capacity 1: the loop never blocks on it; nil for a submitted check
 	marker bool       // Flush's marker: no check, only a place in the queue
 	kept   time.Time  // a submitted check kept through an outage: when its first write failed
 }
 
-// NewRecorder builds a Recorder writing through pool. Call Start before Record.
-func NewRecorder(pool *pgxpool.Pool, cfg RecorderConfig) (*Recorder, error) {
+// New builds a Recorder writing through pool. Call Start before Record.
+func New(pool *pgxpool.Pool, cfg Config) (*Recorder, error) {
 	if pool == nil {
-		return nil, errors.New("sources: NewRecorder: pool is required")
+		return nil, errors.New("recorder: New: pool is required")
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -176,9 +181,9 @@ func (r *Recorder) Start(ctx context.Context) error {
 	defer r.mu.Unlock()
 	switch {
 	case r.stopped:
-		return ErrRecorderStopped
+		return ErrStopped
 	case r.started:
-		return errors.New("sources: recorder already started")
+		return errors.New("recorder: already started")
 	}
 	r.started = true
 	r.run, r.abort = context.WithCancel(context.WithoutCancel(ctx))
@@ -214,47 +219,47 @@ func (r *Recorder) Stop(ctx context.Context) error {
 	failed := r.failed.Load()
 	r.abort()
 	<-r.done
-	return fmt.Errorf("sources: recorder: stop: %w; gave up %d submitted check(s) (the scan re-queues their sources)",
+	return fmt.Errorf("recorder: stop: %w; gave up %d submitted check(s) (the scan re-queues their sources)",
 		ctx.Err(), r.failed.Load()-failed)
 }
 
 // Record records one check and returns once the statement that holds it has
 // committed, with that statement's error (the same error for every check of
 // the batch), except that a check the database refused on its own gets its
-// own error, wrapping ErrCheckRefused, and the batch's other checks none
-// (see RecordChecks: the batch is written again row by row). It returns ErrRecorderStopped if the Recorder was not started
-// or is stopped.
+// own error, wrapping sources.ErrCheckRefused, and the batch's other checks
+// none (see sources.RecordChecks: the batch is written again row by row).
+// It returns ErrStopped if the Recorder was not started or is stopped.
 //
 // If ctx ends first, Record returns ctx's error at once. A check whose ctx
 // has ended by the time its batch is taken is not written; if ctx ends while
 // its statement runs, the check may or may not have been written (the
 // statement is cancelled only when every caller in the batch has given up).
-func (r *Recorder) Record(ctx context.Context, sourceID int64, c Check) error {
+func (r *Recorder) Record(ctx context.Context, sourceID int64, c sources.Check) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return r.wait(ctx, &recordRequest{ctx: ctx, rec: CheckRecord{SourceID: sourceID, Check: c}, done: make(chan error, 1)})
+	return r.wait(ctx, &recordRequest{ctx: ctx, rec: sources.CheckRecord{SourceID: sourceID, Check: c}, done: make(chan error, 1)})
 }
 
 // Submit queues a check to be written in the background and returns at once
 // (write-behind): the caller does not wait for the statement, and a failed
 // statement is logged and counted (Stats.Failed), not returned. While
 // MaxQueued checks are already waiting, Submit waits for its write as Record
-// does. It returns ErrRecorderStopped if the Recorder was not started or is
+// does. It returns ErrStopped if the Recorder was not started or is
 // stopped.
 //
 // What a submitted check risks: a process that dies before the statement
 // commits loses the check. The source then stays queued for a job that has
 // completed, and the scan tick's reconciliation releases it (after a
 // minute), so it is fetched again: at least once, as ever.
-func (r *Recorder) Submit(ctx context.Context, sourceID int64, c Check) error {
+func (r *Recorder) Submit(ctx context.Context, sourceID int64, c sources.Check) error {
 	r.mu.Lock()
 	full := len(r.queue) >= r.maxQueued
 	r.mu.Unlock()
 	if full {
 		return r.Record(ctx, sourceID, c)
 	}
-	return r.enqueue(&recordRequest{ctx: context.WithoutCancel(ctx), rec: CheckRecord{SourceID: sourceID, Check: c}})
+	return r.enqueue(&recordRequest{ctx: context.WithoutCancel(ctx), rec: sources.CheckRecord{SourceID: sourceID, Check: c}})
 }
 
 // Flush returns once every check queued before it has been written (or its
@@ -268,7 +273,7 @@ func (r *Recorder) enqueue(req *recordRequest) error {
 	r.mu.Lock()
 	if !r.started || r.stopped {
 		r.mu.Unlock()
-		return ErrRecorderStopped
+		return ErrStopped
 	}
 	r.queue = append(r.queue, req)
 	r.mu.Unlock()
@@ -292,13 +297,13 @@ func (r *Recorder) wait(ctx context.Context, req *recordRequest) error {
 	}
 }
 
-// RecorderStats counts a Recorder's work since it was built.
-type RecorderStats struct {
+// Stats counts a Recorder's work since it was built.
+type Stats struct {
 	Batches int64 // statements run
 	Records int64 // checks those statements carried (a duplicate source counts each time)
 	Skipped int64 // checks not written because their caller had given up before their batch
 	Failed  int64 // submitted checks whose statement failed (not written)
-	Refused int64 // submitted checks the database refused, recorded as failed checks instead (see RecordChecks)
+	Refused int64 // submitted checks the database refused, recorded as failed checks instead (see sources.RecordChecks)
 	Queued  int   // checks waiting for a batch now (not counting the one being written)
 	// HistoryFailed counts checks recorded without their history row
 	// because the history write failed.
@@ -306,11 +311,11 @@ type RecorderStats struct {
 }
 
 // Stats returns the Recorder's counters.
-func (r *Recorder) Stats() RecorderStats {
+func (r *Recorder) Stats() Stats {
 	r.mu.Lock()
 	queued := len(r.queue)
 	r.mu.Unlock()
-	return RecorderStats{Batches: r.batches.Load(), Records: r.records.Load(), Skipped: r.skipped.Load(),
+	return Stats{Batches: r.batches.Load(), Records: r.records.Load(), Skipped: r.skipped.Load(),
 		Failed: r.failed.Load(), Refused: r.refused.Load(), Queued: queued, HistoryFailed: r.historyFailed.Load()}
 }
 
@@ -410,13 +415,13 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest, mayKeep b
 		}
 	}
 	var err error
-	var refused map[int64]*RefusedCheck
+	var refused map[int64]*sources.RefusedCheck
 	if len(live) > 0 {
 		ctx, cancel := context.WithCancel(base)
 		defer cancel()
 		var waiting atomic.Int64
 		waiting.Store(int64(len(live) - submitted))
-		recs := make([]CheckRecord, len(live))
+		recs := make([]sources.CheckRecord, len(live))
 		var unregister []func() bool
 		for i, q := range live {
 			recs[i] = q.rec
@@ -432,9 +437,9 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest, mayKeep b
 			}
 		}
 		history := r.history && !r.clock.Now().Before(r.historyAfter)
-		var rcs []*RefusedCheck
-		rcs, err = recordChecks(ctx, r.pool, recs, history)
-		if errors.Is(err, ErrHistoryNotRecorded) {
+		var rcs []*sources.RefusedCheck
+		rcs, err = sources.RecordCheckBatch(ctx, r.pool, recs, history)
+		if errors.Is(err, sources.ErrHistoryNotRecorded) {
 			// The checks are written: only their history is lost.
 			r.historyFailed.Add(int64(len(live)))
 			r.historyAfter = r.clock.Now().Add(r.pause)
@@ -452,7 +457,7 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest, mayKeep b
 			submitted = 0 // kept, not failed
 		}
 		if err != nil {
-			err = fmt.Errorf("sources: recorder: %w", err)
+			err = fmt.Errorf("recorder: %w", err)
 			if submitted > 0 {
 				r.failed.Add(int64(submitted))
 				r.logger.Warn("checks not recorded; the scan re-queues their sources after a minute",
@@ -461,7 +466,7 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest, mayKeep b
 				r.logger.Debug("recording checks failed", "checks", len(live), "err", err)
 			}
 		}
-		refused = make(map[int64]*RefusedCheck, len(rcs))
+		refused = make(map[int64]*sources.RefusedCheck, len(rcs))
 		for _, rc := range rcs {
 			refused[rc.SourceID] = rc
 			r.logger.Warn("the database refused a check", "source", rc.SourceID, "recorded_as_failed", !rc.Lost, "err", rc.Err)
@@ -474,7 +479,7 @@ func (r *Recorder) flush(base context.Context, batch []*recordRequest, mayKeep b
 		qerr := err
 		if rc := refused[q.rec.SourceID]; rc != nil && err == nil {
 			// One refused row: its own error, nobody else's.
-			qerr = fmt.Errorf("sources: recorder: %w", rc)
+			qerr = fmt.Errorf("recorder: %w", rc)
 			if q.done == nil && rc.Lost {
 				r.failed.Add(1)
 			} else if q.done == nil {
@@ -520,7 +525,7 @@ func (r *Recorder) keep(live []*recordRequest, err error) bool {
 	return true
 }
 
-// ConfigureRecorderPool sets the session settings a Recorder's pool should
+// ConfigurePool sets the session settings a Recorder's pool should
 // have. By default the server's synchronous_commit applies: on a cluster
 // with synchronous standbys, a check the Recorder has written is on a
 // standby too, and survives a failover to it. asyncCommit sets
@@ -534,7 +539,7 @@ func (r *Recorder) keep(live []*recordRequest, err error) bool {
 // be fetched again — exactly what happens to a check lost with a worker
 // killed before the Recorder wrote it (Submit). Its history row is lost
 // with it. Nothing else is written through that pool.
-func ConfigureRecorderPool(pc *pgxpool.Config, asyncCommit bool) {
+func ConfigurePool(pc *pgxpool.Config, asyncCommit bool) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}

@@ -1,0 +1,13 @@
+package recorder_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/fleetpace/fleetpace/internal/testdb"
+)
+
+// TestMain runs the tests on a database of their own and fails the package
+// when a test leaves a goroutine behind (the Recorder's loop).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testdb.M(m)) }
