@@ -1039,6 +1039,43 @@ CREATE TABLE IF NOT EXISTS fleetpace_dashboard_epoch (
 );
 INSERT INTO fleetpace_dashboard_epoch DEFAULT VALUES ON CONFLICT DO NOTHING;
 
+-- What "due" means, defined once here for every statement that asks it:
+-- the scan's due query, `sources list --due`, the status counts and the
+-- dashboard.
+--
+-- fleetpace_due_source: the sources due by their own state — enabled, not
+-- queued, past due_at (the partial index fleetpace_source_key_fair_idx
+-- holds the enabled, unqueued ones, fleetpace_source_platform_due_at_idx
+-- the enabled ones by due_at). A view is inlined by the planner: reading
+-- it is reading fleetpace_source with these conditions.
+CREATE OR REPLACE VIEW fleetpace_due_source AS
+SELECT * FROM fleetpace_source WHERE enabled AND queued_at IS NULL AND due_at <= now();
+
+-- fleetpace_platform_stop: per platform, whether it takes no new jobs now —
+-- it cools down (fleetpace_cooldown) or an operator paused it (the pacer's
+-- row: paused_until, epoch seconds of the database clock). A source is due
+-- now when it is a fleetpace_due_source and its platform is not stopped.
+CREATE OR REPLACE VIEW fleetpace_platform_stop AS
+SELECT platform, cooling_down, paused, cooling_down OR paused AS stopped
+FROM (SELECT p.name AS platform,
+             EXISTS (SELECT 1 FROM fleetpace_cooldown c WHERE c.platform = p.name AND c.until > now()) AS cooling_down,
+             EXISTS (SELECT 1 FROM fleetpace_pace x WHERE x.platform = p.name AND x.key = ''
+                                                  AND x.paused_until > date_part('epoch', now())) AS paused
+      FROM fleetpace_platform p) AS s;
+
+-- fleetpace_unfinished_jobs: the ids of River's jobs that have not finished
+-- (neither completed, discarded nor cancelled), for the scan's
+-- reconciliation of queued sources. A function rather than a view, so that
+-- River's own migrations of river_job never meet an object depending on it
+-- (River's tables come after this file: its body is checked when called);
+-- the planner inlines it into the statement that reads it.
+SET LOCAL check_function_bodies = off;
+CREATE OR REPLACE FUNCTION fleetpace_unfinished_jobs() RETURNS SETOF bigint
+LANGUAGE sql STABLE AS $$
+    SELECT id FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled')
+$$;
+SET LOCAL check_function_bodies = on;
+
 -- schema: which version of this file was applied last (its SHA-256), so a
 -- process starting against a current schema runs none of the statements
 -- above (each of which locks a table, even when it changes nothing) and

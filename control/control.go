@@ -135,16 +135,40 @@ type Cleared struct {
 	Woken int64
 }
 
+// CoolDown puts platform in cooldown after it said stop
+// (sources.SetCooldownFor: the cooldown's length, escalation and jitter)
+// and holds its pacer fleet-wide until the cooldown ends (pacer.Hold: a
+// later hold in place stays), in one transaction — a savepoint when db is
+// one, so the worker writes the check and the cooldown together. A fetch
+// job already queued meets the hold in its reservation (denied, snoozed
+// until the end) without a query of its own.
+func CoolDown(ctx context.Context, db DB, platform string, cause sources.CooldownCause, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
+	err = inTx(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		if until, count, err = sources.SetCooldownFor(ctx, tx, platform, cause, retryAfter, reason, u); err != nil {
+			return err
+		}
+		return pacer.Hold(ctx, tx, platform, until, "cooldown: "+reason)
+	})
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("cool down %s: %w", platform, err)
+	}
+	return until, count, nil
+}
+
 // ClearCooldown ends platform's cooldown and the pacer's fleet-wide hold
-// at once, forgets the cooldown's escalation (sources.ClearCooldown), and
-// makes the platform's snoozed fetch jobs available now, in one
-// transaction: every process fetches the platform again within about a
-// second.
+// (the cooldown's, or a Retry-After's: pacer.ClearHold) at once, forgets
+// the cooldown's escalation (sources.ClearCooldown), and makes the
+// platform's snoozed fetch jobs available now, in one transaction: every
+// process fetches the platform again within about a second.
 func ClearCooldown(ctx context.Context, db DB, platform string) (Cleared, error) {
 	var c Cleared
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		if c.Cooldown, err = sources.ClearCooldown(ctx, tx, platform); err != nil {
+			return err
+		}
+		if err := pacer.ClearHold(ctx, tx, platform); err != nil && !errors.Is(err, pacer.ErrUnknownPlatform) {
 			return err
 		}
 		c.Woken, err = queue.WakeFetches(ctx, tx, platform)

@@ -3,6 +3,7 @@ package control_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -126,11 +127,24 @@ func TestClearCooldownReservesAtOnce(t *testing.T) {
 			t.Fatalf("reserve: %+v, %v", r, err)
 		}
 	}
-	if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 600*time.Second, "HTTP 429, Retry-After 600", 0.5); err != nil {
+	until, _, err := control.CoolDown(f.ctx, f.pool, "a", sources.CauseRetryAfter, 600*time.Second, "HTTP 429, Retry-After 600", 0.5)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if r, err := p.Reserve(f.ctx, "a", 5*time.Second); err != nil || r.Granted || r.Wait < 9*time.Minute {
 		t.Fatalf("reserve while cooling down: %+v, %v; want denied for the cooldown", r, err)
+	}
+	// The hold is the cooldown's, to the same instant (the pacer's epoch
+	// seconds), and a shorter cooldown does not shorten it.
+	var holdGap float64
+	if err := f.pool.QueryRow(f.ctx, `SELECT hold_until - date_part('epoch', $1::timestamptz) FROM fleetpace_pace WHERE platform = 'a' AND key = ''`, until).Scan(&holdGap); err != nil || math.Abs(holdGap) > 1e-3 {
+		t.Fatalf("the pacer's hold is %.3f s off the cooldown's end (%v), want equal", holdGap, err)
+	}
+	if err := pacer.Hold(f.ctx, f.pool, "a", time.Now().Add(time.Minute), "shorter"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Reserve(f.ctx, "a", 5*time.Second); err != nil || r.Granted || r.Wait < 9*time.Minute {
+		t.Fatalf("reserve after a shorter hold: %+v, %v; want still denied for the cooldown", r, err)
 	}
 	job := f.snoozed(t, "a")
 	c, err := control.ClearCooldown(f.ctx, f.pool, "a")

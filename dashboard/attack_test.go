@@ -30,6 +30,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
@@ -788,7 +789,7 @@ func TestBidiIsolation(t *testing.T) {
 	if err := pacer.Pause(ctx, pool, "bidi", time.Time{}, "pause "+rlo+"txet"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := sources.SetCooldown(ctx, pool, "bidi", time.Hour, "cool "+rlo+"txet", 1); err != nil {
+	if _, _, err := control.CoolDown(ctx, pool, "bidi", sources.CauseStop, time.Hour, "cool "+rlo+"txet", 1); err != nil {
 		t.Fatal(err)
 	}
 	s := serve(t, pool, dashboard.ServerConfig{})

@@ -172,7 +172,7 @@ func fleetData(t *testing.T, pool *pgxpool.Pool) {
 	if err := pacer.Pause(ctx, pool, "beta", time.Time{}, "maintenance window"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := sources.SetCooldown(ctx, pool, "gamma", 10*time.Minute, "429 Too Many Requests", 0.5); err != nil {
+	if _, _, err := control.CoolDown(ctx, pool, "gamma", sources.CauseStop, 10*time.Minute, "429 Too Many Requests", 0.5); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fleet.Beat(ctx, pool, fleet.Worker{ID: "w-1", Hostname: "host-a", PID: 4711, Version: "v9.9.9"}); err != nil {

@@ -21,16 +21,17 @@ const platformPositionSQL = `
 SELECT (SELECT count(*) FROM fleetpace_platform),
        (SELECT count(*) FROM fleetpace_platform WHERE name <= $1)`
 
-// countsOfSQL is, for each platform in $1, its sources due now (as
-// sources.DueSQL says: enabled, not queued, past due_at — the range's
-// condition and the FILTER together, which names no column outside the
-// index, so the range is an index-only scan), queued, failing (consecutive
-// failures), and how late its late enabled sources are (queued or not, as
-// sources.Counts counts them), in seconds: the most, and the 95th
-// percentile (nearest rank: the source 5 % of the way into the range,
-// most overdue first, read with OFFSET instead of sorting the range).
-// Each figure is one index range of the platform's; queued sources are
-// counted in one pass of the (small) partial index of queued sources.
+// countsOfSQL is, for each platform in $1, its sources due now (the
+// schema's definition, as the scan, `sources list --due` and status see
+// it: a fleetpace_due_source, none while the platform is stopped —
+// fleetpace_platform_stop), queued, failing (consecutive failures), and how
+// late its late enabled sources are (queued or not, as sources.Counts
+// counts them), in seconds: the most, and the 95th percentile (nearest
+// rank: the source 5 % of the way into the range, most overdue first, read
+// with OFFSET instead of sorting the range). Each figure is one index range
+// of the platform's (fleetpace_source_platform_due_at_idx, index-only);
+// queued sources are counted in one pass of the (small) partial index of
+// queued sources.
 const countsOfSQL = `
 WITH p AS (SELECT DISTINCT unnest($1::text[]) AS name),
 q AS (
@@ -39,20 +40,21 @@ q AS (
     WHERE s.queued_at IS NOT NULL AND s.platform = ANY($1::text[])
     GROUP BY s.platform
 )
-SELECT p.name, d.due, COALESCE(q.queued, 0), f.failing, d.stale_max,
+SELECT p.name, CASE WHEN COALESCE(st.stopped, false) THEN 0 ELSE du.due END, COALESCE(q.queued, 0), f.failing, d.stale_max,
        COALESCE((SELECT EXTRACT(EPOCH FROM now() - s.due_at)
                  FROM fleetpace_source s
                  WHERE s.platform = p.name AND s.enabled AND s.due_at <= now()
                  ORDER BY s.due_at
                  OFFSET floor(d.late * 0.05) LIMIT 1), 0)::float8
 FROM p
+LEFT JOIN fleetpace_platform_stop st ON st.platform = p.name
 CROSS JOIN LATERAL (
     SELECT count(*) AS late,
-           count(*) FILTER (WHERE s.queued_at IS NULL) AS due,
            COALESCE(EXTRACT(EPOCH FROM now() - min(s.due_at)), 0)::float8 AS stale_max
     FROM fleetpace_source s
     WHERE s.platform = p.name AND s.enabled AND s.due_at <= now()
 ) d
+CROSS JOIN LATERAL (SELECT count(*) AS due FROM fleetpace_due_source s WHERE s.platform = p.name) du
 CROSS JOIN LATERAL (
     SELECT count(*) AS failing FROM fleetpace_source s
     WHERE s.platform = p.name AND s.consecutive_failures > 0

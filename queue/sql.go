@@ -1,14 +1,8 @@
 package queue
 
 // Every SQL statement of the package lives here: the only statements of
-// fleetpace that name River's tables.
-
-// UnfinishedJobsSQL is a relation, for a FROM clause, of the ids of River jobs
-// that have not finished (neither completed, discarded nor cancelled): for
-// statements of other packages that must see River's job states in the same
-// statement (the scan's reconciliation). River's tables are read by this
-// package's SQL only.
-const UnfinishedJobsSQL = `(SELECT id FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled'))`
+// fleetpace that name River's tables, with the schema's
+// fleetpace_unfinished_jobs (the scan's reconciliation reads it).
 
 const pendingSQL = `
 SELECT count(*) FROM river_job

@@ -1,11 +1,6 @@
 package scan
 
-import (
-	"strings"
-
-	"github.com/fleetpace/fleetpace/queue"
-	"github.com/fleetpace/fleetpace/sources"
-)
+import "strings"
 
 // Every SQL statement of the package lives here. The scan reads the store's
 // tables (package sources) and writes only the queue mark of a source
@@ -36,18 +31,17 @@ const tickSettings = `set_config('plan_cache_mode', 'force_custom_plan', true), 
 
 // platformNamesSQL lists the platforms and whether each is stopped
 // (cooling down or paused): DueOptions' platforms.
-var platformNamesSQL = `SELECT p.name, ` + sources.StoppedSQL("p.name") + ` FROM fleetpace_platform p ORDER BY p.name`
+const platformNamesSQL = `SELECT platform, stopped FROM fleetpace_platform_stop ORDER BY platform`
 
 // planSQL reads, per platform, its rate, how many of its sources are
 // queued, whether it is cooling down, whether an operator paused it and its
 // per-key rate (0: none): the inputs of each platform's share. The pause is
-// read from the pacer's row (fleetpace_pace, written only by package pacer)
-// through sources.PausedSQL, the condition `sources list --due` and the
-// status counts use too.
-var planSQL = `
-SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0),
-       ` + sources.CoolingDownSQL("p.name") + `, ` + sources.PausedSQL("p.name") + `, p.key_rate
+// read from the pacer's row through the schema's fleetpace_platform_stop,
+// which `sources list --due` and the status counts read too.
+const planSQL = `
+SELECT p.name, p.rate_per_sec, COALESCE(q.queued, 0), st.cooling_down, st.paused, p.key_rate
 FROM fleetpace_platform p
+JOIN fleetpace_platform_stop st ON st.platform = p.name
 LEFT JOIN (SELECT platform, count(*) AS queued FROM fleetpace_source
            WHERE queued_at IS NOT NULL GROUP BY platform) q ON q.platform = p.name
 ORDER BY p.name`
@@ -143,8 +137,8 @@ fresh AS (
         WHERE t.until <= now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
         ORDER BY 1, 2 LIMIT 1) f ON true
     LEFT JOIN LATERAL (
-        SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_source s
-        WHERE f.due_at > now() AND s.platform = t.platform AND s.key = t.key AND ` + sources.DueSQL + `
+        SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_due_source s
+        WHERE f.due_at > now() AND s.platform = t.platform AND s.key = t.key
         ORDER BY 1, 2 LIMIT 1) h ON true
     LEFT JOIN LATERAL (
         SELECT min(p.due_at) AS due_at FROM (
@@ -244,8 +238,8 @@ LIMIT $4`
 // fleetpace_source_key_fair_idx. {q} names the row giving the platform, key
 // and place; {n} the count.
 const keyWalk = `
-    SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_source s
-    WHERE s.platform = {q}.platform AND s.key = {q}.key AND ` + sources.DueSQL + `
+    SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_due_source s
+    WHERE s.platform = {q}.platform AND s.key = {q}.key
       AND (` + fairKey + `, s.id) > ({q}.k, {q}.id)
     ORDER BY 1, 2
     LIMIT {n}`
@@ -311,13 +305,14 @@ WHERE s.id = j.source_id`
 // reconcileSQL releases sources whose job finished without recording a check
 // (discarded after its last attempt, cancelled, deleted), so they can be
 // queued again. Sources queued in the last minute are left alone. One
-// statement: River's job states come from package queue's relation of
-// unfinished jobs (an anti-join on river_job's primary key).
+// statement: River's job states come from the schema's
+// fleetpace_unfinished_jobs (inlined: an anti-join on river_job's primary
+// key).
 const reconcileSQL = `
 UPDATE fleetpace_source s SET queued_at = NULL, queued_job_id = NULL
 WHERE s.queued_at IS NOT NULL
   AND s.queued_at < now() - interval '1 minute'
-  AND NOT EXISTS (SELECT 1 FROM ` + queue.UnfinishedJobsSQL + ` j WHERE j.id = s.queued_job_id)`
+  AND NOT EXISTS (SELECT 1 FROM fleetpace_unfinished_jobs() AS j(id) WHERE j.id = s.queued_job_id)`
 
 const platformSourceIDsSQL = `
 SELECT s.id FROM fleetpace_source s

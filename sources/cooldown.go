@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/fleetpace/fleetpace/pacer"
 )
 
 // CooldownJitter is the spread of a cooldown's expiry (±10 %), so a fleet
@@ -130,10 +128,8 @@ func HumanDuration(d time.Duration) string {
 // source). Safe when many processes report the same platform at once: one
 // row, and an active cooldown is extended, not escalated.
 //
-// The cooldown is also a fleet-wide hold of the platform's pacer (pacer.Hold,
-// in the same transaction: a savepoint when db is a transaction), so a fetch
-// job already queued meets it in its reservation (denied, snoozed until the
-// end) without a query of its own.
+// It writes the store's row only: control.CoolDown also holds the
+// platform's pacer until the cooldown ends, in the same transaction.
 func SetCooldown(ctx context.Context, db Beginner, platform string, retryAfter time.Duration, reason string, u float64) (until time.Time, count int, err error) {
 	return SetCooldownFor(ctx, db, platform, CauseStop, retryAfter, reason, u)
 }
@@ -159,9 +155,6 @@ func SetCooldownFor(ctx context.Context, db Beginner, platform string, cause Coo
 	}
 	if err != nil {
 		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
-	}
-	if err := pacer.Hold(ctx, tx, platform, until, "cooldown: "+reason); err != nil {
-		return time.Time{}, 0, fmt.Errorf("cooldown: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return time.Time{}, 0, fmt.Errorf("cooldown: set %s: %w", platform, err)
@@ -193,13 +186,11 @@ func listCooldowns(ctx context.Context, db DBTX, sql string, args ...any) ([]Coo
 }
 
 // ClearCooldown ends a platform's cooldown at once and forgets its
-// escalation (the next cooldown starts from the platform's own length), and
-// ends the pacer's fleet-wide hold of the platform (pacer.ClearHold: the
-// cooldown's, or a Retry-After's), in one transaction, so every process
-// may reserve again at once. It returns the cooldown it ended (nil when the
-// platform had none: the hold is cleared anyway). An unknown platform wraps
-// ErrNotFound. Fetch jobs snoozed until the cooldown's end run then unless
-// the caller reschedules them (control.ClearCooldown does).
+// escalation (the next cooldown starts from the platform's own length). It
+// returns the cooldown it ended (nil when the platform had none). An
+// unknown platform wraps ErrNotFound. It writes the store's rows only:
+// control.ClearCooldown also ends the pacer's hold and wakes the snoozed
+// fetch jobs, in the same transaction.
 func ClearCooldown(ctx context.Context, db Beginner, platform string) (*Cooldown, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -216,9 +207,6 @@ func ClearCooldown(ctx context.Context, db Beginner, platform string) (*Cooldown
 	cleared, err := pgx.CollectRows(rows, scanCooldown)
 	if err != nil {
 		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
-	}
-	if err := pacer.ClearHold(ctx, tx, platform); err != nil && !errors.Is(err, pacer.ErrUnknownPlatform) {
-		return nil, fmt.Errorf("cooldown: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)

@@ -50,47 +50,19 @@ const sourceColumns = `id, platform, url, check_interval, enabled, due_at, last_
     consecutive_failures, last_status, last_outcome, last_error, etag, last_modified,
     content_hash, queued_at, queued_job_id, key`
 
-// DueSQL is the condition "source s is due now": enabled, not queued, and
-// past its due_at. It is written once, here, for every statement that asks
-// it: `sources list --due`, the status counts and the scan's due query
-// (package scan), each aliasing fleetpace_source as s. The partial index
-// fleetpace_source_due_idx holds exactly the enabled, unqueued sources.
-const DueSQL = `s.enabled AND s.queued_at IS NULL AND s.due_at <= now()`
-
-// CoolingDownSQL returns the condition "the platform named by the SQL
-// expression platform is cooling down now". platform is an expression of
-// the caller's statement (a column such as s.platform, or a parameter such as
-// $2), never input.
-func CoolingDownSQL(platform string) string {
-	return `EXISTS (SELECT 1 FROM fleetpace_cooldown c WHERE c.platform = ` + platform + ` AND ` + activeCooldown + `)`
-}
-
-// activeCooldown is the condition "cooldown c has not ended".
+// activeCooldown is the condition "cooldown c has not ended" (as the
+// schema's fleetpace_platform_stop asks it).
 const activeCooldown = `c.until > now()`
 
-// PausedSQL returns the condition "the platform named by the SQL expression
-// platform is paused now" (an operator's pause, pacer.Pause). It reads the
-// pacer's table, fleetpace_pace, written only by package pacer: paused_until
-// is in epoch seconds of the database clock ('Infinity' until resumed).
-// platform is an expression of the caller's statement, never input.
-func PausedSQL(platform string) string {
-	return `EXISTS (SELECT 1 FROM fleetpace_pace x WHERE x.platform = ` + platform + ` AND x.key = ''` +
-		` AND x.paused_until > date_part('epoch', now()))`
-}
-
-// StoppedSQL returns the condition "the platform named by the SQL expression
-// platform takes no new jobs now": it cools down or is paused. A source is
-// due now — for the scan, `sources list --due` and the status counts alike —
-// when DueSQL holds and its platform is not stopped.
-func StoppedSQL(platform string) string {
-	return `(` + CoolingDownSQL(platform) + ` OR ` + PausedSQL(platform) + `)`
-}
-
-var listSourcesSQL = `
+// listSourcesSQL lists sources in fair order; with $2, only those due now
+// (the schema's definition: a fleetpace_due_source whose platform is not
+// stopped, fleetpace_platform_stop).
+const listSourcesSQL = `
 SELECT ` + sourceColumns + `
 FROM fleetpace_source s
 WHERE ($1 = '' OR s.platform = $1)
-  AND (NOT $2 OR (` + DueSQL + ` AND NOT ` + StoppedSQL("s.platform") + `))
+  AND (NOT $2 OR EXISTS (SELECT 1 FROM fleetpace_due_source d JOIN fleetpace_platform_stop st ON st.platform = d.platform
+                         WHERE d.id = s.id AND NOT st.stopped))
   AND s.consecutive_failures >= $4
   AND ($5 = '' OR s.last_outcome = $5)
   AND ($6::text IS NULL OR s.key = $6)
@@ -266,14 +238,15 @@ const releaseSQL = `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id 
 //   - A repeat within one platform cooldown after the last one ended doubles
 //     the duration (count + 1); later, it starts again from count 1.
 //   - Duration = max(platform cooldown, Retry-After) × 2^(count−1) × jitter,
-//     capped at 24 h.
+//     capped at 24 h, and never shorter than the Retry-After (the jitter
+//     spreads the fleet's return after it, never before).
 const setCooldownSQL = `
 WITH p AS (
     SELECT name, GREATEST(cooldown, make_interval(secs => $2)) AS base, cooldown
     FROM fleetpace_platform WHERE name = $1
 )
 INSERT INTO fleetpace_cooldown AS c (platform, until, reason, count, started_at, updated_at, cause, retry_after_s)
-SELECT p.name, now() + LEAST(p.base * $3, interval '24 hours'), $4, 1, now(), now(), $5, $2 FROM p
+SELECT p.name, now() + GREATEST(LEAST(p.base * $3, interval '24 hours'), make_interval(secs => $2)), $4, 1, now(), now(), $5, $2 FROM p
 ON CONFLICT (platform) DO UPDATE SET
     count = CASE
         WHEN c.until > now() THEN c.count
@@ -281,10 +254,10 @@ ON CONFLICT (platform) DO UPDATE SET
         ELSE 1 END,
     until = CASE
         WHEN c.until > now() THEN GREATEST(c.until,
-            now() + LEAST((SELECT base FROM p) * power(2, c.count - 1) * $3, interval '24 hours'))
+            now() + GREATEST(LEAST((SELECT base FROM p) * power(2, c.count - 1) * $3, interval '24 hours'), make_interval(secs => $2)))
         WHEN c.until + (SELECT cooldown FROM p) > now() THEN
-            now() + LEAST((SELECT base FROM p) * power(2, c.count) * $3, interval '24 hours')
-        ELSE now() + LEAST((SELECT base FROM p) * $3, interval '24 hours') END,
+            now() + GREATEST(LEAST((SELECT base FROM p) * power(2, c.count) * $3, interval '24 hours'), make_interval(secs => $2))
+        ELSE now() + GREATEST(LEAST((SELECT base FROM p) * $3, interval '24 hours'), make_interval(secs => $2)) END,
     reason = EXCLUDED.reason,
     cause = EXCLUDED.cause,
     retry_after_s = EXCLUDED.retry_after_s,
@@ -303,25 +276,24 @@ SELECT platform, until, reason, count, started_at, until - now(), cause, retry_a
 FROM fleetpace_cooldown c WHERE ` + activeCooldown + ` ORDER BY platform`
 
 // countsSQL is the per-platform summary for status: sources, enabled, queued,
-// due now (as `sources list --due` and the scan see it: not while the
-// platform is stopped), never checked, failing, and how late the due ones
-// are (max, p95). Whether the platform is stopped is asked once per
-// platform (the lateral subquery), not once per source.
-var countsSQL = `
+// due now (the schema's definition, as `sources list --due` and the scan
+// see it: none while the platform is stopped), never checked, failing, and
+// how late the due ones are (max, p95).
+const countsSQL = `
 SELECT p.name,
        count(s.id),
        count(s.id) FILTER (WHERE s.enabled),
        count(s.id) FILTER (WHERE s.queued_at IS NOT NULL),
-       count(s.id) FILTER (WHERE ` + DueSQL + ` AND r.ready),
+       CASE WHEN st.stopped THEN 0 ELSE (SELECT count(*) FROM fleetpace_due_source d WHERE d.platform = p.name) END,
        count(s.id) FILTER (WHERE s.last_checked_at IS NULL),
        count(s.id) FILTER (WHERE s.enabled AND s.consecutive_failures > 0),
        COALESCE(EXTRACT(EPOCH FROM max(now() - s.due_at) FILTER (WHERE s.enabled AND s.due_at <= now())), 0)::float8,
        COALESCE(percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM now() - s.due_at))
                 FILTER (WHERE s.enabled AND s.due_at <= now()), 0)::float8
 FROM fleetpace_platform p
-CROSS JOIN LATERAL (SELECT NOT ` + StoppedSQL("p.name") + ` AS ready) r
+JOIN fleetpace_platform_stop st ON st.platform = p.name
 LEFT JOIN fleetpace_source s ON s.platform = p.name
-GROUP BY p.name, r.ready
+GROUP BY p.name, st.stopped
 ORDER BY p.name`
 
 // historySQL is one source's last $2 checks, newest first: a backward walk

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/fleet"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/storetest"
@@ -111,7 +112,7 @@ func TestReportJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := sources.SetCooldown(ctx, pool, "p", time.Minute, "stop", 0.5); err != nil {
+	if _, _, err := control.CoolDown(ctx, pool, "p", sources.CauseStop, time.Minute, "stop", 0.5); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := status.Read(ctx, pool)

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/fleetpace/fleetpace/clock"
+	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/pacer/riverpace"
@@ -310,7 +311,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	if reason == "" {
 		reason = "rate limited"
 	}
-	until, count, err := sources.SetCooldownFor(ctx, tx, args.Platform, cause, r.RetryAfter, reason, w.rand())
+	until, count, err := control.CoolDown(ctx, tx, args.Platform, cause, r.RetryAfter, reason, w.rand())
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/control"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -191,7 +192,7 @@ func TestStatusCompactAndDue(t *testing.T) {
 	}
 	pool := testdb.PoolOf(t, url)
 	long := "HTTP 429 Too Many Requests, Retry-After 600 s, from a very talkative destination that explains itself at length"
-	if _, _, err := sources.SetCooldown(context.Background(), pool, "cool", 600*time.Second, long, 0.5); err != nil {
+	if _, _, err := control.CoolDown(context.Background(), pool, "cool", sources.CauseStop, 600*time.Second, long, 0.5); err != nil {
 		t.Fatal(err)
 	}
 	dbq(t, url, "platforms", "pause", "paused", "--reason", "maintenance")
@@ -313,7 +314,7 @@ func TestSteerCommands(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET multiplier = 16 WHERE platform = 'feeds'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := sources.SetCooldownFor(ctx, pool, "feeds", sources.CauseSlowestPace, 10*time.Second, "HTTP 429", 0.5); err != nil {
+	if _, _, err := control.CoolDown(ctx, pool, "feeds", sources.CauseSlowestPace, 10*time.Second, "HTTP 429", 0.5); err != nil {
 		t.Fatal(err)
 	}
 	out := dbq(t, url, "status").stdout
