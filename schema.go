@@ -24,15 +24,16 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// SchemaSQL is the whole schema of fleetpace's own tables.
+// Schema is the whole schema of fleetpace's own tables (the text of
+// migrations-free-schema.sql), which Apply applies.
 //
 //go:embed migrations-free-schema.sql
-var SchemaSQL string
+var Schema string
 
-// SchemaVersion is the SHA-256 of SchemaSQL, in hex: what Apply records in
+// SchemaVersion is the SHA-256 of Schema, in hex: what Apply records in
 // fleetpace_schema.
 var SchemaVersion = func() string {
-	sum := sha256.Sum256([]byte(SchemaSQL))
+	sum := sha256.Sum256([]byte(Schema))
 	return hex.EncodeToString(sum[:])
 }()
 
@@ -65,7 +66,7 @@ type ApplyResult struct {
 // Apply creates every fleetpace table and index and runs River's migrations up
 // to the version this binary was built with, under one advisory lock. It is
 // safe to call concurrently from many processes. When the schema is current
-// (the recorded SHA-256 of SchemaSQL is this binary's, and no River
+// (the recorded SHA-256 of Schema is this binary's, and no River
 // migration is pending) it only reads, takes no lock and returns Current.
 // The pool must allow at least two connections.
 func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*ApplyResult, error) {
@@ -116,7 +117,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Apply
 		return nil, fmt.Errorf("schema: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, SchemaSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := tx.Exec(ctx, Schema, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return nil, fmt.Errorf("schema: fleetpace tables: %w", err)
 	}
 	if _, err := tx.Exec(ctx, recordSQL, SchemaVersion); err != nil {

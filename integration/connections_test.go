@@ -121,16 +121,16 @@ func TestConnectionBudget(t *testing.T) {
 	url := newURL(t)
 	db := pool(t, url)
 	d := newDest(t, map[string]fakedest.Rule{"/b/": {Delay: 50 * time.Millisecond}})
-	idleFlags := []string{"--heartbeat", "5s", "--poll-max", "30s"}
+	idleFlags := []string{"--heartbeat", "5s", "--poll-max", "30s", "--listen-idle", "5s"}
 	a := startWorker(t, url, "budget-default", append(idleFlags, "--concurrency", "50")...)
 	b := startWorker(t, url, "budget-small", append(idleFlags, "--concurrency", "50", "--poll-only", "--max-conns", "4")...)
 	pa, pb := a.cmd.Process.Pid, b.cmd.Process.Pid
 
 	// Fresh and idle: the startup's connections close after the idle
 	// timeout (5 s, checked every 7.5 s), and the pacer's listener, which
-	// the worker opens before River starts, after 30 s without a
-	// reservation (pacer.DefaultListenIdle).
-	waitPacerIdle(t, db, pa, 90*time.Second)
+	// the worker opens before River starts, after 5 s without a
+	// reservation (--listen-idle; 30 s by default).
+	waitPacerIdle(t, db, pa, 60*time.Second)
 	waitConns(t, db, pa, 2, 60*time.Second)
 	waitConns(t, db, pb, 2, 60*time.Second)
 	sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
@@ -161,9 +161,9 @@ func TestConnectionBudget(t *testing.T) {
 	}
 
 	// After the busy spell the pool's extra connections close (5 s idle),
-	// and the pacer's listener after 30 s without a reservation
-	// (pacer.DefaultListenIdle): what stays is what an idle worker holds.
-	settleA := waitPacerIdle(t, db, pa, 90*time.Second)
+	// and the pacer's listener after 5 s without a reservation
+	// (--listen-idle): what stays is what an idle worker holds.
+	settleA := waitPacerIdle(t, db, pa, 60*time.Second)
 	settleA += waitConns(t, db, pa, 2, 60*time.Second)
 	settleB := waitConns(t, db, pb, 2, 60*time.Second)
 	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)

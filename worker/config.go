@@ -113,6 +113,11 @@ type Config struct {
 	// timeout (HTTP.Timeout) + LeaseMargin, the longest a slot can stay
 	// open while this process lives.
 	LeaseTTL time.Duration
+	// ListenIdle is how long the pacer's listener stays connected while
+	// this process reserves nothing (pacer.Config.ListenIdle): an idle
+	// worker then holds no connection for it. Default
+	// pacer.DefaultListenIdle; at most MaxListenIdle.
+	ListenIdle time.Duration
 
 	// MaxConns is the most PostgreSQL connections this process holds, all
 	// of them: the pacer's listener (none with PollOnly), the pacer's pool
@@ -250,6 +255,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MaxListenIdle bounds Config.ListenIdle.
+const MaxListenIdle = time.Hour
+
 // LeaseMargin is what the default LeaseTTL adds to the longest a slot can
 // stay open (its wait and its fetch): the report's round trip, a loaded
 // machine. MinLeaseTTL and MaxLeaseTTL bound a LeaseTTL given.
@@ -291,6 +299,8 @@ func (c Config) Validate() error {
 		return bad("MaxWait must be in [0, %s], got %s", MaxPacerWait, c.MaxWait)
 	case c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < MinLeaseTTL) || c.LeaseTTL > MaxLeaseTTL:
 		return bad("LeaseTTL must be in [%s, %s] (0: default), got %s", MinLeaseTTL, MaxLeaseTTL, c.LeaseTTL)
+	case c.ListenIdle < 0 || c.ListenIdle > MaxListenIdle:
+		return bad("ListenIdle must be in [0, %s] (0: default), got %s", MaxListenIdle, c.ListenIdle)
 	case c.Heartbeat < 0 || (c.Heartbeat > 0 && c.Heartbeat < MinHeartbeat) || c.Heartbeat > MaxHeartbeat:
 		return bad("Heartbeat must be in [%s, %s] (0: default), got %s", MinHeartbeat, MaxHeartbeat, c.Heartbeat)
 	case c.MinFleetSize < 0 || c.MinFleetSize > MaxFleetSize:

@@ -220,7 +220,7 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		return nil, err
 	}
 	rt.pacer, err = pacer.New(ctx, pacer.Config{PoolConfig: pacerPoolCfg, MaxConns: int32(shares.pacer), PollOnly: pollOnly,
-		LeaseTTL:       cfg.leaseTTL(),
+		LeaseTTL: cfg.leaseTTL(), ListenIdle: cfg.ListenIdle,
 		ConnectTimeout: cfg.ConnectTimeout, Latch: PacerLatch, MinFleetSize: cfg.MinFleetSize, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {
 		return nil, err

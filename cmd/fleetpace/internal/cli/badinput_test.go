@@ -277,6 +277,7 @@ func TestBadInput(t *testing.T) {
 		{name: "worker --lease-ttl 2h", args: []string{"worker", "--lease-ttl", "2h"}, want: []string{"--lease-ttl", "2h0m0s"}},
 		{name: "worker --lease-ttl 1ms", args: []string{"worker", "--lease-ttl", "1ms"}, want: []string{"--lease-ttl", "1ms"}},
 		{name: "worker --max-pacer-wait 2h", args: []string{"worker", "--max-pacer-wait", "2h"}, want: []string{"--max-pacer-wait", "2h0m0s"}},
+		{name: "worker --listen-idle 2h", args: []string{"worker", "--listen-idle", "2h"}, want: []string{"--listen-idle", "2h0m0s"}},
 		{name: "FLEETPACE_HEARTBEAT=1ns", args: []string{"worker"}, env: []string{"FLEETPACE_HEARTBEAT=1ns"}, want: []string{"--heartbeat", "FLEETPACE_HEARTBEAT", "1ns"}},
 		{name: "FLEETPACE_HTTP_ADDR=foo", args: []string{"worker"}, env: []string{"FLEETPACE_HTTP_ADDR=foo"}, want: []string{"--http-addr", "FLEETPACE_HTTP_ADDR"}},
 		{name: "worker short token on 0.0.0.0", args: []string{"worker", "--http-addr", "0.0.0.0:0", "--admin-token", "shortTOKENxyz"}, want: []string{"--admin-token", "32 bytes", "0.0.0.0"}, secret: "shortTOKENxyz"},

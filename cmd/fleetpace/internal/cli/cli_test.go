@@ -101,7 +101,7 @@ func TestSchemaApplyConcurrentProcesses(t *testing.T) {
 		}
 	}
 	// Every table of the schema file, once.
-	want := strings.Count(fleetpace.SchemaSQL, "\nCREATE TABLE IF NOT EXISTS fleetpace_")
+	want := strings.Count(fleetpace.Schema, "\nCREATE TABLE IF NOT EXISTS fleetpace_")
 	if n := count(t, url, `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'fleetpace_%'`); n != want || want < 9 {
 		t.Fatalf("fleetpace tables = %d, want %d (the schema file's)", n, want)
 	}

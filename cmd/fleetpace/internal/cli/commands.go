@@ -45,7 +45,7 @@ func (a *app) schemaCmd() *cobra.Command {
 		// No database needed.
 		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(*cobra.Command, []string) error {
-			_, err := io.WriteString(a.stdout, fleetpace.SchemaSQL)
+			_, err := io.WriteString(a.stdout, fleetpace.Schema)
 			return err
 		},
 	})

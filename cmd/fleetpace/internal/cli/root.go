@@ -118,6 +118,7 @@ var flagNames = map[string]string{
 	"worker.Config.SoftStop":               "--soft-stop",
 	"worker.Config.MaxWait":                "--max-pacer-wait",
 	"worker.Config.LeaseTTL":               "--lease-ttl",
+	"worker.Config.ListenIdle":             "--listen-idle",
 	"worker.Config.MinFleetSize":           "--min-fleet-size",
 	"worker.Config.Heartbeat":              "--heartbeat",
 	"worker.Config.MaxConns":               "--max-conns",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/cmd/fleetpace/internal/bench/localpace"
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/poller"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/sources"
@@ -47,6 +48,7 @@ func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
 	f.IntVar(&c.MinFleetSize, "min-fleet-size", worker.DefaultMinFleetSize, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
 	f.IntVar(&c.MaxConns, "max-conns", worker.DefaultMaxConns, "PostgreSQL connections this process holds at most, every pool and listener included (size the server: workers × this ≤ max_connections, or use PgBouncer)")
 	f.BoolVar(&c.RecorderAsyncCommit, "recorder-async-commit", false, "record checks with synchronous_commit off: faster on a database whose commits wait for the disk or a synchronous standby; a check lost in a crash or failover is fetched again (default: the server's setting)")
+	f.DurationVar(&c.ListenIdle, "listen-idle", pacer.DefaultListenIdle, fmt.Sprintf("how long the pacer's LISTEN connection stays open while this process reserves nothing (at most %s)", worker.MaxListenIdle))
 	f.BoolVar(&c.PollOnly, "poll-only", false, "no LISTEN at all (for PgBouncer in transaction mode): the pacer learns of slow-downs at its next reservation instead of within milliseconds; saves a connection (River always polls)")
 	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns", "lease-ttl")
 	addFetchFlags(f, &c.HTTP)
