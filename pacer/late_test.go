@@ -163,11 +163,17 @@ func TestListenerClosesWhileIdle(t *testing.T) {
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "idle", rate: 10})
 	p := newPacer(t, url, func(c *Config) { c.ListenIdle = 300 * time.Millisecond })
-	reserveN(t, p, "idle", 1)
-	waitFor(t, "the listener", func() bool { return p.Stats().Listening })
+	// In use (a slot every 100 ms), the listener opens and stays; however
+	// late the test polls, the process is not idle meanwhile.
+	inUse := func() bool {
+		if _, err := p.Acquire(context.Background(), "idle", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		return p.Stats().Listening
+	}
+	waitFor(t, "the listener", inUse)
 	waitFor(t, "the listener to close while idle", func() bool { return !p.Stats().Listening })
-	reserveN(t, p, "idle", 1)
-	waitFor(t, "the listener again", func() bool { return p.Stats().Listening })
+	waitFor(t, "the listener again", inUse)
 }
 
 // Paced by the destination (slower than the ceiling), a slot may be late
