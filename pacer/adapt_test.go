@@ -53,8 +53,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*math.Max(1, math.Abs(
 // no probing) is the other tests' default.
 func TestProbingRecovery(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "probe", rate: 1000, decayAfter: 2, backoff: 1.5, recovery: 1.1, probe: true})
+	url, pool := setup(t, platformSpec{name: "probe", rate: 1000, decayAfter: 2, backoff: 1.5, recovery: 1.1, probe: true})
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = -1 })
 
 	if rep := pressure(t, p, "probe", Feedback{}); !rep.Increased || !near(rep.Multiplier, 1.5) {
@@ -162,9 +161,7 @@ func TestQuotaSpacing(t *testing.T) {
 // the platform's headers off, the same announcement changes nothing.
 func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "ann", rate: 20})
-	addPlatform(t, pool, platformSpec{name: "deaf", rate: 20, noHeaders: true})
+	url, pool := setup(t, platformSpec{name: "ann", rate: 20}, platformSpec{name: "deaf", rate: 20, noHeaders: true})
 	p := newPacer(t, url, nil)
 	ctx := context.Background()
 	five := ratelimit.Info{Limit: 5, Remaining: 4, HasRemaining: true, Reset: time.Second, HasReset: true}
@@ -216,8 +213,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 // An exhausted quota holds the fleet until it resets, with its reason.
 func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "quota", rate: 20})
+	url, pool := setup(t, platformSpec{name: "quota", rate: 20})
 	p := newPacer(t, url, nil)
 	ctx := context.Background()
 	begin := time.Now()
@@ -240,8 +236,7 @@ func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 // overflow anything.
 func TestHostileHoldsAreCapped(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "hostile", rate: 20})
+	url, pool := setup(t, platformSpec{name: "hostile", rate: 20})
 	p := newPacer(t, url, nil)
 	rep := pressure(t, p, "hostile", Feedback{RetryAfter: math.MaxInt64,
 		Quota: ratelimit.Info{Remaining: 0, HasRemaining: true, Reset: math.MaxInt64, HasReset: true}})
@@ -354,8 +349,7 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 // until Resume.
 func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "pause", rate: 20})
+	url, pool := setup(t, platformSpec{name: "pause", rate: 20})
 	clk := clocktest.New()
 	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
@@ -466,8 +460,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // stretched, nobody is notified; holds and the multiplier still apply.
 func TestRespaceOff(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "old", rate: 20, noRespace: true})
+	url, pool := setup(t, platformSpec{name: "old", rate: 20, noRespace: true})
 	p := newPacer(t, url, nil)
 	if _, err := p.Reserve(context.Background(), "old", time.Minute); err != nil {
 		t.Fatal(err)
@@ -497,9 +490,7 @@ func TestRespaceOff(t *testing.T) {
 // slow down is not, until a refusal comes at its floor.
 func TestEstimateAtMax(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "stiff", rate: 5, maxMult: 1, adapt: "estimate"})
-	addPlatform(t, pool, platformSpec{name: "supple", rate: 5, maxMult: 4, adapt: "estimate"})
+	url, _ := setup(t, platformSpec{name: "stiff", rate: 5, maxMult: 1, adapt: "estimate"}, platformSpec{name: "supple", rate: 5, maxMult: 4, adapt: "estimate"})
 	clk := clocktest.New()
 	p := fakePacer(t, url, clk, nil)
 	if rep := pressure(t, p, "stiff", Feedback{}); !rep.AtMax {
@@ -536,8 +527,7 @@ func TestStateJSONRoundTrip(t *testing.T) {
 // whole hold's length later each).
 func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "shift", rate: 2})
+	url, pool := setup(t, platformSpec{name: "shift", rate: 2})
 	clk := clocktest.New()
 	b := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
@@ -588,8 +578,7 @@ func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
 // granted for after the hold is given back (its caller reserves again).
 func TestClearHoldGoesNow(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "clear", rate: 20})
+	url, pool := setup(t, platformSpec{name: "clear", rate: 20})
 	clk := clocktest.New()
 	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
@@ -625,8 +614,7 @@ func TestClearHoldGoesNow(t *testing.T) {
 // before the reset, which alone reads 1.1/s (the control).
 func TestLateWindowViewDoesNotSlowTheFleet(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "win", rate: 20})
+	url, pool := setup(t, platformSpec{name: "win", rate: 20})
 	p1, p2 := newPacer(t, url, nil), newPacer(t, url, nil)
 	ctx := context.Background()
 	report := func(p *Pacer, q ratelimit.Info) {
@@ -658,8 +646,7 @@ func TestLateWindowViewDoesNotSlowTheFleet(t *testing.T) {
 // would, so no 1-s window holds more than the quota and the burst.
 func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "run", rate: 20})
+	url, _ := setup(t, platformSpec{name: "run", rate: 20})
 	p := newPacer(t, url, nil)
 	ctx := context.Background()
 	var sent []time.Time

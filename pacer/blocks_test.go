@@ -42,8 +42,7 @@ func reportClean(t *testing.T, p *Pacer, platform string, n int) {
 // ending where the shared cursor stands.
 func TestBlocksHandOutExactSlots(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e5})
+	url, pool := setup(t, platformSpec{name: "fast", rate: 1e5})
 	// The injected clock stands still: no kept slot turns late (10 µs apart,
 	// a loaded machine would otherwise discard some; TestLateBlockSlotsDiscarded).
 	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
@@ -87,8 +86,7 @@ func TestBlocksHandOutExactSlots(t *testing.T) {
 // the multiplier the pressure has just doubled.
 func TestPressureDropsBlock(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
+	url, _ := setup(t, platformSpec{name: "fast", rate: 1e6})
 	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
 	rs := reserveN(t, p, "fast", 2) // the second took a block of 8 and kept 7
 	if _, err := p.Report(context.Background(), "fast", rs[1], Feedback{Kind: Pressure}); err != nil {
@@ -108,8 +106,7 @@ func TestPressureDropsBlock(t *testing.T) {
 // sending late would crowd the slots after it.
 func TestLateBlockSlotsDiscarded(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "fast", rate: 1e6})
+	url, _ := setup(t, platformSpec{name: "fast", rate: 1e6})
 	clock := clocktest.New()
 	// MaxLate 20 ms, not the default 1 ms: the kept slots' times come from
 	// the database clock as the statement read it, up to the statement's
@@ -179,8 +176,7 @@ func TestCleanReportsBatched(t *testing.T) {
 // Without Flush, a batch goes out after CleanBatch by itself.
 func TestCleanBatchTimer(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "timer", rate: 100})
+	url, pool := setup(t, platformSpec{name: "timer", rate: 100})
 	p := newPacer(t, url, func(c *Config) { c.CleanBatch = 50 * time.Millisecond })
 	reportClean(t, p, "timer", 3)
 	deadline := time.Now().Add(10 * time.Second)

@@ -19,8 +19,7 @@ import (
 // event arrived.
 func TestRetryAfterHoldsTheProcessAtOnce(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "held", rate: 2, adapt: "estimate"})
+	url, pool := setup(t, platformSpec{name: "held", rate: 2, adapt: "estimate"})
 	clk := clocktest.New()
 	p := fakePacer(t, url, clk, nil)
 	ctx := context.Background()

@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// setup returns a fresh database (URL and an admin pool) with the schema.
-func setup(t *testing.T) (string, *pgxpool.Pool) {
+// setup returns a fresh database (URL and an admin pool) with the schema
+// and platforms (addPlatform).
+func setup(t *testing.T, platforms ...platformSpec) (string, *pgxpool.Pool) {
 	t.Helper()
 	url := testdb.URL(t)
 	pool, err := pgxpool.New(context.Background(), url)
@@ -44,6 +45,9 @@ func setup(t *testing.T) (string, *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	for _, p := range platforms {
+		addPlatform(t, pool, p)
+	}
 	return url, pool
 }
 

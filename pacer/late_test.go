@@ -140,8 +140,7 @@ func maxInSecond(times []float64) int {
 // hand out before they are late would be lost to every process.
 func TestBlockSizeFollowsFleetShare(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "share", rate: 1e6})
+	url, _ := setup(t, platformSpec{name: "share", rate: 1e6})
 	alone := newPacer(t, url, func(c *Config) { c.MaxBlock = 8 })
 	reserveN(t, alone, "share", 2) // the first learns the interval
 	if kept := alone.blockSlots.Load(); kept != 7 {
@@ -160,8 +159,7 @@ func TestBlockSizeFollowsFleetShare(t *testing.T) {
 // once (no latch period: closing while idle is not a failure).
 func TestListenerClosesWhileIdle(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "idle", rate: 10})
+	url, _ := setup(t, platformSpec{name: "idle", rate: 10})
 	p := newPacer(t, url, func(c *Config) { c.ListenIdle = 300 * time.Millisecond })
 	// In use (a slot every 100 ms), the listener opens and stays; however
 	// late the test polls, the process is not idle meanwhile.

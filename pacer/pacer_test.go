@@ -46,14 +46,28 @@ func TestThreeProcessesShareOneCeiling(t *testing.T) {
 // `each` slots, and returns the merged granted times.
 func paceGoroutines(t *testing.T, url, platform string, n, each int) []time.Time {
 	t.Helper()
+	return grantTimes(t, n, each, func() func(context.Context) error {
+		p := newPacer(t, url, nil)
+		return func(ctx context.Context) error {
+			_, err := p.Wait(ctx, platform)
+			return err
+		}
+	})
+}
+
+// grantTimes runs n goroutines, each waiting `each` times with a wait
+// function of its own (from newWait), and returns the merged times the
+// waits returned at.
+func grantTimes(t *testing.T, n, each int, newWait func() func(context.Context) error) []time.Time {
+	t.Helper()
 	var mu sync.Mutex
 	var ts []time.Time
 	g, ctx := errgroup.WithContext(context.Background())
 	for range n {
-		p := newPacer(t, url, nil)
+		wait := newWait()
 		g.Go(func() error {
 			for range each {
-				if _, err := p.Wait(ctx, platform); err != nil {
+				if err := wait(ctx); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -495,26 +509,9 @@ func TestNeverPastTheCeiling(t *testing.T) {
 // per-process: sanity for the harness in one process.
 func TestHarnessDetectsNaiveGoroutines(t *testing.T) {
 	const ratePerSec, burst = 40.0, 3
-	var mu sync.Mutex
-	var ts []time.Time
-	var g errgroup.Group
-	for range 4 {
-		lim := rate.NewLimiter(rate.Limit(ratePerSec), burst)
-		g.Go(func() error {
-			for range 30 {
-				if err := lim.Wait(context.Background()); err != nil {
-					return err
-				}
-				mu.Lock()
-				ts = append(ts, time.Now())
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	ts := grantTimes(t, 4, 30, func() func(context.Context) error {
+		return rate.NewLimiter(rate.Limit(ratePerSec), burst).Wait
+	})
 	if v := ceilingViolations(ts, ratePerSec, burst); len(v) != 2 {
 		t.Fatalf("four per-pacer limiters should break both bounds, got %v", v)
 	}

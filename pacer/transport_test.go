@@ -136,8 +136,7 @@ func startTransportFleet(t *testing.T, mode string) pacetest.Fleet {
 		"TRANSPORT_GOROUTINES": strconv.Itoa(fleetGoroutines),
 	}
 	if mode == pacetest.Paced {
-		url, pool := setup(t)
-		addPlatform(t, pool, platformSpec{name: "127.0.0.1", rate: fleetRate, burst: fleetBurst, backoff: 1.5, recovery: 1.1})
+		url, _ := setup(t, platformSpec{name: "127.0.0.1", rate: fleetRate, burst: fleetBurst, backoff: 1.5, recovery: 1.1})
 		env["TRANSPORT_DATABASE_URL"] = url
 	}
 	dest := pacetest.StartDest(t)

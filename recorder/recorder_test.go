@@ -3,6 +3,7 @@ package recorder_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,21 @@ func (f *fixture) lockWaiter(t *testing.T) int {
 	return pid
 }
 
+// queueBehindLock records the checks of ids with the first one's statement
+// blocked on a row lock and the others queued behind it, until release is
+// called; waits are the Record calls' results.
+func (f *fixture) queueBehindLock(t *testing.T, ids []int64) (release func(), waits []<-chan error) {
+	t.Helper()
+	release = f.lockRows(t, ids[0])
+	first := f.recordAsync(f.ctx, ids[0])
+	f.lockWaiter(t)
+	for _, id := range ids[1:] {
+		waits = append(waits, f.recordAsync(f.ctx, id))
+	}
+	eventually(t, fmt.Sprintf("%d queued checks", len(ids)-1), func() bool { return f.rec.Stats().Queued == len(ids)-1 })
+	return release, append(waits, first)
+}
+
 // lockRows locks the given sources in a transaction until release is called.
 func (f *fixture) lockRows(t *testing.T, ids ...int64) (release func()) {
 	t.Helper()
@@ -166,16 +182,9 @@ func TestRecorderMaxBatch(t *testing.T) {
 	t.Parallel()
 	f := setup(t, recorder.Config{MaxBatch: 3})
 	ids := f.sources(t, 11)
-	release := f.lockRows(t, ids[0])
-	first := f.recordAsync(f.ctx, ids[0])
-	f.lockWaiter(t)
-	var waits []<-chan error
-	for _, id := range ids[1:] {
-		waits = append(waits, f.recordAsync(f.ctx, id))
-	}
-	eventually(t, "10 queued checks", func() bool { return f.rec.Stats().Queued == 10 })
+	release, waits := f.queueBehindLock(t, ids)
 	release()
-	for _, w := range append(waits, first) {
+	for _, w := range waits {
 		if err := <-w; err != nil {
 			t.Fatal(err)
 		}
@@ -195,14 +204,7 @@ func TestRecorderStopFlushesQueued(t *testing.T) {
 	f := setup(t, recorder.Config{})
 	ids := f.sources(t, 12)
 	queued, late := ids[:11], ids[11]
-	release := f.lockRows(t, queued[0])
-	first := f.recordAsync(f.ctx, queued[0])
-	f.lockWaiter(t)
-	var waits []<-chan error
-	for _, id := range queued[1:] {
-		waits = append(waits, f.recordAsync(f.ctx, id))
-	}
-	eventually(t, "10 queued checks", func() bool { return f.rec.Stats().Queued == 10 })
+	release, waits := f.queueBehindLock(t, queued)
 
 	stopped := make(chan struct{})
 	go func() {
@@ -225,7 +227,7 @@ func TestRecorderStopFlushesQueued(t *testing.T) {
 	}
 	release()
 	<-stopped
-	for _, w := range append(waits, first) {
+	for _, w := range waits {
 		if err := <-w; err != nil {
 			t.Fatal(err)
 		}

@@ -13,9 +13,7 @@ import (
 // so) until its pause ends; its expiry needs no resume.
 func TestPausedPlatformSkipped(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
+	f := setup(t, "a", "b")
 	a := f.source(t, "a", "https://a.example/1", nil)
 	b := f.source(t, "b", "https://b.example/1", nil)
 	if err := pacer.Pause(f.ctx, f.pool, "a", time.Time{}, "maintenance"); err != nil {
@@ -49,8 +47,7 @@ func TestPausedPlatformSkipped(t *testing.T) {
 // Every tick prunes the history beyond the retention; NoHistory keeps none.
 func TestTickPrunesHistory(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
+	f := setup(t, "a")
 	f.exec(t, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome)
 		SELECT 1, 'a', now() - make_interval(hours => g), 'ok' FROM generate_series(0, 9) g`) // 0 to 9 hours old
 	left := func() int {

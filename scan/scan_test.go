@@ -26,14 +26,20 @@ type fixture struct {
 	client *queue.Client
 }
 
-func setup(t *testing.T) *fixture {
+// setup gives a test its own database and a queue client on it, with
+// platforms, each at 10/s.
+func setup(t *testing.T, platforms ...string) *fixture {
 	t.Helper()
 	pool := testdb.Pool(t)
 	client, err := queue.NewClient(pool, queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{ctx: context.Background(), pool: pool, client: client}
+	f := &fixture{ctx: context.Background(), pool: pool, client: client}
+	for _, p := range platforms {
+		f.platform(t, p, 10)
+	}
+	return f
 }
 
 // exec runs a statement of a test's setup.
@@ -80,8 +86,7 @@ func ids(due []scan.Due) []int64 {
 
 func TestDueOrder(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	recent := f.source(t, "p", "https://example.com/recent", dur(2*time.Minute))
 	old := f.source(t, "p", "https://example.com/old", dur(4*time.Hour))
 	never := f.source(t, "p", "https://example.com/never", nil)
@@ -118,8 +123,7 @@ func TestDueOrder(t *testing.T) {
 
 func TestDueExcludesDisabledQueuedAndNotDue(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	due := f.source(t, "p", "https://example.com/due", nil)
 	disabled := f.source(t, "p", "https://example.com/disabled", nil)
 	notDue := f.source(t, "p", "https://example.com/notdue", nil)
@@ -140,10 +144,7 @@ func TestDueExcludesDisabledQueuedAndNotDue(t *testing.T) {
 
 func TestCooldownFiltersPlatform(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
-	f.platform(t, "c", 10)
+	f := setup(t, "a", "b", "c")
 	a := f.source(t, "a", "https://a.example/1", nil)
 	b := f.source(t, "b", "https://b.example/1", nil)
 	c := f.source(t, "c", "https://c.example/1", nil)
@@ -293,8 +294,7 @@ func TestConcurrentTicksQueueOnce(t *testing.T) {
 
 func TestTickSkipsWhileAnotherHoldsLock(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	f.source(t, "p", "https://p.example/1", nil)
 	tx, err := f.pool.Begin(f.ctx)
 	if err != nil {

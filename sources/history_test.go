@@ -18,8 +18,7 @@ import (
 // limiting, which is not a check of the source, is there too.
 func TestHistoryKeepsEveryCheck(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	id := f.source(t, "p", "https://p.example/h", nil)
 	checks := []sources.Check{
 		{Outcome: "ok", Status: 200, Duration: 120 * time.Millisecond, Bytes: 5000, Worker: "w1"},
@@ -86,8 +85,7 @@ func TestHistoryKeepsEveryCheck(t *testing.T) {
 // history row either.
 func TestHistoryOnlyOfWrittenChecks(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	id := f.source(t, "p", "https://p.example/1", nil)
 	mustExec(t, f, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = 8 WHERE id = $1`, id)
 	if err := sources.RecordCheck(f.ctx, f.pool, id, sources.Check{Outcome: "ok", JobID: 7}); err != nil {
@@ -104,8 +102,7 @@ func TestHistoryOnlyOfWrittenChecks(t *testing.T) {
 // Recorder's side: recorder.TestRecorderHistoryFailure.)
 func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	storetest.BreakHistory(t, f.pool)
 	ids := []int64{f.source(t, "p", "https://p.example/1", nil), f.source(t, "p", "https://p.example/2", nil),
 		f.source(t, "p", "https://p.example/3", nil), f.source(t, "p", "https://p.example/4", nil)}
@@ -158,9 +155,7 @@ func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 // call, and keeps the rest; retention 0 keeps nothing.
 func TestPruneHistory(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
+	f := setup(t, "a", "b")
 	mustExec(t, f, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome)
 		SELECT g % 5, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, now() - make_interval(days => g), 'ok'
 		FROM generate_series(1, 10) g`) // one row per day, 1 to 10 days old
@@ -194,9 +189,7 @@ func TestPruneHistory(t *testing.T) {
 // Activity counts the window's checks per platform, bucket and outcome.
 func TestActivity(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
+	f := setup(t, "a", "b")
 	mustExec(t, f, `INSERT INTO fleetpace_check (source_id, platform, checked_at, outcome) VALUES
 		(1, 'a', now() - interval '10 seconds', 'ok'), (1, 'a', now() - interval '20 seconds', 'ok'),
 		(1, 'a', now() - interval '30 seconds', 'failed'), (2, 'b', now() - interval '5 seconds', 'rate_limited'),
@@ -242,8 +235,7 @@ func TestActivity(t *testing.T) {
 // per bucket and outcome.
 func TestHistoryKeepsMultiplier(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	a := f.source(t, "p", "https://p.example/a", nil)
 	b := f.source(t, "p", "https://p.example/b", nil)
 	c := f.source(t, "p", "https://p.example/c", nil)

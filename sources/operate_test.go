@@ -72,9 +72,7 @@ func TestConfigurePlatformPartial(t *testing.T) {
 // sources, history, cooldown and pace row.
 func TestDeletePlatform(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
+	f := setup(t, "a", "b")
 	id := f.source(t, "a", "https://a.example/1", nil)
 	other := f.source(t, "b", "https://b.example/1", nil)
 	for _, s := range []int64{id, other} {
@@ -125,8 +123,7 @@ func TestDeletePlatform(t *testing.T) {
 // escalation: the next cooldown starts from count 1.
 func TestClearCooldown(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
+	f := setup(t, "a")
 	for range 2 {
 		if _, _, err := sources.SetCooldown(f.ctx, f.pool, "a", 0, "stop", 0.5); err != nil {
 			t.Fatal(err)
@@ -165,9 +162,7 @@ func TestClearCooldown(t *testing.T) {
 // Sources are found by id or URL; a URL on two platforms is ambiguous.
 func TestLookup(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
+	f := setup(t, "a", "b")
 	id := f.source(t, "a", "https://x.example/1", nil)
 	f.source(t, "a", "https://x.example/shared", nil)
 	f.source(t, "b", "https://x.example/shared", nil)
@@ -192,8 +187,7 @@ func itoa(id int64) string { b, _ := json.Marshal(id); return string(b) }
 // check of a healthy source.
 func TestUpdateSource(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
+	f := setup(t, "a")
 	id := f.source(t, "a", "https://x.example/1", dur(0))
 	mustExec(t, f, `UPDATE fleetpace_source SET last_checked_at = now() - interval '10 minutes' WHERE id = $1`, id)
 	s, err := sources.UpdateSource(f.ctx, f.pool, id, sources.SourceUpdate{Interval: ptr(30 * time.Minute)})
@@ -221,9 +215,7 @@ func TestUpdateSource(t *testing.T) {
 // SetEnabled by ids (all or nothing), by platform, by failures.
 func TestSetEnabled(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
-	f.platform(t, "b", 10)
+	f := setup(t, "a", "b")
 	a1, a2 := f.source(t, "a", "https://a.example/1", nil), f.source(t, "a", "https://a.example/2", nil)
 	b1 := f.source(t, "b", "https://b.example/1", nil)
 	mustExec(t, f, `UPDATE fleetpace_source SET consecutive_failures = 5 WHERE id = ANY($1)`, []int64{a2, b1})

@@ -62,8 +62,7 @@ func rowJSON(t *testing.T, ctx context.Context, db sources.DBTX, id int64) strin
 // same for both.
 func TestRecordChecksMatchesRecordCheck(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	type pair struct {
 		name   string
 		single int64
@@ -129,8 +128,7 @@ func TestRecordChecksMatchesRecordCheck(t *testing.T) {
 // is left as it was; an empty batch is a no-op.
 func TestRecordChecksLastWins(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	a := f.source(t, "p", "https://p.example/a", nil)
 	b := f.source(t, "p", "https://p.example/b", nil)
 	recs := []sources.CheckRecord{
@@ -203,8 +201,7 @@ func TestRecordCheckOnlyByTheQueuedJob(t *testing.T) {
 // in a transaction, where there is no second pass — fails every row.
 func TestRecordChecksRefusedRow(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	storetest.RefuseETag(t, f.pool)
 	var ids []int64
 	for _, u := range []string{"a", "b", "c", "d"} {
@@ -265,8 +262,7 @@ func TestRecordChecksRefusedRow(t *testing.T) {
 // without it, never again row by row (its failures would count twice).
 func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	storetest.RefuseETag(t, f.pool)
 	storetest.BreakHistory(t, f.pool)
 	var ids []int64
@@ -312,8 +308,7 @@ func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 // reaches it: it is replaced, and the check is recorded.
 func TestRecordCheckCleansText(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	a := f.source(t, "p", "https://p.example/a", nil)
 	b := f.source(t, "p", "https://p.example/b", nil)
 	err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{

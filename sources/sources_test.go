@@ -23,9 +23,14 @@ type fixture struct {
 	pool *pgxpool.Pool
 }
 
-func setup(t *testing.T) *fixture {
+// setup gives a test its own database with platforms, each at 10/s.
+func setup(t *testing.T, platforms ...string) *fixture {
 	t.Helper()
-	return &fixture{ctx: context.Background(), pool: testdb.Pool(t)}
+	f := &fixture{ctx: context.Background(), pool: testdb.Pool(t)}
+	for _, p := range platforms {
+		f.platform(t, p, 10)
+	}
+	return f
 }
 
 func (f *fixture) platform(t *testing.T, name string, rate float64) {
@@ -53,8 +58,7 @@ func mustExec(t *testing.T, f *fixture, sql string, args ...any) {
 
 func TestCooldownConcurrentUpsert(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "a", 10)
+	f := setup(t, "a")
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := 0; i < 8; i++ {
@@ -146,8 +150,7 @@ func TestCooldownDurations(t *testing.T) {
 
 func TestRecordCheck(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.platform(t, "p", 10)
+	f := setup(t, "p")
 	id := f.source(t, "p", "https://p.example/1", nil)
 	get := func() sources.Source {
 		s, err := sources.GetSource(f.ctx, f.pool, id)

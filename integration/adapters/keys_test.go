@@ -251,17 +251,10 @@ func (w *callWorker) Work(ctx context.Context, job *river.Job[callArgs]) error {
 		}
 		defer done()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.target+job.Args.Path, nil)
+	resp, err := pacetest.Get(ctx, w.target+job.Args.Path, w.ua)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("User-Agent", w.ua)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
 	w.mu.Lock()
 	w.sent++
 	w.mu.Unlock()

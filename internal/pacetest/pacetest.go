@@ -7,7 +7,9 @@
 package pacetest
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"testing"
@@ -15,6 +17,23 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 )
+
+// Get sends a child's request: a GET of url as userAgent, its body read
+// and closed. The status and headers are what the child judges.
+func Get(ctx context.Context, url, userAgent string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", userAgent)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp, nil
+}
 
 // UserAgent is the User-Agent child i sends, which tells the destination
 // who sent each request.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -43,17 +42,10 @@ type callWorker struct {
 }
 
 func (w *callWorker) Work(ctx context.Context, job *river.Job[callArgs]) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.target, nil)
+	resp, err := pacetest.Get(ctx, w.target, w.userAgent)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("User-Agent", w.userAgent)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
 	info := ratelimit.Parse(resp.Header, time.Now())
 	switch resp.StatusCode {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:

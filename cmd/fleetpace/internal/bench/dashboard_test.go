@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -36,16 +34,13 @@ func TestDashboardBench(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT count(DISTINCT platform) FROM fleetpace_source WHERE platform LIKE 'bench-___'`).Scan(&names); err != nil || names != 120 {
 		t.Errorf("sources on %d platforms named bench-NNN (%v), want 120", names, err)
 	}
-	var text, js bytes.Buffer
-	if err := res.WriteText(&text); err != nil || !strings.Contains(text.String(), "SQL < 100 ms") {
-		t.Errorf("text: %v\n%s", err, text.String())
-	}
-	if err := res.WriteJSON(&js); err != nil {
-		t.Fatal(err)
-	}
 	var back map[string]any
-	if err := json.Unmarshal(js.Bytes(), &back); err != nil || back["pages"] == nil || back["failing_sources"] == nil {
-		t.Errorf("json: %v\n%s", err, js.String())
+	text, js := written(t, res, &back)
+	if !strings.Contains(text, "SQL < 100 ms") {
+		t.Errorf("text:\n%s", text)
+	}
+	if back["pages"] == nil || back["failing_sources"] == nil {
+		t.Errorf("json:\n%s", js)
 	}
 	if err := (DashboardConfig{Platforms: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "bench.DashboardConfig.Platforms") {
 		t.Errorf("Validate: %v", err)

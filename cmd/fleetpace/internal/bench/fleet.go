@@ -175,14 +175,8 @@ type FleetResult struct {
 // Fleet runs the benchmark: for each rate and round trip, Runs runs of a
 // fresh fleet on fresh tables.
 func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := prepare(&cfg, "FleetConfig", cfg.DatabaseURL); err != nil {
 		return nil, err
-	}
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
-	if cfg.DatabaseURL == "" {
-		return nil, fmt.Errorf("%w: bench.FleetConfig.DatabaseURL is required", ErrInvalidConfig)
 	}
 	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "fleet")
 	if err != nil {

@@ -200,14 +200,8 @@ type KeysPath struct {
 
 // Keys runs the benchmark.
 func Keys(ctx context.Context, cfg KeysConfig) (*KeysResult, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := prepare(&cfg, "KeysConfig", cfg.DatabaseURL); err != nil {
 		return nil, err
-	}
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
-	if cfg.DatabaseURL == "" {
-		return nil, fmt.Errorf("%w: bench.KeysConfig.DatabaseURL is required", ErrInvalidConfig)
 	}
 	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, "", "keys")
 	if err != nil {

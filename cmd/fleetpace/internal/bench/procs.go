@@ -135,3 +135,24 @@ func runWorkers(ctx context.Context, cfg workers.Config, d time.Duration, logger
 	}
 	return start, sum, nil
 }
+
+// procConfig is the configuration of a benchmark of worker processes.
+type procConfig interface {
+	Validate() error
+	setDefaults() error
+}
+
+// prepare readies cfg, the configuration typ of a benchmark of worker
+// processes, for a run: valid, its defaults applied, with a database URL.
+func prepare(cfg procConfig, typ, databaseURL string) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	if databaseURL == "" {
+		return invalidField(typ)("DatabaseURL is required")
+	}
+	return nil
+}

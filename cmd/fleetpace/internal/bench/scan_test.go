@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -37,23 +35,17 @@ func TestScanBench(t *testing.T) {
 		if r.DueP50 <= 0 || r.TickP50 <= 0 || r.TickEnqueued == 0 || len(r.DueStats) != 3 || r.DueStats[0].Statements < 3 || r.DueStats[0].Keys == 0 {
 			t.Errorf("measurements %+v", r)
 		}
-		var text, js bytes.Buffer
-		if err := res.WriteText(&text); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"keys in turns", "load average", "key heads", "statements", "due query plans", "refresh:"} {
-			if !strings.Contains(text.String(), want) {
-				t.Errorf("text lacks %q:\n%s", want, text.String())
-			}
-		}
-		if err := res.WriteJSON(&js); err != nil {
-			t.Fatal(err)
-		}
 		var back struct {
 			Sizes []map[string]any `json:"sizes"`
 		}
-		if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Sizes) != 1 || back.Sizes[0]["rows"] == nil || back.Sizes[0]["due_stats"] == nil || back.Sizes[0]["load_average_start"] == nil {
-			t.Errorf("json: %v\n%s", err, js.String())
+		text, js := written(t, res, &back)
+		for _, want := range []string{"keys in turns", "load average", "key heads", "statements", "due query plans", "refresh:"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("text lacks %q:\n%s", want, text)
+			}
+		}
+		if len(back.Sizes) != 1 || back.Sizes[0]["rows"] == nil || back.Sizes[0]["due_stats"] == nil || back.Sizes[0]["load_average_start"] == nil {
+			t.Errorf("json:\n%s", js)
 		}
 	}
 	if err := (ScanConfig{Platforms: []int{2}, KeyedPlatforms: 3, Keys: 1}).Validate(); err == nil || !strings.Contains(err.Error(), "bench.ScanConfig.KeyedPlatforms") {

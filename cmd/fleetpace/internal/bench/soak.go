@@ -152,14 +152,8 @@ func (r *SoakResult) Met() bool {
 
 // Soak runs the soak benchmark.
 func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := prepare(&cfg, "SoakConfig", cfg.DatabaseURL); err != nil {
 		return nil, err
-	}
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
-	if cfg.DatabaseURL == "" {
-		return nil, fmt.Errorf("%w: bench.SoakConfig.DatabaseURL is required", ErrInvalidConfig)
 	}
 	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "soak")
 	if err != nil {

@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -47,25 +46,15 @@ func TestWorkerBench(t *testing.T) {
 		t.Errorf("progress has %d run lines, want 4:\n%s", n, progress.String())
 	}
 
-	var js bytes.Buffer
-	if err := res.WriteJSON(&js); err != nil {
-		t.Fatal(err)
-	}
 	var m map[string]any
-	if err := json.Unmarshal(js.Bytes(), &m); err != nil {
-		t.Fatal(err)
-	}
+	text, js := written(t, res, &m)
 	for _, k := range []string{"fleetpace_jobs_per_sec", "river_jobs_per_sec", "ratio", "workers"} {
 		if _, ok := m[k]; !ok {
-			t.Errorf("JSON lacks %q: %s", k, js.String())
+			t.Errorf("JSON lacks %q: %s", k, js)
 		}
 	}
-	var text bytes.Buffer
-	if err := res.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(text.String(), "ratio") {
-		t.Errorf("text output lacks the ratio:\n%s", text.String())
+	if !strings.Contains(text, "ratio") {
+		t.Errorf("text output lacks the ratio:\n%s", text)
 	}
 
 	// Every fetch job completed through the fetch path (a job that failed or

@@ -23,6 +23,20 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
+// stopped waits up to within for what to stop after signal (its exit
+// status on done), failing the test if it did not, or did with an error.
+func stopped(t *testing.T, done <-chan error, within time.Duration, what, signal string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s after %s: %v, want exit 0", what, signal, err)
+		}
+	case <-time.After(within):
+		t.Fatalf("%s did not stop within %s of %s", what, within, signal)
+	}
+}
+
 var embeddedPortRE = regexp.MustCompile(`using embedded PostgreSQL in \S+ \(127\.0\.0\.1:(\d+)\)`)
 
 // A worker on the embedded cluster rides through `embedded stop` and the
@@ -98,14 +112,7 @@ func TestWorkerRidesThroughEmbeddedRestart(t *testing.T) {
 	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("worker after SIGTERM: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the worker did not stop within 60 s of SIGTERM")
-	}
+	stopped(t, done, 60*time.Second, "the worker", "SIGTERM")
 }
 
 // embedded url prints only the embedded database's URL, starting the

@@ -256,14 +256,7 @@ func TestStatusWatch(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("status --watch after Ctrl-C: %v, want exit 0", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("status --watch did not stop within 10 s of Ctrl-C")
-	}
+	stopped(t, done, 10*time.Second, "status --watch", "Ctrl-C")
 }
 
 // While a platform is paused, enqueue says its jobs wait and sources show
