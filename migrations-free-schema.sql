@@ -589,15 +589,6 @@ BEGIN
                     v_est := LEAST(v_est, CASE WHEN s.meas_window > t[10] THEN v_acc ELSE GREATEST(v_acc, v_est * t[7]) END);
                     IF s.meas_window > t[10] THEN
                         v_est_max := v_est;
-                    ELSE
-                        -- Between holds the fleet sends in spurts (jobs
-                        -- come back from their snoozes together): a
-                        -- refusal at a spurt's pace says little of the
-                        -- limit, what was accepted over time more. The
-                        -- upper reading is at most a quarter above it, so
-                        -- the pace does not climb back to the spurt's
-                        -- pace (and the next refusal) within the approach.
-                        v_est_max := LEAST(v_est_max, GREATEST(v_acc * 1.25, v_est));
                     END IF;
                 ELSIF p_retry > t[10] THEN
                     -- The first long hold: a window (or a log) that will
