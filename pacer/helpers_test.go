@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/time/rate"
 
+	"github.com/fleetpace/fleetpace/internal/pacetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
@@ -306,6 +307,7 @@ func runHelper() (res childResult) {
 // returns their results once all have exited.
 func runChildren(t *testing.T, n int, env map[string]string) []childResult {
 	t.Helper()
+	pacetest.SkipShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	type proc struct {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/pacetest"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 )
@@ -256,6 +257,7 @@ func TestFleetWideDecay(t *testing.T) {
 
 // A 429 with Retry-After: 3 holds every process for 3 s.
 func TestRetryAfterHoldsTheFleet(t *testing.T) {
+	pacetest.SkipShort(t)
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "hold", rate: 20, burst: 2})

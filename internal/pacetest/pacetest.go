@@ -260,12 +260,23 @@ const (
 	Naive = "naive"
 )
 
+// SkipShort skips a test of several processes on real time under
+// `go test -short`: the fast tier keeps to what one process and the fake
+// clock decide; the full suite runs these.
+func SkipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("several processes on real time: the full suite runs it")
+	}
+}
+
 // RunCeiling checks that a paced fleet keeps the destination under
 // ceiling + burst in every 1-s window while delivering the ceiling, and
 // that a naive one, started the same way, does not. It returns both
 // measurements.
 func RunCeiling(t *testing.T, ratePerSec float64, burst, requests int, start func(t *testing.T, mode string) Fleet) (paced, naive Ceiling) {
 	t.Helper()
+	SkipShort(t)
 	run := func(t *testing.T, mode string) Ceiling {
 		t.Helper()
 		f := start(t, mode)
@@ -292,6 +303,7 @@ func RunCeiling(t *testing.T, ratePerSec float64, burst, requests int, start fun
 // process sent before and after.
 func RunHold(t *testing.T, hold, reaction time.Duration, start func(t *testing.T, mode string) Fleet) Hold {
 	t.Helper()
+	SkipShort(t)
 	f := start(t, Paced)
 	Poll(t, time.Minute, "every process sending", func() bool {
 		return AllAfter(f.Dest, f.Prefix, f.N, time.Time{}) && f.Dest.Count(f.Prefix) >= 40
