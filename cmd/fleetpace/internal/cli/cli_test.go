@@ -332,13 +332,7 @@ func TestSchemaPrintNeedsNoDatabase(t *testing.T) {
 // which must be able to enter every parent of the data directory.
 func embeddedDataDir(t *testing.T) string {
 	t.Helper()
-	tmp := t.TempDir()
-	for _, d := range []string{tmp, filepath.Dir(tmp)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return filepath.Join(tmp, "data")
+	return filepath.Join(testdb.SearchableDir(t, "fleetpace-embedded-"), "data")
 }
 
 func TestEmbeddedDefaultSharedByConcurrentProcesses(t *testing.T) {
