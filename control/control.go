@@ -162,17 +162,11 @@ func CoolDown(ctx context.Context, db DB, platform string, cause sources.Cooldow
 // platform's snoozed fetch jobs available now, in one transaction: every
 // process fetches the platform again within about a second.
 func ClearCooldown(ctx context.Context, db DB, platform string) (Cleared, error) {
-	var c Cleared
-	err := inTx(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		if c.Cooldown, err = sources.ClearCooldown(ctx, tx, platform); err != nil {
-			return err
-		}
+	c, err := clearAndWake(ctx, db, platform, func(tx pgx.Tx) error {
 		if err := pacer.ClearHold(ctx, tx, platform); err != nil && !errors.Is(err, pacer.ErrUnknownPlatform) {
 			return err
 		}
-		c.Woken, err = queue.WakeFetches(ctx, tx, platform)
-		return err
+		return nil
 	})
 	if err != nil {
 		return Cleared{}, fmt.Errorf("clear cooldown of %s: %w", platform, err)
@@ -189,22 +183,33 @@ func ClearCooldown(ctx context.Context, db DB, platform string) (Cleared, error)
 // ceiling. An operator's pause stays (Resume ends it). It returns the
 // cooldown it ended, if any, and how many jobs it woke.
 func Reset(ctx context.Context, db DB, platform string) (Cleared, error) {
+	c, err := clearAndWake(ctx, db, platform, func(tx pgx.Tx) error {
+		return pacer.Reset(ctx, tx, platform)
+	})
+	if err != nil {
+		return Cleared{}, fmt.Errorf("reset %s: %w", platform, err)
+	}
+	return c, nil
+}
+
+// clearAndWake is what ClearCooldown and Reset share, in one transaction:
+// platform's cooldown ends and its escalation is forgotten
+// (sources.ClearCooldown), pace tells the pacer what to forget, and the
+// platform's snoozed fetch jobs are made available now.
+func clearAndWake(ctx context.Context, db DB, platform string, pace func(tx pgx.Tx) error) (Cleared, error) {
 	var c Cleared
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		var err error
 		if c.Cooldown, err = sources.ClearCooldown(ctx, tx, platform); err != nil {
 			return err
 		}
-		if err := pacer.Reset(ctx, tx, platform); err != nil {
+		if err := pace(tx); err != nil {
 			return err
 		}
 		c.Woken, err = queue.WakeFetches(ctx, tx, platform)
 		return err
 	})
-	if err != nil {
-		return Cleared{}, fmt.Errorf("reset %s: %w", platform, err)
-	}
-	return c, nil
+	return c, err
 }
 
 // Checked is what CheckSources and CheckPlatform did.

@@ -198,8 +198,7 @@ func (s *served) everyPageRenders(pages map[string]string) {
 // twice.
 func TestAbortThenRender(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := serve(t, pool, dashboard.ServerConfig{})
 	want := pages(t, pool)
 	ctx := context.Background()
@@ -331,8 +330,7 @@ func TestCrossOriginStateChanges(t *testing.T) {
 	for _, token := range []string{"", longToken} {
 		t.Run(fmt.Sprintf("token=%v", token != ""), func(t *testing.T) {
 			t.Parallel()
-			pool := testdb.Pool(t)
-			fleetData(t, pool)
+			pool := fleetPool(t)
 			s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AdminToken: token}})
 			var csrf string
 			if token != "" {
@@ -388,20 +386,7 @@ func TestCrossOriginStateChanges(t *testing.T) {
 
 func idsOf(t *testing.T, pool *pgxpool.Pool, platform string) []int64 {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT id FROM fleetpace_source WHERE platform = $1 AND enabled AND queued_at IS NULL ORDER BY id`, platform)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	return ids
+	return storetest.Column[int64](t, pool, `SELECT id FROM fleetpace_source WHERE platform = $1 AND enabled AND queued_at IS NULL ORDER BY id`, platform)
 }
 
 // A request naming another host (DNS rebinding: a page of another site
@@ -410,8 +395,7 @@ func idsOf(t *testing.T, pool *pgxpool.Pool, platform string) []int64 {
 // answered. River UI and every answer carry the security headers.
 func TestRebinding(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AllowedHosts: []string{"Dash.Example.", "10.9.8.7"}}})
 	_, port, _ := net.SplitHostPort(s.addr)
 	job := queuedJob(t, pool, idsOf(t, pool, "alpha")[0])
@@ -495,8 +479,7 @@ func closedWithin(t *testing.T, conn net.Conn, d time.Duration, what string) {
 // 413 — and so is a header over dashboard.MaxHeaderBytes (431).
 func TestOversizedBodies(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AdminToken: token}})
 	// A 60-MB upload, more than net/http keeps in memory before it spools
 	// to disk: refused from its header, before any of its body is sent.
@@ -706,8 +689,7 @@ func mustResolve(t *testing.T, base, ref string) *url.URL {
 // another sharing the database — and nothing changes.
 func TestLogoutReplay(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AdminToken: token}})
 	other := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AdminToken: token}})
 	csrf := s.signIn(token)
@@ -748,8 +730,7 @@ func TestLogoutReplay(t *testing.T) {
 // or as the database being unreachable.
 func TestBadBytes(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := serve(t, pool, dashboard.ServerConfig{Dashboard: dashboard.Config{AdminToken: token}})
 	for _, path := range []string{
 		"/?after=%00", "/?after=%FF", "/?n=5&after=a%00b", "/platforms/alpha?before=%00", "/sources?platform=%00&url=x",
@@ -850,8 +831,7 @@ func TestSecureCookieBehindProxy(t *testing.T) {
 // River UI. A token shorter than dashboard.MinTokenBytes is refused there.
 func TestSignInToReadBeyondLoopback(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	status := dashboard.Endpoint{Pattern: "GET /status", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "{}") })}
 	open := dashboard.Endpoint{Pattern: "GET /healthz", Open: true, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })}
 	for _, bad := range []string{"x", " ", strings.Repeat("x", dashboard.MinTokenBytes-1), " " + longToken, longToken + "\n"} {
@@ -893,8 +873,7 @@ func TestSignInToReadBeyondLoopback(t *testing.T) {
 // alone: River UI, which shows job args, never has the secret.
 func TestSecretQueryParameters(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
+	pool := storetest.Pool(t, sources.Platform{Name: "api", RatePerSec: 1})
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://api.example/feed?page=2&api_key=s3cretKEY&Access-Token=s3cretTOK"})
 	plain := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://api.example/public?page=3"})
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute'`)
@@ -928,8 +907,7 @@ func TestRiverUIInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: drives a real browser")
 	}
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := serve(t, pool, dashboard.ServerConfig{})
 	ids := idsOf(t, pool, "alpha")
 	mine, theirs := queuedJob(t, pool, ids[0]), queuedJob(t, pool, ids[1])

@@ -146,6 +146,15 @@ func paceOf(t *testing.T, pool *pgxpool.Pool, platform string) pacer.State {
 	return st[0]
 }
 
+// fleetPool returns a pool on a fresh database (testdb.Pool) holding
+// fleetData.
+func fleetPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := testdb.Pool(t)
+	fleetData(t, pool)
+	return pool
+}
+
 // fleetData is a small fleet with every state the overview shows: alpha
 // runs (a multiplier, failing, due, queued and late sources), beta is
 // paused, gamma cools down.
@@ -184,8 +193,7 @@ func fleetData(t *testing.T, pool *pgxpool.Pool) {
 // database, and the live workers.
 func TestOverview(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{})
 	status, page := s.get("/")
 	if status != http.StatusOK {
@@ -296,8 +304,7 @@ func TestOverviewPages(t *testing.T) {
 // failing sources with their last reason, in keyset pages.
 func TestPlatformPage(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{PageSize: 3, RiverUI: http.NotFoundHandler()})
 	status, page := s.get("/platforms/alpha")
 	if status != http.StatusOK {
@@ -340,8 +347,7 @@ func TestPlatformPage(t *testing.T) {
 // 400 and 404; the find forms redirect.
 func TestSourcePage(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{})
 	var id int64
 	if err := pool.QueryRow(context.Background(), `SELECT id FROM fleetpace_source WHERE url = 'https://a.example/6'`).Scan(&id); err != nil {
@@ -410,8 +416,7 @@ func TestEscaping(t *testing.T) {
 // A source URL's credentials are never shown.
 func TestURLCredentialsRedacted(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 1})
+	pool := storetest.Pool(t, sources.Platform{Name: "api", RatePerSec: 1})
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://bot:hunter2@api.example/feed?x=1"})
 	exec(t, pool, `UPDATE fleetpace_source SET consecutive_failures = 1, last_checked_at = now(), due_at = now() - interval '1 minute' WHERE id = $1`, id)
 	s := newSite(t, pool, dashboard.Config{})
@@ -427,8 +432,7 @@ func TestURLCredentialsRedacted(t *testing.T) {
 // changes; the sign-in page says how to turn actions on.
 func TestActionsOffWithoutToken(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{})
 	for _, path := range []string{"/platforms/alpha/pause", "/platforms/beta/resume", "/platforms/gamma/clear-cooldown", "/platforms/alpha/limits", "/sources/1/disable", "/sources/1/enable",
 		"/platforms/alpha/reset", "/platforms/alpha/check", "/sources/1/check"} {
@@ -507,8 +511,7 @@ func TestSignIn(t *testing.T) {
 // changes nothing.
 func TestCSRF(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	other := newSite(t, pool, dashboard.Config{AdminToken: token})
 	otherCSRF := other.signIn()
@@ -547,8 +550,7 @@ func TestCSRF(t *testing.T) {
 // at once and show on the pages.
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	csrf := s.signIn()
 
@@ -605,8 +607,7 @@ func TestPauseResume(t *testing.T) {
 // values are refused naming the field.
 func TestSetLimits(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 8, Burst: 3, Cooldown: 42 * time.Minute, MaxMultiplier: 4, NoProbe: true})
+	pool := storetest.Pool(t, sources.Platform{Name: "alpha", RatePerSec: 8, Burst: 3, Cooldown: 42 * time.Minute, MaxMultiplier: 4, NoProbe: true})
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	csrf := s.signIn()
 	get := func() sources.Platform {
@@ -716,8 +717,7 @@ func TestAssetsAndHeaders(t *testing.T) {
 // first.
 func TestHistory(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	var src int64
 	if err := pool.QueryRow(context.Background(), `SELECT id FROM fleetpace_source WHERE url = 'https://a.example/6'`).Scan(&src); err != nil {
 		t.Fatal(err)
@@ -788,8 +788,7 @@ func TestHistory(t *testing.T) {
 // shows running.
 func TestClearCooldown(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	csrf := s.signIn()
 	if _, page := s.get("/"); !strings.Contains(page, `action="/platforms/gamma/clear-cooldown"`) {
@@ -820,8 +819,7 @@ func TestClearCooldown(t *testing.T) {
 func TestResetAndCheckNow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	fleetData(t, pool)
+	pool := fleetPool(t)
 	client, err := queue.NewClient(pool, queue.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -885,8 +883,7 @@ func TestResetAndCheckNow(t *testing.T) {
 // Disable and enable a source from its page.
 func TestEnableDisableSource(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "alpha", RatePerSec: 1})
+	pool := storetest.Pool(t, sources.Platform{Name: "alpha", RatePerSec: 1})
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "alpha", URL: "https://a.example/x"})
 	s := newSite(t, pool, dashboard.Config{AdminToken: token})
 	csrf := s.signIn()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/fleetpace/fleetpace/dashboard"
 	"github.com/fleetpace/fleetpace/internal/storetest"
-	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 )
 
@@ -18,8 +17,7 @@ import (
 // requests; a key is isolated (bdi) and escaped, and a bad cursor is a 400.
 func TestPlatformKeys(t *testing.T) {
 	t.Parallel()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 100, KeyRate: 2, KeyBurst: 3, MaxInFlight: 20, KeyMaxInFlight: 4})
+	pool := storetest.Pool(t, sources.Platform{Name: "api", RatePerSec: 100, KeyRate: 2, KeyBurst: 3, MaxInFlight: 20, KeyMaxInFlight: 4})
 	// Four keys in use (pace rows as the pacer makes them), one held with
 	// two open requests, one slowed; a fifth key has limits of its own only.
 	exec(t, pool, `INSERT INTO fleetpace_pace (platform, key, rate, burst, max_in_flight, cursor_at, last_interval, hold_until, hold_reason, leases)

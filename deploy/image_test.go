@@ -35,13 +35,7 @@ func TestImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the container image")
 	}
-	podman, err := exec.LookPath("podman")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("podman is not installed (.ci/run installs it)")
-		}
-		t.Skip("podman not installed")
-	}
+	podman := ciTool(t, "podman", "podman is not installed (.ci/run installs it)", "podman not installed")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const version = "v0.0.0-imagetest"
@@ -219,6 +213,21 @@ func staticProblems(path string) []string {
 		out = append(out, fmt.Sprintf("needs %v", libs))
 	}
 	return out
+}
+
+// ciTool finds the program name on the PATH. Without it the test is
+// skipped (skip says why), unless CI is set: .ci/run installs every tool
+// the tests use, so there a missing one fails the test (ci says why).
+func ciTool(t *testing.T, name, ci, skip string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(ci)
+		}
+		t.Skip(skip)
+	}
+	return path
 }
 
 // TestStaticProblems: the check tells a dynamically linked program (the

@@ -102,13 +102,8 @@ func TestAlertRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs promtool on the alert rules against a real worker")
 	}
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("promtool is not installed (Debian's prometheus package: .ci/run installs it)")
-		}
-		t.Skip("promtool is not installed (apt-get install prometheus)")
-	}
+	promtool := ciTool(t, "promtool", "promtool is not installed (Debian's prometheus package: .ci/run installs it)",
+		"promtool is not installed (apt-get install prometheus)")
 	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = "prometheus"

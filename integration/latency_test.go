@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"net/url"
 	"testing"
 	"time"
 
@@ -12,19 +11,11 @@ import (
 // trip (netdelay); the proxy stops when the test ends.
 func farURL(t *testing.T, dbURL string, rtt time.Duration) string {
 	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := netdelay.Start(netdelay.Config{Upstream: u.Host, Delay: rtt / 2})
+	p, far, err := netdelay.StartURL(dbURL, rtt/2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	far, err := p.URL(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return far
 }
 

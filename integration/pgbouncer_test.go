@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/internal/dbconn"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 // pooledURLParams are what a database URL needs behind PgBouncer in
@@ -38,7 +39,7 @@ const pooledURLParams = "default_query_exec_mode=cache_describe"
 // is returned by the second value.
 func pgBouncer(t *testing.T, upstream string, poolSize int, extra string) (string, func() string) {
 	t.Helper()
-	return pgBouncerAt(t, upstream, poolSize, extra, freePort(t))
+	return pgBouncerAt(t, upstream, poolSize, extra, testdb.FreePort(t))
 }
 
 // pgBouncerAt is pgBouncer listening on port.
@@ -58,14 +59,7 @@ func pgBouncerAt(t *testing.T, upstream string, poolSize int, extra string, port
 	db := strings.TrimPrefix(u.Path, "/")
 	// Not t.TempDir: its parent is private to this user, and pgbouncer may
 	// run as another.
-	dir, err := os.MkdirTemp("", "fleetpace-pgbouncer-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testdb.SearchableDir(t, "fleetpace-pgbouncer-")
 	logFile := filepath.Join(dir, "pgbouncer.log")
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
@@ -160,17 +154,6 @@ log_disconnections = 0
 		q += "&" + extra
 	}
 	return fmt.Sprintf("postgres://postgres@%s/%s?%s", addr, db, q), readLog
-}
-
-// freePort returns a TCP port free on 127.0.0.1 a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // pooledErrors matches what goes wrong when a client relies on session

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 // Six workers started in the same instant on a fresh embedded cluster (the
@@ -107,20 +107,12 @@ func startSixWorkers(t *testing.T, dir string) {
 // stopped and removed when the test ends.
 func embeddedDir(t *testing.T) string {
 	t.Helper()
-	root, err := os.MkdirTemp("", "fleetpace-embedded-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(root, "data")
+	dir := filepath.Join(testdb.SearchableDir(t, "fleetpace-embedded-"), "data")
 	t.Cleanup(func() {
 		out, err := exec.Command(bin, "--data-dir", dir, "-q", "embedded", "stop").CombinedOutput()
 		if err != nil {
 			t.Errorf("embedded stop: %v\n%s", err, out)
 		}
-		os.RemoveAll(root)
 	})
 	return dir
 }

@@ -129,16 +129,7 @@ func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string,
 			}
 			return res, werr
 		}
-		err = s.Sleep(ctx, &res)
-		switch {
-		case err == nil:
-			return res, nil
-		case errors.Is(err, ErrLate):
-			if late++; late >= 3 {
-				return res, nil
-			}
-		case errors.Is(err, ErrGivenBack):
-		default:
+		if done, err := afterSleep(s.Sleep(ctx, &res), &late); done {
 			return res, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
 )
 
@@ -72,8 +73,8 @@ func TestDegradedProcessesKeepTheCeiling(t *testing.T) {
 	}
 
 	all := merged(res)
-	t.Logf("largest 1-s window across the run: %d", maxWindow(all, time.Second))
-	if w := maxWindow(all, time.Second); w > int(ratePerSec)+burst {
+	t.Logf("largest 1-s window across the run: %d", fakedest.MaxInWindow(all, time.Second))
+	if w := fakedest.MaxInWindow(all, time.Second); w > int(ratePerSec)+burst {
 		logTimeline(t, res, start, map[string]time.Time{"stopBegin": m.stopBegin, "stopEnd": m.stopEnd, "restartBegin": m.restartBegin, "restartEnd": m.restartEnd})
 		t.Fatalf("a 1-s window held %d grants across the outage, ceiling+burst is %d", w, int(ratePerSec)+burst)
 	}

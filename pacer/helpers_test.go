@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/time/rate"
 
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pacetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 )
@@ -134,20 +135,6 @@ func readRow(t *testing.T, pool *pgxpool.Pool, platform string) paceRow {
 	return r
 }
 
-// maxWindow is the largest number of times in any half-open window of length w.
-func maxWindow(ts []time.Time, w time.Duration) int {
-	s := append([]time.Time(nil), ts...)
-	sort.Slice(s, func(i, j int) bool { return s[i].Before(s[j]) })
-	best, j := 0, 0
-	for i := range s {
-		for s[i].Sub(s[j]) >= w {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
-}
-
 func span(ts []time.Time) time.Duration {
 	if len(ts) < 2 {
 		return 0
@@ -169,7 +156,7 @@ func span(ts []time.Time) time.Duration {
 // (n - burst) / rate × 0.95. It returns the violations (none: nil).
 func ceilingViolations(ts []time.Time, ratePerSec float64, burst int) []string {
 	var out []string
-	if w, limit := maxWindow(ts, time.Second), int(ratePerSec)+burst; w > limit {
+	if w, limit := fakedest.MaxInWindow(ts, time.Second), int(ratePerSec)+burst; w > limit {
 		out = append(out, fmt.Sprintf("a 1-s window holds %d grants, ceiling+burst is %d", w, limit))
 	}
 	minSpan := time.Duration(float64(len(ts)-burst) / ratePerSec * 0.95 * float64(time.Second))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pacetest"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
@@ -40,7 +41,7 @@ func TestThreeProcessesShareOneCeiling(t *testing.T) {
 		t.Fatalf("fleet-wide ceiling broken: %v", v)
 	}
 	t.Logf("%d grants over %s (%.2f/s), largest 1-s window %d", len(ts), span(ts),
-		float64(len(ts)-1)/span(ts).Seconds(), maxWindow(ts, time.Second))
+		float64(len(ts)-1)/span(ts).Seconds(), fakedest.MaxInWindow(ts, time.Second))
 }
 
 // paceGoroutines runs one independent pacer per goroutine, each taking

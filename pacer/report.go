@@ -24,6 +24,20 @@ type report struct {
 	key        string // the key's row, not the platform's ("": the platform's)
 }
 
+// refused records what a report of pressure carries of the refusal: the
+// Retry-After it asked for, if any, and when the refused request's slot
+// was reserved (database time).
+func (rep *report) refused(res Reservation, out Feedback) {
+	if d := clampDuration(out.RetryAfter); d > 0 {
+		s := d.Seconds()
+		rep.retry = &s
+	}
+	if !res.ReservedAt.IsZero() {
+		s := timeToEpoch(res.ReservedAt)
+		rep.reservedAt = &s
+	}
+}
+
 // announcement is what a destination's quota headers imply, in the pacer's
 // terms (see spacing).
 type announcement struct {
@@ -77,14 +91,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 		return r, nil
 	}
 	if rep.pressure {
-		if d := clampDuration(out.RetryAfter); d > 0 {
-			s := d.Seconds()
-			rep.retry = &s
-		}
-		if !res.ReservedAt.IsZero() {
-			s := timeToEpoch(res.ReservedAt)
-			rep.reservedAt = &s
-		}
+		rep.refused(res, out)
 		if res.Interval > 0 && !res.Degraded {
 			s := res.interval()
 			rep.sent = &s
@@ -118,14 +125,7 @@ func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation,
 	name := rowName(platform, res.Key)
 	rep := report{pressure: out.Kind == Pressure, announce: p.announce(name, out.Quota), key: res.Key}
 	if rep.pressure {
-		if d := clampDuration(out.RetryAfter); d > 0 {
-			s := d.Seconds()
-			rep.retry = &s
-		}
-		if !res.ReservedAt.IsZero() {
-			s := timeToEpoch(res.ReservedAt)
-			rep.reservedAt = &s
-		}
+		rep.refused(res, out)
 		if !res.Degraded {
 			p.mu.Lock()
 			if st := p.local[name]; st != nil && st.interval > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -249,19 +248,11 @@ func (r simResult) settled(allow, share float64) time.Duration {
 
 // maxWindow is the most arrivals in any 1-s window.
 func (r simResult) maxWindow() int {
-	times := make([]time.Duration, len(r.arrivals))
+	times := make([]time.Time, len(r.arrivals))
 	for i, a := range r.arrivals {
-		times[i] = a.at
+		times[i] = time.Time{}.Add(a.at)
 	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	best, j := 0, 0
-	for i := range times {
-		for times[i]-times[j] >= time.Second {
-			j++
-		}
-		best = max(best, i-j+1)
-	}
-	return best
+	return fakedest.MaxInWindow(times, time.Second)
 }
 
 // timeline is goodput per 5 s and what each pressure did, for the log.

@@ -250,6 +250,25 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	}
 }
 
+// afterSleep says what a caller of Sleep does with its error: done, with
+// the slot used (nil) or a final error; or not done, to reserve again
+// after a slot given back or missed. late counts the slots missed in a
+// row: the third is used all the same (a machine that is late every time
+// must still make progress).
+func afterSleep(err error, late *int) (done bool, _ error) {
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrLate):
+		*late++
+		return *late >= 3, nil
+	case errors.Is(err, ErrGivenBack):
+		return false, nil
+	default:
+		return true, err
+	}
+}
+
 // Wait reserves a slot on platform and sleeps until it, reserving again
 // when a slot is given back, or missed (the third late slot in a row is
 // used: a machine that is late every time must still make progress).
@@ -268,16 +287,7 @@ func (p *Pacer) Wait(ctx context.Context, platform string) (Reservation, error) 
 			}
 			continue
 		}
-		err = p.Sleep(ctx, &r)
-		switch {
-		case err == nil:
-			return r, nil
-		case errors.Is(err, ErrLate):
-			if late++; late >= 3 {
-				return r, nil
-			}
-		case errors.Is(err, ErrGivenBack):
-		default:
+		if done, err := afterSleep(p.Sleep(ctx, &r), &late); done {
 			return r, err
 		}
 	}

@@ -15,26 +15,31 @@ import (
 // the first attempt.
 func TestDeadlockRunsAgain(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	deadlock := &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
-	calls := 0
-	n, err := scan.RetryDeadlock(ctx, func() (int, error) {
-		if calls++; calls < 3 {
-			return 0, deadlock
-		}
-		return 7, nil
-	})
-	if err != nil || n != 7 || calls != 3 {
-		t.Fatalf("two deadlocks then success: %d %v after %d calls, want 7 after 3", n, err, calls)
-	}
-	calls = 0
-	_, err = scan.RetryDeadlock(ctx, func() (int, error) { calls++; return 0, deadlock })
-	if !errors.Is(err, deadlock) || calls != scan.DeadlockAttempts {
-		t.Fatalf("deadlocks every time: %v after %d calls, want the deadlock after %d", err, calls, scan.DeadlockAttempts)
-	}
-	calls = 0
 	other := &pgconn.PgError{Code: "42P01"}
-	if _, err = scan.RetryDeadlock(ctx, func() (int, error) { calls++; return 0, other }); !errors.Is(err, other) || calls != 1 {
-		t.Fatalf("another error: %v after %d calls, want it after 1", err, calls)
+	for _, c := range []struct {
+		name string
+		errs []error // what the calls return in turn (the last, every call after): nil is 7
+		// want: the result, its error, and after how many calls
+		n     int
+		err   error
+		calls int
+	}{
+		{"two deadlocks then success", []error{deadlock, deadlock, nil}, 7, nil, 3},
+		{"deadlocks every time", []error{deadlock}, 0, deadlock, scan.DeadlockAttempts},
+		{"another error", []error{other}, 0, other, 1},
+	} {
+		calls := 0
+		n, err := scan.RetryDeadlock(context.Background(), func() (int, error) {
+			err := c.errs[min(calls, len(c.errs)-1)]
+			calls++
+			if err != nil {
+				return 0, err
+			}
+			return 7, nil
+		})
+		if n != c.n || !errors.Is(err, c.err) || calls != c.calls {
+			t.Errorf("%s: %d %v after %d calls, want %d %v after %d", c.name, n, err, calls, c.n, c.err, c.calls)
+		}
 	}
 }

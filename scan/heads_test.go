@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
 )
@@ -145,12 +146,7 @@ FROM generate_series(1, 300) g`)
 				t.Fatal(err)
 			}
 		case 2: // checks of queued sources, of every outcome
-			var queued []int64
-			rows, _ := f.pool.Query(f.ctx, `SELECT id FROM fleetpace_source WHERE queued_at IS NOT NULL ORDER BY random() LIMIT 30`)
-			queued, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err != nil {
-				t.Fatal(err)
-			}
+			queued := storetest.Column[int64](t, f.pool, `SELECT id FROM fleetpace_source WHERE queued_at IS NOT NULL ORDER BY random() LIMIT 30`)
 			var recs []sources.CheckRecord
 			for _, id := range queued {
 				recs = append(recs, sources.CheckRecord{SourceID: id, Check: sources.Check{Outcome: outcomes[rng.IntN(len(outcomes))]}})
@@ -279,13 +275,6 @@ func compareWithOracle(t *testing.T, f *fixture, opts scan.DueOptions) (got, wan
 	if wrongHeads != 0 || wrongFirsts != 0 {
 		t.Fatalf("%d keys with a wrong head, %d platforms with a wrong first key", wrongHeads, wrongFirsts)
 	}
-	rows, err := tx.Query(f.ctx, oracleSQL, opts.Limit, names, caps, opts.DefaultCap, keyPlatforms, keyCaps, kp, kk, kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
+	want = storetest.Column[int64](t, tx, oracleSQL, opts.Limit, names, caps, opts.DefaultCap, keyPlatforms, keyCaps, kp, kk, kc)
 	return ids(due), want
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/scan"
@@ -331,18 +332,7 @@ func TestTickInterleavesPlatforms(t *testing.T) {
 	if _, err := scan.Tick(f.ctx, f.pool, f.client, scan.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := f.pool.Query(f.ctx, `SELECT args->>'platform' FROM river_job ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var order []string
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			t.Fatal(err)
-		}
-		order = append(order, p)
-	}
+	order := storetest.Column[string](t, f.pool, `SELECT args->>'platform' FROM river_job ORDER BY id`)
 	if got := strings.Join(order, ""); got != "ababaa" {
 		t.Fatalf("job order by platform = %s, want ababaa (platforms take turns)", got)
 	}

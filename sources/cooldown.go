@@ -174,11 +174,7 @@ func CooldownsOf(ctx context.Context, db DBTX, platforms []string) ([]Cooldown, 
 }
 
 func listCooldowns(ctx context.Context, db DBTX, sql string, args ...any) ([]Cooldown, error) {
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("cooldown: list: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanCooldown)
+	out, err := queryRows(ctx, db, scanCooldown, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("cooldown: list: %w", err)
 	}
@@ -200,11 +196,7 @@ func ClearCooldown(ctx context.Context, db Beginner, platform string) (*Cooldown
 	if _, err := GetPlatform(ctx, tx, platform); err != nil {
 		return nil, fmt.Errorf("cooldown: %w", err)
 	}
-	rows, err := tx.Query(ctx, clearCooldownSQL, platform)
-	if err != nil {
-		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
-	}
-	cleared, err := pgx.CollectRows(rows, scanCooldown)
+	cleared, err := queryRows(ctx, tx, scanCooldown, clearCooldownSQL, platform)
 	if err != nil {
 		return nil, fmt.Errorf("cooldown: clear %s: %w", platform, err)
 	}

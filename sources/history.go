@@ -67,11 +67,7 @@ func History(ctx context.Context, db DBTX, sourceID int64, limit int) ([]History
 	if limit == 0 {
 		limit = DefaultHistoryLimit
 	}
-	rows, err := db.Query(ctx, historySQL, sourceID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("history of source %d: %w", sourceID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HistoryEntry, error) {
+	out, err := queryRows(ctx, db, func(row pgx.CollectableRow) (HistoryEntry, error) {
 		var (
 			e      HistoryEntry
 			status *int16
@@ -87,7 +83,7 @@ func History(ctx context.Context, db DBTX, sourceID int64, limit int) ([]History
 		}
 		e.Duration = time.Duration(float64(ms) * float64(time.Millisecond))
 		return e, err
-	})
+	}, historySQL, sourceID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("history of source %d: %w", sourceID, err)
 	}
@@ -150,11 +146,7 @@ func Activity(ctx context.Context, db DBTX, q ActivityQuery) ([]ActivityCount, e
 	if q.Bucket == 0 {
 		q.Bucket = q.Window
 	}
-	rows, err := db.Query(ctx, activitySQL, q.Platform, q.Window, q.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("activity: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ActivityCount, error) {
+	out, err := queryRows(ctx, db, func(row pgx.CollectableRow) (ActivityCount, error) {
 		var (
 			c    ActivityCount
 			mult *float64
@@ -164,7 +156,7 @@ func Activity(ctx context.Context, db DBTX, q ActivityQuery) ([]ActivityCount, e
 			c.MaxMultiplier = *mult
 		}
 		return c, err
-	})
+	}, activitySQL, q.Platform, q.Window, q.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("activity: %w", err)
 	}

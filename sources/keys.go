@@ -189,11 +189,7 @@ func ListKeys(ctx context.Context, db DBTX, platform string, o KeyListOptions) (
 	if _, err := GetPlatform(ctx, db, platform); err != nil {
 		return page, fmt.Errorf("keys: %w", err)
 	}
-	rows, err := db.Query(ctx, listKeysSQL, platform, o.After, o.Limit+1)
-	if err != nil {
-		return page, fmt.Errorf("keys: list %s: %w", platform, err)
-	}
-	keys, err := pgx.CollectRows(rows, scanKeyState)
+	keys, err := queryRows(ctx, db, scanKeyState, listKeysSQL, platform, o.After, o.Limit+1)
 	if err != nil {
 		return page, fmt.Errorf("keys: list %s: %w", platform, err)
 	}

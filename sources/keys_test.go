@@ -22,8 +22,7 @@ import (
 func TestSourceKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "api", RatePerSec: 10})
+	pool := storetest.Pool(t, sources.Platform{Name: "api", RatePerSec: 10})
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "api", URL: "https://a.example/1", Key: "acct-1"})
 	if s, err := sources.GetSource(ctx, pool, id); err != nil || s.Key != "acct-1" {
 		t.Fatalf("GetSource: key %q %v, want acct-1", s.Key, err)

@@ -178,11 +178,7 @@ func SetPlatform(ctx context.Context, db DBTX, p Platform) (Platform, error) {
 
 // ListPlatforms returns every platform, by name.
 func ListPlatforms(ctx context.Context, db DBTX) ([]Platform, error) {
-	rows, err := db.Query(ctx, listPlatformsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("platform: list: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanPlatform)
+	out, err := queryRows(ctx, db, scanPlatform, listPlatformsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("platform: list: %w", err)
 	}
@@ -191,11 +187,7 @@ func ListPlatforms(ctx context.Context, db DBTX) ([]Platform, error) {
 
 // GetPlatform returns one platform or an error wrapping ErrNotFound.
 func GetPlatform(ctx context.Context, db DBTX, name string) (Platform, error) {
-	rows, err := db.Query(ctx, getPlatformSQL, name)
-	if err != nil {
-		return Platform{}, fmt.Errorf("platform: get: %w", err)
-	}
-	p, err := pgx.CollectExactlyOneRow(rows, scanPlatform)
+	p, err := queryRow(ctx, db, scanPlatform, getPlatformSQL, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Platform{}, fmt.Errorf("platform %q: %w", name, ErrNotFound)
 	}
@@ -292,11 +284,7 @@ func ConfigurePlatform(ctx context.Context, db Beginner, name string, u Platform
 		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, lockPlatformSQL, name)
-	if err != nil {
-		return Platform{}, false, fmt.Errorf("platform: set %s: %w", name, err)
-	}
-	cur, err := pgx.CollectExactlyOneRow(rows, scanPlatform)
+	cur, err := queryRow(ctx, tx, scanPlatform, lockPlatformSQL, name)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if u.RatePerSec == nil {
@@ -349,11 +337,7 @@ func DeletePlatform(ctx context.Context, db Beginner, name string, withSources b
 		return d, fmt.Errorf("platform: delete %s: %w", name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, lockPlatformSQL, name)
-	if err != nil {
-		return d, fmt.Errorf("platform: delete %s: %w", name, err)
-	}
-	if _, err := pgx.CollectExactlyOneRow(rows, scanPlatform); errors.Is(err, pgx.ErrNoRows) {
+	if _, err := queryRow(ctx, tx, scanPlatform, lockPlatformSQL, name); errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("platform %q: %w", name, ErrNotFound)
 	} else if err != nil {
 		return d, fmt.Errorf("platform: delete %s: %w", name, err)

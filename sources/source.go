@@ -234,11 +234,7 @@ func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
 	if f.Limit == 0 {
 		f.Limit = DefaultListLimit
 	}
-	rows, err := db.Query(ctx, listSourcesSQL, f.Platform, f.DueOnly, f.Limit, f.MinFailures, f.Outcome, f.Key)
-	if err != nil {
-		return nil, fmt.Errorf("source: list: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanSource)
+	out, err := queryRows(ctx, db, scanSource, listSourcesSQL, f.Platform, f.DueOnly, f.Limit, f.MinFailures, f.Outcome, f.Key)
 	if err != nil {
 		return nil, fmt.Errorf("source: list: %w", err)
 	}
@@ -255,11 +251,7 @@ func ListSources(ctx context.Context, db DBTX, f ListFilter) ([]Source, error) {
 
 // GetSource returns one source or an error wrapping ErrNotFound.
 func GetSource(ctx context.Context, db DBTX, id int64) (Source, error) {
-	rows, err := db.Query(ctx, getSourceSQL, id)
-	if err != nil {
-		return Source{}, fmt.Errorf("source: get: %w", err)
-	}
-	s, err := pgx.CollectExactlyOneRow(rows, scanSource)
+	s, err := queryRow(ctx, db, scanSource, getSourceSQL, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Source{}, fmt.Errorf("source %d: %w", id, ErrNotFound)
 	}
@@ -285,11 +277,7 @@ func RemoveSources(ctx context.Context, db Beginner, ids []int64) (int, error) {
 		return 0, fmt.Errorf("source: remove: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	rows, err := tx.Query(ctx, removeSourcesSQL, ids)
-	if err != nil {
-		return 0, fmt.Errorf("source: remove: %w", err)
-	}
-	removed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	removed, err := queryRows(ctx, tx, pgx.RowTo[int64], removeSourcesSQL, ids)
 	if err != nil {
 		return 0, fmt.Errorf("source: remove: %w", err)
 	}
@@ -331,11 +319,7 @@ func Lookup(ctx context.Context, db DBTX, ref string) (Source, error) {
 		}
 		return Source{}, fmt.Errorf("source: %w", err)
 	}
-	rows, err := db.Query(ctx, sourcesByURLSQL, ref)
-	if err != nil {
-		return Source{}, fmt.Errorf("source: lookup: %w", err)
-	}
-	found, err := pgx.CollectRows(rows, scanSource)
+	found, err := queryRows(ctx, db, scanSource, sourcesByURLSQL, ref)
 	if err != nil {
 		return Source{}, fmt.Errorf("source: lookup: %w", err)
 	}
@@ -380,11 +364,7 @@ func UpdateSource(ctx context.Context, db DBTX, id int64, u SourceUpdate) (Sourc
 	if err := u.Validate(); err != nil {
 		return Source{}, fmt.Errorf("source %d: %w", id, err)
 	}
-	rows, err := db.Query(ctx, updateSourceSQL, id, u.Interval, u.Enabled)
-	if err != nil {
-		return Source{}, fmt.Errorf("source %d: update: %w", id, err)
-	}
-	s, err := pgx.CollectExactlyOneRow(rows, scanSource)
+	s, err := queryRow(ctx, db, scanSource, updateSourceSQL, id, u.Interval, u.Enabled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Source{}, fmt.Errorf("source %d: %w", id, ErrNotFound)
 	}
@@ -467,11 +447,7 @@ func updateSelected(ctx context.Context, db Beginner, sel Selection, what, sql s
 	if len(sel.IDs) > 0 {
 		ids = sel.IDs
 	}
-	rows, err := tx.Query(ctx, sql, append([]any{ids, sel.Platform, sel.MinFailures}, args...)...)
-	if err != nil {
-		return nil, fmt.Errorf("source: %s: %w", what, err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	got, err := queryRows(ctx, tx, pgx.RowTo[int64], sql, append([]any{ids, sel.Platform, sel.MinFailures}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("source: %s: %w", what, err)
 	}
@@ -488,11 +464,7 @@ func updateSelected(ctx context.Context, db Beginner, sel Selection, what, sql s
 // QueuedJobs returns the ids of the fetch jobs the given sources are
 // queued for (sources not queued have none).
 func QueuedJobs(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
-	rows, err := db.Query(ctx, queuedJobsSQL, ids)
-	if err != nil {
-		return nil, fmt.Errorf("source: queued jobs: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	jobs, err := queryRows(ctx, db, pgx.RowTo[int64], queuedJobsSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("source: queued jobs: %w", err)
 	}
@@ -513,11 +485,7 @@ func CountDisabled(ctx context.Context, db DBTX, ids []int64) (int, error) {
 // ErrInvalid), whose reason ends with consequence ("nothing queued"): an
 // operation on sources by id is all or nothing.
 func RequireSources(ctx context.Context, db DBTX, ids []int64, consequence string) error {
-	rows, err := db.Query(ctx, existingSourceIDsSQL, ids)
-	if err != nil {
-		return fmt.Errorf("source: %w", err)
-	}
-	existing, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	existing, err := queryRows(ctx, db, pgx.RowTo[int64], existingSourceIDsSQL, ids)
 	if err != nil {
 		return fmt.Errorf("source: %w", err)
 	}

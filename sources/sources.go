@@ -32,6 +32,27 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// queryRows runs sql and collects every row it returns with scan: the one
+// error of either step is the caller's to wrap.
+func queryRows[T any](ctx context.Context, db DBTX, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scan)
+}
+
+// queryRow runs sql and scans the one row it must return with scan: no row
+// is pgx.ErrNoRows, which the caller turns into ErrNotFound.
+func queryRow[T any](ctx context.Context, db DBTX, scan pgx.RowToFunc[T], sql string, args ...any) (T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scan)
+}
+
 // ErrInvalid is wrapped by every error about bad input (a field, a line of an
 // import file). Callers branch on it: the CLI exits 2.
 var ErrInvalid = errors.New("invalid input")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/storetest"
-	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/pacer"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/status"
@@ -79,8 +78,7 @@ func TestConditions(t *testing.T) {
 func TestReadUsage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
+	pool := storetest.Pool(t, sources.Platform{Name: "p", RatePerSec: 8})
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
 	for _, c := range []sources.Check{{Outcome: "ok", Status: 200}, {Outcome: "rate_pressure", Status: 429, Error: "HTTP 429, Retry-After 10s"},
 		{Outcome: "rate_pressure", Status: 429, Error: "HTTP 429, Retry-After 10s"}} {

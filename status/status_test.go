@@ -40,8 +40,7 @@ func (c *countingDB) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, e
 func TestRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
+	pool := storetest.Pool(t, sources.Platform{Name: "p", RatePerSec: 8})
 	if _, err := fleet.Beat(ctx, pool, fleet.Self("w1")); err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +103,7 @@ func TestCacheReadsOncePerMaxAge(t *testing.T) {
 func TestReportJSON(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 8})
+	pool := storetest.Pool(t, sources.Platform{Name: "p", RatePerSec: 8})
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: "https://p.example/1"})
 	for _, c := range []sources.Check{{Outcome: "ok"}, {Outcome: "failed", Error: "HTTP 500"}, {Outcome: "rate_limited"}} {
 		if err := sources.RecordCheck(ctx, pool, id, c); err != nil {

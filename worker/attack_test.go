@@ -11,99 +11,41 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/fetch"
+	"github.com/fleetpace/fleetpace/internal/netdelay"
 	"github.com/fleetpace/fleetpace/internal/storetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 	"github.com/fleetpace/fleetpace/worker"
 )
 
-// countingProxy forwards TCP connections to upstream and counts them: the
-// connections a process opens to the database.
-type countingProxy struct {
-	ln       net.Listener
-	upstream string
-	opened   atomic.Int64
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-	wg       sync.WaitGroup
-}
-
-// proxyURL starts a countingProxy in front of databaseURL's server and
-// returns it with the URL that goes through it; it stops with the test.
-func proxyURL(t *testing.T, databaseURL string) (*countingProxy, string) {
+// proxyURL starts a proxy (netdelay, without a delay) in front of
+// databaseURL's server, which counts the connections a process opens to
+// the database, and returns it with the URL that goes through it; it stops
+// with the test.
+func proxyURL(t *testing.T, databaseURL string) (*netdelay.Proxy, string) {
 	t.Helper()
-	u, err := url.Parse(databaseURL)
+	p, via, err := netdelay.StartURL(databaseURL, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &countingProxy{ln: ln, upstream: u.Host, conns: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	u.Host = ln.Addr().String()
-	return p, u.String()
+	t.Cleanup(func() { p.Close() })
+	return p, via
 }
 
-func (p *countingProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.opened.Add(1)
-		up, err := net.Dial("tcp", p.upstream)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = true, true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		pipe := func(dst, src net.Conn) {
-			defer p.wg.Done()
-			_, _ = io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-			p.mu.Lock()
-			delete(p.conns, dst)
-			delete(p.conns, src)
-			p.mu.Unlock()
-		}
-		go pipe(up, c)
-		go pipe(c, up)
-	}
-}
-
-// busyWorker runs a worker through a countingProxy, fetching (with a
+// busyWorker runs a worker through a counting proxy (proxyURL), fetching (with a
 // fetcher that answers at once) the sources of a platform due every
 // second, so its pacer reserves all along; it returns the worker's HTTP
 // base URL and the proxy.
-func busyWorker(t *testing.T, cfg worker.Config) (string, *countingProxy, *pgxpool.Pool) {
+func busyWorker(t *testing.T, cfg worker.Config) (string, *netdelay.Proxy, *pgxpool.Pool) {
 	t.Helper()
 	dbURL := testdb.URL(t)
 	pool := testdb.PoolOf(t, dbURL)
@@ -220,7 +162,7 @@ func degraded(t *testing.T, base string) (gauge, reservations float64) {
 func TestReadyzStorm(t *testing.T) {
 	t.Parallel()
 	base, proxy, _ := busyWorker(t, worker.Config{})
-	before := proxy.opened.Load()
+	before := proxy.Accepted()
 	if counts, _ := storm(t, base, "/readyz", 220); counts[http.StatusOK] != 220 {
 		t.Errorf("220 parallel /readyz: %v, want 220 × 200", counts)
 	}
@@ -231,7 +173,7 @@ func TestReadyzStorm(t *testing.T) {
 	if len(ats) > 2 { // one read, or two if the storm straddles the snapshot's period
 		t.Errorf("100 parallel /status were read %d times, want once", len(ats))
 	}
-	if opened := proxy.opened.Load() - before; opened > 10 {
+	if opened := proxy.Accepted() - before; opened > 10 {
 		t.Errorf("the worker opened %d database connections during 320 requests, want a handful at most", opened)
 	}
 	if gauge, reservations := degraded(t, base); gauge != 0 || reservations != 0 {

@@ -108,8 +108,7 @@ func TestFetchWorkerLogs(t *testing.T) {
 func TestFetchWorkerLoadsSourceQueuedByID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "auth", RatePerSec: 1000})
+	pool := storetest.Pool(t, sources.Platform{Name: "auth", RatePerSec: 1000})
 	const url = "https://reader:hunter2@auth.example/feed"
 	id := storetest.Source(t, pool, sources.NewSource{Platform: "auth", URL: url})
 	if _, err := pool.Exec(ctx, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = id, etag = '"v1"' WHERE id = $1`, id); err != nil {

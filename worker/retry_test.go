@@ -11,7 +11,6 @@ import (
 
 	"github.com/fleetpace/fleetpace/fetch"
 	"github.com/fleetpace/fleetpace/internal/storetest"
-	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/queue"
 	"github.com/fleetpace/fleetpace/scan"
 	"github.com/fleetpace/fleetpace/sources"
@@ -29,8 +28,7 @@ import (
 func TestRetriedJobFetchesOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.Pool(t)
-	storetest.Platform(t, pool, sources.Platform{Name: "p", RatePerSec: 1000})
+	pool := storetest.Pool(t, sources.Platform{Name: "p", RatePerSec: 1000})
 	const plainURL, secretURL = "https://p.example/feed", "https://user:hunter2@p.example/private"
 	var ids []int64
 	for _, u := range []string{plainURL, secretURL} {

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,8 @@ type Proxy struct {
 	mu   sync.Mutex
 	open map[net.Conn]struct{}
 	done chan struct{}
+	// accepted counts the connections accepted.
+	accepted atomic.Int64
 }
 
 // Start listens and forwards every accepted connection to cfg.Upstream.
@@ -63,6 +66,22 @@ func Start(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
+// StartURL starts a proxy in front of the server databaseURL names (its
+// host and port) that adds delay in each direction, and returns it with
+// databaseURL made to go through it.
+func StartURL(databaseURL string, delay time.Duration) (*Proxy, string, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("netdelay: %w", err)
+	}
+	p, err := Start(Config{Upstream: u.Host, Delay: delay})
+	if err != nil {
+		return nil, "", err
+	}
+	u.Host = p.Addr()
+	return p, u.String(), nil
+}
+
 // Addr is the proxy's address.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
@@ -84,6 +103,10 @@ func (p *Proxy) Close() error {
 	p.wg.Wait()
 	return err
 }
+
+// Accepted is how many connections the proxy has accepted: how many a
+// process behind it opened to the database.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // URL returns databaseURL with its host and port replaced by the proxy's.
 func (p *Proxy) URL(databaseURL string) (string, error) {
@@ -122,6 +145,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.serve(c)
 	}

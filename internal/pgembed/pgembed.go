@@ -136,7 +136,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.init(ctx); err != nil {
+	return c.launch(ctx, c.init)
+}
+
+// launch fills the data directory of a cluster prepare made (fill: initdb,
+// or a base backup) and starts its server; on failure it removes the
+// temporary directory prepare made, if any.
+func (c *Cluster) launch(ctx context.Context, fill func(context.Context) error) (*Cluster, error) {
+	if err := fill(ctx); err != nil {
 		c.removeTemp()
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 func TestMissingBinariesGiveAnInstallHint(t *testing.T) {
@@ -71,12 +72,7 @@ func TestSharedClusterKeepsItsPort(t *testing.T) {
 	ctx := context.Background()
 	// As root the server runs as the postgres user, which must be able to
 	// enter every parent of the data directory.
-	tmp := t.TempDir()
-	for _, d := range []string{tmp, filepath.Dir(tmp)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tmp := testdb.SearchableDir(t, "fleetpace-pgembed-")
 	dir := filepath.Join(tmp, "data")
 	c, err := pgembed.EnsureShared(ctx, dir, pgembed.Config{})
 	if err != nil {

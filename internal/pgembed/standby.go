@@ -25,15 +25,7 @@ func (c *Cluster) StartStandby(ctx context.Context, cfg Config) (*Cluster, error
 	if err != nil {
 		return nil, err
 	}
-	if err := s.copyFrom(ctx, c); err != nil {
-		s.removeTemp()
-		return nil, err
-	}
-	if err := s.startServer(ctx); err != nil {
-		s.removeTemp()
-		return nil, err
-	}
-	return s, nil
+	return s.launch(ctx, func(ctx context.Context) error { return s.copyFrom(ctx, c) })
 }
 
 // copyFrom fills the standby's data directory with a base backup of

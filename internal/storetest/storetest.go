@@ -8,8 +8,23 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/sources"
 )
+
+// Pool returns a pool on a fresh database with the fleetpace schema
+// (testdb.Pool) and the platforms ps in it.
+func Pool(t testing.TB, ps ...sources.Platform) *pgxpool.Pool {
+	t.Helper()
+	pool := testdb.Pool(t)
+	for _, p := range ps {
+		Platform(t, pool, p)
+	}
+	return pool
+}
 
 // Platform creates or replaces the platform p.
 func Platform(t testing.TB, db sources.DBTX, p sources.Platform) {
@@ -54,6 +69,20 @@ func Checked(t testing.TB, db sources.DBTX, ids []int64) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Column returns the first column of every row sql returns, as T.
+func Column[T any](t testing.TB, db sources.DBTX, sql string, args ...any) []T {
+	t.Helper()
+	rows, err := db.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // Exec runs one statement.

@@ -221,6 +221,37 @@ func withDB(rawURL, db string) string {
 	return u.String()
 }
 
+// SearchableDir creates a temporary directory every user may enter (mode
+// 0755, directly under the system's temporary directory, unlike
+// t.TempDir's, whose parent is private to this user) and removes it when
+// the test ends: for the data of an embedded cluster, whose server runs as
+// the postgres user when the tests run as root, or of a pgbouncer that may
+// run as another user. pattern is os.MkdirTemp's.
+func SearchableDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return dir
+}
+
+// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago: for
+// a server the test starts (a pgbouncer, a worker's HTTP address).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // Silent starts a TCP server on loopback that accepts connections and never
 // answers — the worst case of a saturated database or pooler — and returns
 // its address and the number of connections it accepted so far. It stops

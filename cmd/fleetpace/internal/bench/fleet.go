@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -251,18 +250,12 @@ func fleetRun(ctx context.Context, cfg FleetConfig, pool *pgxpool.Pool, rate flo
 
 	workerURL := cfg.DatabaseURL
 	if rtt > 0 {
-		u, err := url.Parse(cfg.DatabaseURL)
-		if err != nil {
-			return row, err
-		}
-		proxy, err := netdelay.Start(netdelay.Config{Upstream: u.Host, Delay: rtt / 2})
+		proxy, far, err := netdelay.StartURL(cfg.DatabaseURL, rtt/2)
 		if err != nil {
 			return row, err
 		}
 		defer proxy.Close()
-		if workerURL, err = proxy.URL(cfg.DatabaseURL); err != nil {
-			return row, err
-		}
+		workerURL = far
 	}
 	args := append(workerArgs(workerURL, "info", "127.0.0.1:0", cfg.Concurrency), cfg.WorkerArgs...)
 	start, m, err := runWorkers(ctx, workers.Config{Executable: cfg.Executable, Dir: dir, N: cfg.Workers, Args: args},

@@ -82,19 +82,27 @@ func count(t *testing.T, url, sql string) int {
 	return n
 }
 
-func TestSchemaApplyConcurrentProcesses(t *testing.T) {
-	t.Parallel()
-	url := testdb.EmptyURL(t)
+// runConcurrently runs n processes of the command with args at once and
+// returns what each did.
+func runConcurrently(t *testing.T, n int, args ...string) []result {
+	t.Helper()
 	var wg sync.WaitGroup
-	results := make([]result, 4)
+	results := make([]result, n)
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = run(t, "", "schema", "apply", "-q", "--database-url", url)
+			results[i] = run(t, "", args...)
 		}()
 	}
 	wg.Wait()
+	return results
+}
+
+func TestSchemaApplyConcurrentProcesses(t *testing.T) {
+	t.Parallel()
+	url := testdb.EmptyURL(t)
+	results := runConcurrently(t, 4, "schema", "apply", "-q", "--database-url", url)
 	for i, r := range results {
 		if r.code != 0 {
 			t.Fatalf("process %d: %s", i, r)
@@ -332,28 +340,13 @@ func TestSchemaPrintNeedsNoDatabase(t *testing.T) {
 // which must be able to enter every parent of the data directory.
 func embeddedDataDir(t *testing.T) string {
 	t.Helper()
-	tmp := t.TempDir()
-	for _, d := range []string{tmp, filepath.Dir(tmp)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return filepath.Join(tmp, "data")
+	return filepath.Join(testdb.SearchableDir(t, "fleetpace-embedded-"), "data")
 }
 
 func TestEmbeddedDefaultSharedByConcurrentProcesses(t *testing.T) {
 	t.Parallel()
 	dir := embeddedDataDir(t)
-	var wg sync.WaitGroup
-	results := make([]result, 2)
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = run(t, "", "--data-dir", dir, "platforms", "list")
-		}()
-	}
-	wg.Wait()
+	results := runConcurrently(t, 2, "--data-dir", dir, "platforms", "list")
 	t.Cleanup(func() { run(t, "", "--data-dir", dir, "embedded", "stop") })
 	for i, r := range results {
 		if r.code != 0 || !strings.Contains(r.stderr, "using embedded PostgreSQL in "+dir) {

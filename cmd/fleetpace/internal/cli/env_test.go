@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -244,14 +245,10 @@ func TestEnvWorker(t *testing.T) {
 	}
 }
 
+// freeAddr returns an address on 127.0.0.1 that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testdb.FreePort(t)))
 }
 
 // TestEnvHelpNamesVariables walks every command's --help: each global flag

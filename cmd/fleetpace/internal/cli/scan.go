@@ -113,11 +113,7 @@ func fmtByPlatform(m map[string]int) string {
 	if len(m) == 0 {
 		return ""
 	}
-	parts := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
-		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
+	return " (" + joinCounts(m, "%s: %d") + ")"
 }
 
 func (a *app) enqueueCmd() *cobra.Command {

@@ -243,11 +243,17 @@ func fmtInFlight(m map[string]int) string {
 	if len(m) == 0 {
 		return ""
 	}
+	return "  in flight: " + joinCounts(m, "%s %d")
+}
+
+// joinCounts lists the counts of m in the order of their names, each as
+// format makes it of a name and its count: "a: 1, b: 2" for "%s: %d".
+func joinCounts(m map[string]int, format string) string {
 	parts := make([]string, 0, len(m))
-	for _, p := range sortedKeys(m) {
-		parts = append(parts, fmt.Sprintf("%s %d", p, m[p]))
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf(format, k, m[k]))
 	}
-	return "  in flight: " + strings.Join(parts, ", ")
+	return strings.Join(parts, ", ")
 }
 
 // maxReason is how much of a pause's reason the status table shows.

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/browser"
 	"github.com/fleetpace/fleetpace/internal/syncbuf"
 	"github.com/fleetpace/fleetpace/internal/testbin"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 // binary is the fleetpace command built for these tests.
@@ -27,15 +28,7 @@ func TestMain(m *testing.M) { testbin.Main(m, &binary) }
 // by the postgres user (the embedded cluster runs as it when we are root).
 func setup(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "fleetpace-demo-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return testdb.SearchableDir(t, "fleetpace-demo-test-")
 }
 
 func demoCmd(dir string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
