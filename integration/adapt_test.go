@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,11 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	waitUntil(t, d, "/new/", start.Add(run), 30*time.Second)
 	waitUntil(t, d, "/naive/", start.Add(run), 30*time.Second)
 	stopAll(ws)
+	for _, r := range d.Requests() {
+		if strings.HasPrefix(r.Path, "/new/") || strings.HasPrefix(r.Path, "/naive/") {
+			t.Logf("DBG %7.3f %d %s %s", r.Time.Sub(start).Seconds(), r.Status, r.UserAgent, r.Path[:3])
+		}
+	}
 	from, to := start.Add(run/2), start.Add(run)
 	figures := map[string][2]float64{}
 	for _, p := range []string{"new", "naive"} {

@@ -114,6 +114,12 @@ type JobConfig struct {
 	// worker slot; a longer one snoozes the job instead. Default
 	// DefaultMaxWait.
 	MaxWait time.Duration
+	// MaxSleepers is how many jobs of one platform sleep for their slots
+	// at once in this process; more snooze unless their slot is within
+	// riverpace.MinSnooze, leaving the workers to the other platforms
+	// (riverpace.Config.MaxSleepers). Default 0: no limit; the worker sets
+	// half its concurrency.
+	MaxSleepers int
 	// Clock times the fetch's duration when the fetcher does not. Default
 	// (nil): the real clock. (The pacer sleeps on its own.)
 	Clock clock.Clock
@@ -149,6 +155,8 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 		return nil, errors.New("worker: JobConfig.Fetcher is required")
 	case cfg.MaxWait < 0:
 		return nil, fmt.Errorf("worker: JobConfig.MaxWait must be ≥ 0, got %s", cfg.MaxWait)
+	case cfg.MaxSleepers < 0:
+		return nil, fmt.Errorf("worker: JobConfig.MaxSleepers must be ≥ 0, got %d", cfg.MaxSleepers)
 	}
 	if cfg.MaxWait == 0 {
 		cfg.MaxWait = DefaultMaxWait
@@ -164,7 +172,7 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 		record = sources.RecordChecksWithoutHistory
 	}
 	pacing, err := riverpace.New(riverpace.Config{Pacer: cfg.Pacer, Platform: riverpace.ArgsField("platform"),
-		MaxWait: cfg.MaxWait, Rand: cfg.Rand, Logger: cfg.Logger})
+		MaxWait: cfg.MaxWait, MaxSleepers: cfg.MaxSleepers, Rand: cfg.Rand, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}

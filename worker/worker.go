@@ -252,7 +252,8 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 		jobPacer = cfg.WrapPacer(rt.pacer)
 	}
 	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: jobPacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
-		Clock: cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
+		MaxSleepers: max(1, cmp.Or(cfg.Concurrency, DefaultConcurrency)/2),
+		Clock:       cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,10 @@
 //     (pacer.AcquireKey), which in River v0.51 uses
 //     up no attempt (the attempt count is set back; the "snoozes" metadata
 //     counts it): holding a worker for a long wait would starve the
-//     client's other jobs. A slot the fleet moves later while the job sleeps
+//     client's other jobs. With Config.MaxSleepers, at most that many jobs
+//     of one platform sleep at once in the process; the rest snooze unless
+//     their slot is within MinSnooze, so a platform held for a few seconds
+//     does not take every worker. A slot the fleet moves later while the job sleeps
 //     (a slow-down seen by another process) is handled the same way, and so
 //     is a slot the job woke up too late for, the third time in a row (see
 //     pacer.Acquire).
@@ -65,6 +68,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -136,6 +140,17 @@ type Config struct {
 	// DefaultMaxWait (5 s).
 	MaxWait time.Duration
 
+	// MaxSleepers, if above 0, is how many jobs of one platform a process
+	// lets sleep for slots at once; a job that comes while that many
+	// sleep takes a slot only within MinSnooze (a snooze could not bring
+	// it back sooner) and otherwise snoozes, giving its worker to the
+	// other platforms. Without it, jobs of a platform held for a few
+	// seconds (a Retry-After under MaxWait, a cooldown) take every worker
+	// one after the other while they sleep through the hold, and the other
+	// platforms stop. Set it to about half of the River client's
+	// MaxWorkers. Default 0: no limit.
+	MaxSleepers int
+
 	// CreatePlatform, if set, is called when a job's platform does not
 	// exist; the job then asks for a slot again, once. The middleware does
 	// not write platforms itself; for example, with package sources:
@@ -169,6 +184,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: riverpace.Config.Platform and StrictPlatform are both set; set one", ErrInvalidConfig)
 	case c.MaxWait < 0:
 		return fmt.Errorf("%w: riverpace.Config.MaxWait must not be negative (got %s)", ErrInvalidConfig, c.MaxWait)
+	case c.MaxSleepers < 0:
+		return fmt.Errorf("%w: riverpace.Config.MaxSleepers must not be negative (got %d)", ErrInvalidConfig, c.MaxSleepers)
 	}
 	if _, ok := c.Pacer.(KeyPacer); c.Key != nil && !ok {
 		return fmt.Errorf("%w: riverpace.Config.Key needs a Pacer that takes keys (%T does not)", ErrInvalidConfig, c.Pacer)
@@ -182,6 +199,9 @@ func (c Config) Validate() error {
 type Middleware struct {
 	river.MiddlewareDefaults
 	cfg Config
+
+	mu       sync.Mutex
+	sleepers map[string]int // jobs in acquire, by platform (Config.MaxSleepers)
 }
 
 var _ rivertype.WorkerMiddleware = (*Middleware)(nil)
@@ -304,14 +324,41 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 			return kp.AcquireKey(ctx, platform, key, maxWait)
 		}
 	}
-	res, err := acquire(ctx, platform, m.cfg.MaxWait)
+	maxWait, done := m.sleep(platform)
+	defer done()
+	res, err := acquire(ctx, platform, maxWait)
 	if errors.Is(err, pacer.ErrUnknownPlatform) && m.cfg.CreatePlatform != nil {
 		if cerr := m.cfg.CreatePlatform(ctx, platform); cerr != nil {
 			return res, fmt.Errorf("create platform %q: %w", platform, cerr)
 		}
-		res, err = acquire(ctx, platform, m.cfg.MaxWait)
+		res, err = acquire(ctx, platform, maxWait)
 	}
 	return res, err
+}
+
+// sleep is the longest a job of platform may sleep for its slot now:
+// MaxWait, or MinSnooze while MaxSleepers of platform's jobs already sleep
+// in this process. Call done when the job no longer sleeps.
+func (m *Middleware) sleep(platform string) (maxWait time.Duration, done func()) {
+	if m.cfg.MaxSleepers <= 0 {
+		return m.cfg.MaxWait, func() {}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sleepers[platform] >= m.cfg.MaxSleepers {
+		return min(m.cfg.MaxWait, MinSnooze), func() {}
+	}
+	if m.sleepers == nil {
+		m.sleepers = map[string]int{}
+	}
+	m.sleepers[platform]++
+	return m.cfg.MaxWait, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.sleepers[platform]--; m.sleepers[platform] == 0 {
+			delete(m.sleepers, platform)
+		}
+	}
 }
 
 // SchedulerLag is how late River may bring back a job snoozed for longer

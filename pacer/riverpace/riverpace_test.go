@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -414,6 +415,7 @@ func TestConfigValidate(t *testing.T) {
 		{riverpace.Config{Pacer: p}, "riverpace.Config.Platform"},
 		{riverpace.Config{Pacer: p, Platform: riverpace.ByKind(nil), StrictPlatform: riverpace.StrictByKind(nil)}, "riverpace.Config.Platform and StrictPlatform"},
 		{riverpace.Config{Pacer: p, Platform: riverpace.ByKind(nil), MaxWait: -1}, "riverpace.Config.MaxWait"},
+		{riverpace.Config{Pacer: p, Platform: riverpace.ByKind(nil), MaxSleepers: -1}, "riverpace.Config.MaxSleepers"},
 	} {
 		_, err := riverpace.New(tc.cfg)
 		if !errors.Is(err, riverpace.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
@@ -494,6 +496,58 @@ func TestStrictMappingNeverRunsUnpaced(t *testing.T) {
 			}
 			if len(row.Errors) != 1 || !strings.Contains(row.Errors[0].Error, tc.want) || !strings.Contains(row.Errors[0].Error, "not run") {
 				t.Fatalf("errors %v, want one saying %q", row.Errors, tc.want)
+			}
+		})
+	}
+}
+
+// With MaxSleepers 1, a second job of a platform whose slot lies seconds
+// ahead snoozes while the first sleeps for its own, leaving the worker to
+// other platforms; without the limit (the negative control) it sleeps too,
+// so a platform held for a few seconds would take every worker.
+func TestMaxSleepersSnoozesTheRest(t *testing.T) {
+	e := newEnv(t)
+	job := &rivertype.JobRow{Kind: "k", EncodedArgs: []byte(`{"platform":"sparse"}`)}
+	for _, limit := range []int{1, 0} {
+		t.Run(fmt.Sprintf("MaxSleepers=%d", limit), func(t *testing.T) {
+			name := fmt.Sprintf("sparse%d", limit)
+			e.platform(t, name, 0.4) // a slot every 2.5 s
+			job := *job
+			job.EncodedArgs = []byte(`{"platform":"` + name + `"}`)
+			mw := e.middleware(t, func(c *riverpace.Config) { c.MaxWait = 10 * time.Second; c.MaxSleepers = limit })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if _, err := mw.Slot(ctx, &job, name); err != nil { // the slot now
+				t.Fatal(err)
+			}
+			granted := e.pacer.Stats().Granted
+			first := make(chan error, 1)
+			go func() { _, err := mw.Slot(ctx, &job, name); first <- err }() // sleeps ~2.5 s
+			pacetest.Poll(t, time.Minute, "the first job's slot granted", func() bool { return e.pacer.Stats().Granted > granted })
+			second := make(chan error, 1)
+			go func() { _, err := mw.Slot(ctx, &job, name); second <- err }() // its slot ~5 s ahead
+			var snooze *rivertype.JobSnoozeError
+			select {
+			case err := <-second:
+				if limit == 0 || !errors.As(err, &snooze) {
+					t.Fatalf("MaxSleepers %d: the second job returned %v while the first slept", limit, err)
+				}
+				if snooze.Duration < riverpace.MinSnooze {
+					t.Fatalf("snoozed for %s, under MinSnooze", snooze.Duration)
+				}
+				t.Logf("the second job snoozed for %s while the first slept", snooze.Duration)
+			case err := <-first:
+				if err != nil {
+					t.Fatal(err)
+				}
+				if limit > 0 {
+					t.Fatal("the first job woke before the second was told to snooze")
+				}
+				// The control: the second job is still asleep for its slot.
+				cancel()
+				if err := <-second; !errors.Is(err, context.Canceled) {
+					t.Fatalf("without MaxSleepers the second job should sleep for its slot; got %v", err)
+				}
 			}
 		})
 	}
