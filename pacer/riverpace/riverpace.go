@@ -140,8 +140,8 @@ type Config struct {
 	// DefaultMaxWait (5 s).
 	MaxWait time.Duration
 
-	// MaxSleepers, if above 0, is how many jobs of one platform a process
-	// lets sleep for slots at once; a job that comes while that many
+	// MaxSleepers, if above 0, is how many jobs of one platform (of one
+	// key, for jobs with a key) a process lets sleep for slots at once; a job that comes while that many
 	// sleep takes a slot only within MinSnooze (a snooze could not bring
 	// it back sooner) and otherwise snoozes, giving its worker to the
 	// other platforms. Without it, jobs of a platform held for a few
@@ -201,7 +201,7 @@ type Middleware struct {
 	cfg Config
 
 	mu       sync.Mutex
-	sleepers map[string]int // jobs in acquire, by platform (Config.MaxSleepers)
+	sleepers map[sleeperKey]int // jobs in acquire (Config.MaxSleepers)
 }
 
 var _ rivertype.WorkerMiddleware = (*Middleware)(nil)
@@ -324,7 +324,7 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 			return kp.AcquireKey(ctx, platform, key, maxWait)
 		}
 	}
-	maxWait, done := m.sleep(platform)
+	maxWait, done := m.sleep(sleeperKey{platform, key})
 	defer done()
 	res, err := acquire(ctx, platform, maxWait)
 	if errors.Is(err, pacer.ErrUnknownPlatform) && m.cfg.CreatePlatform != nil {
@@ -336,10 +336,16 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 	return res, err
 }
 
-// sleep is the longest a job of platform may sleep for its slot now:
-// MaxWait, or MinSnooze while MaxSleepers of platform's jobs already sleep
+// sleeperKey is what Config.MaxSleepers counts by: a platform, or a key of
+// a platform (a key's jobs wait for the key's slots, which its limit
+// spaces further apart than the platform's: counted with the platform's,
+// they would snooze to make room for jobs of other keys).
+type sleeperKey struct{ platform, key string }
+
+// sleep is the longest a job of platform (and key) may sleep for its slot
+// now: MaxWait, or MinSnooze while MaxSleepers of its jobs already sleep
 // in this process. Call done when the job no longer sleeps.
-func (m *Middleware) sleep(platform string) (maxWait time.Duration, done func()) {
+func (m *Middleware) sleep(platform sleeperKey) (maxWait time.Duration, done func()) {
 	if m.cfg.MaxSleepers <= 0 {
 		return m.cfg.MaxWait, func() {}
 	}
@@ -349,7 +355,7 @@ func (m *Middleware) sleep(platform string) (maxWait time.Duration, done func())
 		return min(m.cfg.MaxWait, MinSnooze), func() {}
 	}
 	if m.sleepers == nil {
-		m.sleepers = map[string]int{}
+		m.sleepers = map[sleeperKey]int{}
 	}
 	m.sleepers[platform]++
 	return m.cfg.MaxWait, func() {
