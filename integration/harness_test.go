@@ -5,7 +5,7 @@
 // the destination saw. Every figure the closing note quotes is printed with
 // t.Logf; run `go test ./integration -v -count=1` to see them.
 //
-// Scenarios run in parallel four at a time (parallelByDefault; -parallel
+// Scenarios run in parallel five at a time (parallelByDefault; -parallel
 // overrides it); each lasts 10–30 s. The fast tier (go test -short) runs
 // none of them.
 package integration
@@ -87,7 +87,7 @@ func (w withCluster) Run() int {
 		}()
 		os.Setenv("TEST_DATABASE_URL", c.URL("postgres"))
 	}
-	parallelByDefault(4)
+	parallelByDefault(5)
 	// testdb.Main would os.Exit; our deferred cleanup must run first.
 	return w.m.Run()
 }
@@ -95,8 +95,9 @@ func (w withCluster) Run() int {
 // parallelByDefault runs n tests at once unless -test.parallel is given.
 // Most of these tests spend their time waiting on real time — an outage,
 // a cooldown, an idle timeout — with the CPU idle, so the default
-// (GOMAXPROCS: 2 on CI) leaves the machine idle; at 4 the package takes
-// 195–226 s instead of 285–304 s on 2 cores (3 runs each).
+// (GOMAXPROCS: 2 on CI) leaves the machine idle: at 4 at a time the CPUs
+// were still idle two thirds of the time (vmstat), the package took
+// 213–241 s; at 6, 166–192 s.
 func parallelByDefault(n int) {
 	flag.Parse()
 	set := false
