@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,24 +86,13 @@ func (w withCluster) Run() int {
 		}()
 		os.Setenv("TEST_DATABASE_URL", c.URL("postgres"))
 	}
-	parallelByDefault(5)
+	// Most of these tests spend their time waiting on real time — an
+	// outage, a cooldown, an idle timeout — with the CPU idle: at 4 at a
+	// time the CPUs were still idle two thirds of the time (vmstat), the
+	// package took 213–241 s; at 6, 166–192 s.
+	testdb.ParallelByDefault(5)
 	// testdb.Main would os.Exit; our deferred cleanup must run first.
 	return w.m.Run()
-}
-
-// parallelByDefault runs n tests at once unless -test.parallel is given.
-// Most of these tests spend their time waiting on real time — an outage,
-// a cooldown, an idle timeout — with the CPU idle, so the default
-// (GOMAXPROCS: 2 on CI) leaves the machine idle: at 4 at a time the CPUs
-// were still idle two thirds of the time (vmstat), the package took
-// 213–241 s; at 6, 166–192 s.
-func parallelByDefault(n int) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(n))
-	}
 }
 
 // --- the CLI, run to completion -------------------------------------------

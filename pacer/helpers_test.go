@@ -27,6 +27,9 @@ import (
 // TestMain runs the tests on one embedded cluster and then checks that no
 // goroutine of the package is left running (timers, listeners, pools).
 func TestMain(m *testing.M) {
+	// The simulations keep one CPU busy; the tests of several processes
+	// mostly wait on real time.
+	testdb.ParallelByDefault(3)
 	code := testdb.Run(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {

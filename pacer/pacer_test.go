@@ -259,6 +259,7 @@ func TestFleetWideDecay(t *testing.T) {
 // A 429 with Retry-After: 3 holds every process for 3 s.
 func TestRetryAfterHoldsTheFleet(t *testing.T) {
 	pacetest.SkipShort(t)
+	t.Parallel()
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "hold", rate: 20, burst: 2})

@@ -164,6 +164,7 @@ func TestTransportThreeProcessesShareOneCeiling(t *testing.T) {
 // A 429 with Retry-After: 5 answered to one process holds all three for
 // 5 s, measured at the destination.
 func TestTransportRetryAfterHoldsThreeProcesses(t *testing.T) {
+	t.Parallel()
 	pacetest.RunHold(t, 5*time.Second, 500*time.Millisecond, startTransportFleet)
 }
 

@@ -14,10 +14,12 @@ package testdb
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +59,18 @@ func Run(m *testing.M) int {
 		cancel()
 	}
 	return code
+}
+
+// ParallelByDefault makes a TestMain run n parallel tests at once unless
+// -test.parallel is given: for a package whose tests mostly wait on real
+// time, where the default (GOMAXPROCS: 2 on CI) leaves the CPUs idle.
+func ParallelByDefault(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 // M is m for goleak.VerifyTestMain (or anything taking a Run() int): its

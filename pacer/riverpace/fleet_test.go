@@ -230,5 +230,6 @@ func TestThreeRiverClientsShareOneCeiling(t *testing.T) {
 // A 429 with Retry-After: 5 answered to one River process's job holds the
 // jobs of all three for 5 s, measured at the destination.
 func TestRetryAfterHoldsThreeRiverClients(t *testing.T) {
+	t.Parallel()
 	pacetest.RunHold(t, 5*time.Second, 500*time.Millisecond, startRiverFleet)
 }

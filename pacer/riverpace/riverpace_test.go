@@ -506,6 +506,7 @@ func TestStrictMappingNeverRunsUnpaced(t *testing.T) {
 // other platforms; without the limit (the negative control) it sleeps too,
 // so a platform held for a few seconds would take every worker.
 func TestMaxSleepersSnoozesTheRest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	job := &rivertype.JobRow{Kind: "k", EncodedArgs: []byte(`{"platform":"sparse"}`)}
 	for _, limit := range []int{1, 0} {

@@ -77,6 +77,7 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs the demo: real worker processes for seconds")
 	}
+	t.Parallel()
 	dir := setup(t)
 	cmd, out := demoCmd(dir, "--duration", "15s", "--workers", "2")
 	err := cmd.Run()
@@ -218,6 +219,7 @@ func TestDemoInterrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs the demo: real worker processes")
 	}
+	t.Parallel()
 	dir := setup(t)
 	cmd, out := demoCmd(dir, "--duration", "60s", "--workers", "2")
 	if err := cmd.Start(); err != nil {

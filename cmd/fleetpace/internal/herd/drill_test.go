@@ -29,9 +29,9 @@ func TestDrill(t *testing.T) {
 		// state even when connecting is slow on a loaded machine.
 		Base: 500 * time.Millisecond, Max: 4 * time.Second,
 		Warmup: 5 * time.Second, Window: 5 * time.Second,
-		// Twice fleetpace's bound (6 s): it may be refused up to 6 s after
-		// the window and still be seen to recover.
-		After:    12 * time.Second,
+		// Half again fleetpace's bound (6 s): it may be refused up to 6 s
+		// after the window and still be seen to recover.
+		After:    9 * time.Second,
 		RetryFor: 2 * time.Second,
 	}
 	res, err := Drill(ctx, cfg)
