@@ -349,14 +349,18 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 // until Resume.
 func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t, platformSpec{name: "pause", rate: 20})
+	// A slot every 2 s: the third lies 4 s ahead in the database's time,
+	// so the pause comes before it however slowly this test runs (a slot
+	// due within respaceLead of a pause still goes, and the fake clock
+	// would never wake it).
+	url, pool := setup(t, platformSpec{name: "pause", rate: 0.5})
 	clk := clocktest.New()
 	p := newPacer(t, url, func(c *Config) { c.Clock = clk })
 	ctx := context.Background()
 	var r Reservation
 	for range 3 {
 		var err error
-		if r, err = p.Reserve(ctx, "pause", time.Second); err != nil || !r.Granted {
+		if r, err = p.Reserve(ctx, "pause", 10*time.Second); err != nil || !r.Granted {
 			t.Fatalf("%+v %v", r, err)
 		}
 	}
@@ -367,8 +371,13 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 	if err := Pause(ctx, pool, "pause", time.Time{}, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrGivenBack) {
-		t.Fatalf("a waiting slot when the platform is paused: %v, want ErrGivenBack", err)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrGivenBack) {
+			t.Fatalf("a waiting slot when the platform is paused: %v, want ErrGivenBack", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the slot %s ahead was not given back within 30 s of the pause", r.Wait)
 	}
 	r, err := p.Reserve(ctx, "pause", time.Minute)
 	if err != nil || r.Granted || !r.Paused || r.Wait != MaxHold {
