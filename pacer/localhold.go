@@ -57,3 +57,18 @@ func (p *Pacer) heldLocally(platform string) time.Duration {
 	}
 	return max(st.held.Sub(p.clock.Now()), 0)
 }
+
+// HeldFor is how long platform is still held or paused as far as this
+// process knows — a Retry-After it received or heard of, a cooldown, an
+// operator's pause; 0: not held. riverpace.Config.MaxSleepers acts only
+// while a platform is held.
+func (p *Pacer) HeldFor(platform string) time.Duration {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.local[platform]
+	if st == nil {
+		return 0
+	}
+	return max(st.hold.Sub(now), st.held.Sub(now), 0)
+}

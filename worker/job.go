@@ -114,8 +114,8 @@ type JobConfig struct {
 	// worker slot; a longer one snoozes the job instead. Default
 	// DefaultMaxWait.
 	MaxWait time.Duration
-	// MaxSleepers is how many jobs of one platform sleep for their slots
-	// at once in this process; more snooze unless their slot is within
+	// MaxSleepers is how many jobs of one held platform sleep for their
+	// slots at once in this process; more snooze unless their slot is within
 	// riverpace.MinSnooze, leaving the workers to the other platforms
 	// (riverpace.Config.MaxSleepers). Default 0: no limit; the worker sets
 	// half its concurrency.

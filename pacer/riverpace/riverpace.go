@@ -31,9 +31,9 @@
 //     up no attempt (the attempt count is set back; the "snoozes" metadata
 //     counts it): holding a worker for a long wait would starve the
 //     client's other jobs. With Config.MaxSleepers, at most that many jobs
-//     of one platform sleep at once in the process; the rest snooze unless
-//     their slot is within MinSnooze, so a platform held for a few seconds
-//     does not take every worker. A slot the fleet moves later while the job sleeps
+//     of a held platform sleep at once in the process; the rest snooze
+//     unless their slot is within MinSnooze, so a platform held for a few
+//     seconds does not take every worker. A slot the fleet moves later while the job sleeps
 //     (a slow-down seen by another process) is handled the same way, and so
 //     is a slot the job woke up too late for, the third time in a row (see
 //     pacer.Acquire).
@@ -141,14 +141,18 @@ type Config struct {
 	MaxWait time.Duration
 
 	// MaxSleepers, if above 0, is how many jobs of one platform (of one
-	// key, for jobs with a key) a process lets sleep for slots at once; a job that comes while that many
-	// sleep takes a slot only within MinSnooze (a snooze could not bring
-	// it back sooner) and otherwise snoozes, giving its worker to the
+	// key, for jobs with a key) a process lets sleep for slots at once
+	// while the platform is held (a Retry-After under MaxWait, a cooldown,
+	// a pause; the Pacer says so with a method HeldFor(platform)
+	// time.Duration, as *pacer.Pacer does); a job that comes while that
+	// many sleep takes a slot only within MinSnooze (a snooze could not
+	// bring it back sooner) and otherwise snoozes, giving its worker to the
 	// other platforms. Without it, jobs of a platform held for a few
-	// seconds (a Retry-After under MaxWait, a cooldown) take every worker
-	// one after the other while they sleep through the hold, and the other
-	// platforms stop. Set it to about half of the River client's
-	// MaxWorkers. Default 0: no limit.
+	// seconds take every worker one after the other while they sleep
+	// through the hold, and the other platforms stop. (A platform that is
+	// not held is left alone: its jobs sleeping a few seconds for their
+	// slots is the pace, and snoozing them would leave gaps.) Set it to
+	// about half of the River client's MaxWorkers. Default 0: no limit.
 	MaxSleepers int
 
 	// CreatePlatform, if set, is called when a job's platform does not
@@ -336,6 +340,12 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 	return res, err
 }
 
+// holder is a Pacer that knows how long a platform is held
+// (*pacer.Pacer): Config.MaxSleepers acts only then.
+type holder interface {
+	HeldFor(platform string) time.Duration
+}
+
 // sleeperKey is what Config.MaxSleepers counts by: a platform, or a key of
 // a platform (a key's jobs wait for the key's slots, which its limit
 // spaces further apart than the platform's: counted with the platform's,
@@ -343,10 +353,13 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 type sleeperKey struct{ platform, key string }
 
 // sleep is the longest a job of platform (and key) may sleep for its slot
-// now: MaxWait, or MinSnooze while MaxSleepers of its jobs already sleep
-// in this process. Call done when the job no longer sleeps.
+// now: MaxWait, or MinSnooze while the platform is held and MaxSleepers
+// of its jobs already sleep in this process. Call done when the job no longer sleeps.
 func (m *Middleware) sleep(platform sleeperKey) (maxWait time.Duration, done func()) {
 	if m.cfg.MaxSleepers <= 0 {
+		return m.cfg.MaxWait, func() {}
+	}
+	if h, ok := m.cfg.Pacer.(holder); !ok || h.HeldFor(platform.platform) <= 0 {
 		return m.cfg.MaxWait, func() {}
 	}
 	m.mu.Lock()

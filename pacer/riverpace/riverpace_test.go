@@ -501,32 +501,41 @@ func TestStrictMappingNeverRunsUnpaced(t *testing.T) {
 	}
 }
 
-// With MaxSleepers 1, a second job of a platform whose slot lies seconds
-// ahead snoozes while the first sleeps for its own, leaving the worker to
-// other platforms; without the limit (the negative control) it sleeps too,
-// so a platform held for a few seconds would take every worker.
+// With MaxSleepers 1, while its platform is held (a 429 with
+// Retry-After: 4), a second job snoozes while the first sleeps through the
+// hold, leaving the worker to other platforms; without the limit (the
+// negative control) it sleeps too, so a platform held for a few seconds
+// would take every worker.
 func TestMaxSleepersSnoozesTheRest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	job := &rivertype.JobRow{Kind: "k", EncodedArgs: []byte(`{"platform":"sparse"}`)}
 	for _, limit := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MaxSleepers=%d", limit), func(t *testing.T) {
-			name := fmt.Sprintf("sparse%d", limit)
-			e.platform(t, name, 0.4) // a slot every 2.5 s
-			job := *job
-			job.EncodedArgs = []byte(`{"platform":"` + name + `"}`)
-			mw := e.middleware(t, func(c *riverpace.Config) { c.MaxWait = 10 * time.Second; c.MaxSleepers = limit })
+			name := fmt.Sprintf("held%d", limit)
+			e.platform(t, name, 5)
+			job := &rivertype.JobRow{Kind: "k", EncodedArgs: []byte(`{"platform":"` + name + `"}`)}
+			mw := e.middleware(t, func(c *riverpace.Config) { c.MaxWait = 20 * time.Second; c.MaxSleepers = limit })
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if _, err := mw.Slot(ctx, &job, name); err != nil { // the slot now
+			res, err := mw.Slot(ctx, job, name) // the slot now
+			if err != nil {
 				t.Fatal(err)
 			}
-			granted := e.pacer.Stats().Granted
+			if _, err := e.pacer.Report(ctx, name, res, pacer.Feedback{Kind: pacer.Pressure, RetryAfter: 4 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if e.pacer.HeldFor(name) <= 0 {
+				t.Fatal("the platform is not held after a 429 with Retry-After: 4")
+			}
+			before := e.pacer.Stats()
 			first := make(chan error, 1)
-			go func() { _, err := mw.Slot(ctx, &job, name); first <- err }() // sleeps ~2.5 s
-			pacetest.Poll(t, time.Minute, "the first job's slot granted", func() bool { return e.pacer.Stats().Granted > granted })
+			go func() { _, err := mw.Slot(ctx, job, name); first <- err }() // sleeps through the hold
+			pacetest.Poll(t, time.Minute, "the first job waiting out the hold", func() bool {
+				now := e.pacer.Stats()
+				return now.Reservations > before.Reservations
+			})
 			second := make(chan error, 1)
-			go func() { _, err := mw.Slot(ctx, &job, name); second <- err }() // its slot ~5 s ahead
+			go func() { _, err := mw.Slot(ctx, job, name); second <- err }()
 			var snooze *rivertype.JobSnoozeError
 			select {
 			case err := <-second:
@@ -536,7 +545,7 @@ func TestMaxSleepersSnoozesTheRest(t *testing.T) {
 				if snooze.Duration < riverpace.MinSnooze {
 					t.Fatalf("snoozed for %s, under MinSnooze", snooze.Duration)
 				}
-				t.Logf("the second job snoozed for %s while the first slept", snooze.Duration)
+				t.Logf("the second job snoozed for %s while the first slept through the hold", snooze.Duration)
 			case err := <-first:
 				if err != nil {
 					t.Fatal(err)
