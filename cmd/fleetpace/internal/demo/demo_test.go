@@ -70,15 +70,23 @@ func assertNothingLeft(t *testing.T, dir string) {
 	}
 }
 
-// TestDemo runs the demo as a newcomer would, briefly: it exits 0 (no
-// ceiling exceeded), shows every platform's effect, writes a valid SVG chart
-// and leaves no process or temporary directory behind.
-func TestDemo(t *testing.T) {
+// parallelDemo skips a test that runs the demo under -short (real worker
+// processes for seconds), runs it beside the other one, and returns the
+// directory setup made for it.
+func parallelDemo(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: runs the demo: real worker processes for seconds")
 	}
 	t.Parallel()
-	dir := setup(t)
+	return setup(t)
+}
+
+// TestDemo runs the demo as a newcomer would, briefly: it exits 0 (no
+// ceiling exceeded), shows every platform's effect, writes a valid SVG chart
+// and leaves no process or temporary directory behind.
+func TestDemo(t *testing.T) {
+	dir := parallelDemo(t)
 	cmd, out := demoCmd(dir, "--duration", "15s", "--workers", "2")
 	err := cmd.Run()
 	t.Logf("output:\n%s", out)
@@ -216,11 +224,7 @@ func assertSVG(t *testing.T, path string) {
 // TestDemoInterrupt sends SIGINT to a running demo: it exits promptly with a
 // failure code and stops and removes everything it started.
 func TestDemoInterrupt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs the demo: real worker processes")
-	}
-	t.Parallel()
-	dir := setup(t)
+	dir := parallelDemo(t)
 	cmd, out := demoCmd(dir, "--duration", "60s", "--workers", "2")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
