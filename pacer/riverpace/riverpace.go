@@ -355,27 +355,27 @@ type sleeperKey struct{ platform, key string }
 // sleep is the longest a job of platform (and key) may sleep for its slot
 // now: MaxWait, or MinSnooze while the platform is held and MaxSleepers
 // of its jobs already sleep in this process. Call done when the job no longer sleeps.
-func (m *Middleware) sleep(platform sleeperKey) (maxWait time.Duration, done func()) {
+func (m *Middleware) sleep(k sleeperKey) (maxWait time.Duration, done func()) {
 	if m.cfg.MaxSleepers <= 0 {
 		return m.cfg.MaxWait, func() {}
 	}
-	if h, ok := m.cfg.Pacer.(holder); !ok || h.HeldFor(platform.platform) <= 0 {
+	if h, ok := m.cfg.Pacer.(holder); !ok || h.HeldFor(k.platform) <= 0 {
 		return m.cfg.MaxWait, func() {}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.sleepers[platform] >= m.cfg.MaxSleepers {
+	if m.sleepers[k] >= m.cfg.MaxSleepers {
 		return min(m.cfg.MaxWait, MinSnooze), func() {}
 	}
 	if m.sleepers == nil {
 		m.sleepers = map[sleeperKey]int{}
 	}
-	m.sleepers[platform]++
+	m.sleepers[k]++
 	return m.cfg.MaxWait, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if m.sleepers[platform]--; m.sleepers[platform] == 0 {
-			delete(m.sleepers, platform)
+		if m.sleepers[k]--; m.sleepers[k] == 0 {
+			delete(m.sleepers, k)
 		}
 	}
 }
