@@ -6,7 +6,9 @@
 // trusts local connections for the "postgres" superuser, and is started and
 // stopped with pg_ctl. When the calling process is root, initdb and the server
 // run as an unprivileged user (default "postgres"), because PostgreSQL refuses
-// to run as root.
+// to run as root. A temporary cluster has a watchdog process that stops its
+// server when the process that started it dies without Close (a panic, a
+// test binary killed by its timeout, SIGKILL).
 package pgembed
 
 import (
@@ -86,6 +88,9 @@ type Cluster struct {
 	temp    string // temporary root to remove on Close, if any
 	port    int
 	cred    *syscall.Credential
+	// watchdog stops a temporary cluster's server when this process dies
+	// without Close (see startWatchdog); nil for a persistent cluster.
+	watchdog *watchdog
 }
 
 // FindBinDir returns a directory holding initdb, pg_ctl and postgres, looked
@@ -150,6 +155,15 @@ func (c *Cluster) launch(ctx context.Context, fill func(context.Context) error) 
 	if err := c.startServer(ctx); err != nil {
 		c.removeTemp()
 		return nil, err
+	}
+	if c.temp != "" {
+		w, err := c.startWatchdog()
+		if err != nil {
+			_ = c.Kill(context.WithoutCancel(ctx))
+			c.removeTemp()
+			return nil, err
+		}
+		c.watchdog = w
 	}
 	return c, nil
 }
@@ -427,6 +441,10 @@ func (c *Cluster) Restart(ctx context.Context) error {
 // Close stops the server and, for a temporary cluster, removes its directory.
 func (c *Cluster) Close(ctx context.Context) error {
 	err := c.Stop(ctx)
+	if c.watchdog != nil {
+		c.watchdog.release()
+		c.watchdog = nil
+	}
 	c.removeTemp()
 	return err
 }

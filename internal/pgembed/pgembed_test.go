@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,5 +183,70 @@ func TestStandbyPromote(t *testing.T) {
 	}
 	if err := exec(standby, `INSERT INTO t VALUES (2)`); err != nil {
 		t.Fatalf("the promoted standby refused a write: %v", err)
+	}
+}
+
+// A temporary cluster whose process dies without Close (SIGKILL: no Go
+// cleanup runs) is stopped by its watchdog. The control kills the
+// watchdog first: the server then outlives the process that started it.
+func TestWatchdogStopsAnOrphanedCluster(t *testing.T) {
+	t.Parallel()
+	for _, withWatchdog := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watchdog=%v", withWatchdog), func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			child := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+			child.Env = append(os.Environ(), childEnv+"=1")
+			child.Stderr = os.Stderr
+			out, err := child.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var url, root string
+			var watchdog int
+			if _, err := fmt.Fscan(out, &url, &root, &watchdog); err != nil {
+				_ = child.Process.Kill()
+				_ = child.Wait()
+				t.Fatalf("the child's cluster: %v", err)
+			}
+			defer os.RemoveAll(root)
+			ping := func() error {
+				conn, err := pgx.Connect(ctx, url)
+				if err != nil {
+					return err
+				}
+				return conn.Close(ctx)
+			}
+			if err := ping(); err != nil || watchdog == 0 {
+				t.Fatalf("the child's cluster at %s: %v, watchdog pid %d", url, err, watchdog)
+			}
+			if !withWatchdog {
+				if err := syscall.Kill(watchdog, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = child.Process.Kill()
+			_ = child.Wait()
+			if !withWatchdog {
+				err := ping()
+				if c, aerr := pgembed.Attach(pgembed.Config{DataDir: root}); aerr == nil {
+					_ = c.Kill(context.Background())
+				}
+				if err != nil {
+					t.Fatalf("control: the server stopped without its watchdog (%v): the test shows nothing", err)
+				}
+				return
+			}
+			for ping() == nil {
+				if ctx.Err() != nil {
+					t.Fatal("the server still answers 2 minutes after the process that started it died")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
 	}
 }
