@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,9 @@ type Config struct {
 	Rules map[string]Rule
 
 	// Now is the clock for arrival times and token buckets. Default:
-	// time.Now. Delays always use real time.
+	// time.Now, and then a request started with Start arrives when the
+	// kernel received it (on Linux), not when its handler ran. Delays
+	// always use real time.
 	Now func() time.Time
 
 	// Logger receives server errors. Default: discard.
@@ -72,11 +75,16 @@ type Server struct {
 	cfg     Config
 	created time.Time
 
-	mu       sync.Mutex
-	rules    map[string]*ruleState
-	requests []Request
-	gen      int // incremented by Reset, so late answers do not touch new records
-	origin   time.Time
+	// kernelTime: arrivals are the kernel's receive times where known
+	// (Config.Now is the real clock).
+	kernelTime bool
+
+	mu        sync.Mutex
+	rules     map[string]*ruleState
+	requests  []*Request // in arrival order
+	lastAdmit time.Time  // the latest time a limiter was asked at: limiters see time go forward
+	gen       int        // incremented by Reset, so late answers do not touch new records
+	origin    time.Time
 
 	lifeMu   sync.Mutex
 	listener net.Listener
@@ -92,6 +100,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Addr == "" {
 		cfg.Addr = DefaultAddr
 	}
+	kernelTime := cfg.Now == nil
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -100,11 +109,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	now := cfg.Now()
 	s := &Server{
-		cfg:     cfg,
-		created: now,
-		origin:  now,
-		rules:   make(map[string]*ruleState, len(cfg.Rules)),
-		closing: make(chan struct{}),
+		cfg:        cfg,
+		kernelTime: kernelTime,
+		created:    now,
+		origin:     now,
+		rules:      make(map[string]*ruleState, len(cfg.Rules)),
+		closing:    make(chan struct{}),
 	}
 	for prefix, r := range cfg.Rules {
 		if err := r.validate(prefix); err != nil {
@@ -130,14 +140,21 @@ func (s *Server) Start() error {
 		return fmt.Errorf("fakedest: listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.listener = ln
+	stamped := stampListener(ln) // before Start returns: a client may dial at once
 	s.srv = &http.Server{
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if sc, ok := c.(*stampConn); ok {
+				return context.WithValue(ctx, connKey{}, sc)
+			}
+			return ctx
+		},
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	s.serveErr = make(chan error, 1)
 	go func() {
-		err := s.srv.Serve(ln)
+		err := s.srv.Serve(stamped)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
@@ -273,9 +290,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 	s.mu.Lock()
 	now := s.cfg.Now()
-	idx := len(s.requests)
-	s.requests = append(s.requests, Request{
+	kernel := false
+	if sc, ok := req.Context().Value(connKey{}).(*stampConn); ok && s.kernelTime {
+		if t, ok := sc.received(); ok && t.Before(now) {
+			now, kernel = t, true
+		}
+	}
+	rec := &Request{
 		Time:            now,
+		KernelTime:      kernel,
 		Method:          req.Method,
 		Path:            req.URL.Path,
 		RawQuery:        req.URL.RawQuery,
@@ -283,7 +306,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		IfModifiedSince: req.Header.Get("If-Modified-Since"),
 		UserAgent:       req.Header.Get("User-Agent"),
 		RemoteAddr:      req.RemoteAddr,
-	})
+	}
+	// In arrival order: a request that arrived earlier may reach this line
+	// later.
+	i := len(s.requests)
+	for i > 0 && s.requests[i-1].Time.After(now) {
+		i--
+	}
+	s.requests = slices.Insert(s.requests, i, rec)
+	if s.kernelTime {
+		if now.Before(s.lastAdmit) {
+			now = s.lastAdmit
+		}
+		s.lastAdmit = now
+	}
 	st := s.match(req.URL.Path)
 	var rule Rule
 	var d Decision
@@ -295,7 +331,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			limited, decided = !d.OK, true
 		}
 	}
-	s.requests[idx].Limited = limited
+	rec.Limited = limited
 	gen := s.gen
 	s.mu.Unlock()
 
@@ -305,9 +341,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.gen == gen {
-			s.requests[idx].Status = status
-			s.requests[idx].Done = s.cfg.Now()
-			s.requests[idx].RateLimit = sent
+			rec.Status = status
+			rec.Done = s.cfg.Now()
+			rec.RateLimit = sent
 		}
 	}
 
@@ -430,3 +466,6 @@ func writeBody(w http.ResponseWriter, line string, size int) {
 		size -= n
 	}
 }
+
+// connKey is the context key of a request's *stampConn.
+type connKey struct{}

@@ -1,6 +1,7 @@
 package fakedest
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -642,5 +644,74 @@ func TestListenAndServe(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + addr + "/x"); err == nil {
 		t.Fatal("server still answering after ListenAndServe returned")
+	}
+}
+
+// A request's arrival is when the kernel received it, not when its
+// handler ran: with the server held (its lock taken, as a process the
+// scheduler has not run), a request written at w arrives at w at the
+// latest, although its handler stamps it after the hold. (Linux.)
+func TestArrivalIsTheKernelsReceiveTime(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("kernel receive times are read on Linux")
+	}
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	// The kernel turns receive times on in the background when a process
+	// first asks: wait until the server reads them.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(s.URL() + "/warm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		reqs := s.Requests()
+		if reqs[len(reqs)-1].KernelTime {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no kernel receive time in %d requests over 10 s", len(reqs))
+		}
+	}
+	s.Reset()
+
+	s.mu.Lock() // every handler waits for this
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL(), "http://"))
+	if err != nil {
+		s.mu.Unlock()
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /held HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		s.mu.Unlock()
+		t.Fatal(err)
+	}
+	written := time.Now() // on loopback the kernel has stamped the segment by now
+	for time.Since(written) < 5*time.Millisecond {
+		runtime.Gosched() // the hold: the handler cannot stamp before this ends
+	}
+	released := time.Now()
+	s.mu.Unlock()
+	if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := s.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests recorded, want 1", len(reqs))
+	}
+	if !reqs[0].KernelTime {
+		t.Errorf("arrival %s not marked KernelTime", reqs[0].Time.Format(time.RFC3339Nano))
+	}
+	if at := reqs[0].Time; at.After(written) {
+		t.Errorf("arrival %s after the write (%s) and %s before the handler could run: stamped by the handler, not the kernel",
+			at.Sub(written), written.Format(time.RFC3339Nano), released.Sub(at))
 	}
 }

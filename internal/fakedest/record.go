@@ -9,8 +9,15 @@ import (
 
 // Request is one recorded request.
 type Request struct {
-	// Time is the arrival time (Config.Now when the handler started).
+	// Time is the arrival time: the kernel's receive time of the request's
+	// bytes where it is known (KernelTime), else Config.Now when the
+	// handler started.
 	Time time.Time
+	// KernelTime: Time is the kernel's receive time (Linux, real clock).
+	// The kernel turns receive times on in the background the first time a
+	// socket asks, so a process's first requests may be stamped by the
+	// handler.
+	KernelTime bool
 	// Done is when the answer was written; zero while in flight or if the
 	// request was abandoned (client hung up or server closed during Delay).
 	Done time.Time
@@ -82,7 +89,11 @@ func (s *Server) Tally(prefix string, from, to time.Time) Tally {
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	out := make([]Request, len(s.requests))
+	for i, r := range s.requests {
+		out[i] = *r
+	}
+	return out
 }
 
 // Count is the number of recorded requests whose path starts with prefix
