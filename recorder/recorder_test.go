@@ -779,3 +779,53 @@ func TestRecorderHistoryFailure(t *testing.T) {
 		t.Fatalf("after HistoryPause the Recorder wrote %d history rows, want 1", n)
 	}
 }
+
+// Submitted checks are gathered for Linger before they are written: five
+// submitted one after another go out in one statement once the linger
+// ends (on a fake clock: nothing is written before it moves), and a caller
+// that waits (Record) ends the linger at once. With Linger negative (the
+// control), a submitted check is written without the clock moving.
+func TestRecorderLingerGathersSubmittedChecks(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New()
+	f := setup(t, recorder.Config{Clock: clk})
+	ids := f.sources(t, 7)
+	if err := f.rec.Submit(f.ctx, ids[0], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	clocktest.WaitSleepers(t, clk, 1) // the loop lingers
+	for _, id := range ids[1:5] {
+		if err := f.rec.Submit(f.ctx, id, sources.Check{Outcome: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := f.rec.Stats(); st.Batches != 0 || f.checked(t, ids) != 0 {
+		t.Fatalf("stats %+v: written before the linger ended", st)
+	}
+	clk.Advance(recorder.DefaultLinger)
+	eventually(t, "the five checks", func() bool { return f.rec.Stats().Records == 5 })
+	if st := f.rec.Stats(); st.Batches != 1 || f.checked(t, ids[:5]) != 5 {
+		t.Fatalf("stats %+v: want the five checks in one statement", st)
+	}
+
+	// A caller who waits is not kept waiting by a linger.
+	if err := f.rec.Submit(f.ctx, ids[5], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	clocktest.WaitSleepers(t, clk, 1)
+	if err := f.rec.Record(f.ctx, ids[6], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the seventh check counted", func() bool { return f.rec.Stats().Records == 7 })
+	if st := f.rec.Stats(); st.Batches != 2 {
+		t.Fatalf("stats %+v: want the submitted and the recorded check in a second statement", st)
+	}
+
+	// The control: no linger, no waiting for the clock.
+	g := setup(t, recorder.Config{Clock: clocktest.New(), Linger: -1})
+	more := g.sources(t, 1)
+	if err := g.rec.Submit(g.ctx, more[0], sources.Check{Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the check written without lingering", func() bool { return g.checked(t, more) == 1 })
+}

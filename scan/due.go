@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -114,7 +115,7 @@ func (q *DueQuery) Explain(ctx context.Context, tx pgx.Tx) (string, error) {
 		return strings.Join(out, "\n"), nil
 	}
 	r := newDueRun(q.args)
-	heads := []any{q.args.out, r.candAfter.fair, r.candAfter.ID, q.args.limit}
+	heads := []any{q.args.out, r.candAfter.fair.timestamptz(), r.candAfter.ID, q.args.limit}
 	if err := explain("candidates", platformHeadsSQL, heads...); err != nil {
 		return "", err
 	}
@@ -230,16 +231,47 @@ func optionArgs(ctx context.Context, db sources.DBTX, opts DueOptions) (dueArgs,
 // dueRow is a due source and its place in fair order.
 type dueRow struct {
 	Due
-	fair pgtype.Timestamptz
+	fair fairPlace
+}
+
+// fairPlace is a fair key (a timestamptz) as PostgreSQL keeps it:
+// microseconds since 2000-01-01 UTC, -infinity and infinity the least and
+// the greatest int64. Every timestamptz fits, and rows compare as integers
+// (the due query sorts thousands of them each round).
+type fairPlace int64
+
+// pgEpoch is 2000-01-01 UTC in Unix seconds.
+const pgEpoch = 946_684_800
+
+func fairOf(t pgtype.Timestamptz) fairPlace {
+	switch t.InfinityModifier {
+	case pgtype.NegativeInfinity:
+		return math.MinInt64
+	case pgtype.Infinity:
+		return math.MaxInt64
+	}
+	return fairPlace((t.Time.Unix()-pgEpoch)*1_000_000 + int64(t.Time.Nanosecond()/1000))
+}
+
+// timestamptz is k as an argument of a statement.
+func (k fairPlace) timestamptz() pgtype.Timestamptz {
+	switch k {
+	case math.MinInt64:
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	case math.MaxInt64:
+		return pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+	}
+	sec, us := int64(k)/1_000_000, int64(k)%1_000_000
+	if us < 0 {
+		sec, us = sec-1, us+1_000_000
+	}
+	return pgtype.Timestamptz{Time: time.Unix(sec+pgEpoch, us*1000).UTC(), Valid: true}
 }
 
 // compareFair orders rows as fair order does: by fair key (-infinity
 // first), then id.
 func compareFair(a, b dueRow) int {
-	if c := cmp.Compare(a.fair.InfinityModifier, b.fair.InfinityModifier); c != 0 || a.fair.InfinityModifier != pgtype.Finite {
-		return cmp.Or(c, cmp.Compare(a.ID, b.ID))
-	}
-	return cmp.Or(a.fair.Time.Compare(b.fair.Time), cmp.Compare(a.ID, b.ID))
+	return cmp.Or(cmp.Compare(a.fair, b.fair), cmp.Compare(a.ID, b.ID))
 }
 
 // after is the least place strictly after r: every row after r is at or
@@ -301,10 +333,11 @@ type dueRun struct {
 	candOpen  bool   // more candidates may follow
 	candRead  int    // candidates read
 	stats     *DueStats
+	all       []place // decide's merge, kept from one round to the next
 }
 
 // first is a place before every source: walks start after it.
-var first = dueRow{Due: Due{ID: math.MinInt64}, fair: pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}}
+var first = dueRow{Due: Due{ID: math.MinInt64}, fair: math.MinInt64}
 
 func newDueRun(args dueArgs) *dueRun {
 	return &dueRun{
@@ -393,18 +426,22 @@ const firstKeys = 8
 // of them bounds where the first limit sources can be), and schedules each
 // one's first read: a batch of its keys, its share of twice the limit.
 func (r *dueRun) candidates(ctx context.Context, db sources.DBTX) error {
-	rows, err := db.Query(ctx, platformHeadsSQL, r.args.out, r.candAfter.fair, r.candAfter.ID, r.args.limit)
+	rows, err := db.Query(ctx, platformHeadsSQL, r.args.out, r.candAfter.fair.timestamptz(), r.candAfter.ID, r.args.limit)
 	if err != nil {
 		return fmt.Errorf("due: candidates: %w", err)
 	}
 	var fresh []*platformStream
 	n := 0
 	for rows.Next() {
-		var head dueRow
-		if err := rows.Scan(&head.Platform, &head.fair, &head.ID); err != nil {
+		var (
+			head dueRow
+			fair pgtype.Timestamptz
+		)
+		if err := rows.Scan(&head.Platform, &fair, &head.ID); err != nil {
 			rows.Close()
 			return fmt.Errorf("due: candidates: %w", err)
 		}
+		head.fair = fairOf(fair)
 		n++
 		r.candAfter = head
 		if _, seen := r.byName[head.Platform]; seen || r.args.caps[head.Platform] <= 0 {
@@ -466,13 +503,13 @@ func (r *dueRun) readArgs() []any {
 	)
 	for _, p := range r.platforms {
 		if p.wantKeys > 0 {
-			kp, kk, kid = append(kp, p.name), append(kk, p.lastKey.fair), append(kid, p.lastKey.ID)
+			kp, kk, kid = append(kp, p.name), append(kk, p.lastKey.fair.timestamptz()), append(kid, p.lastKey.ID)
 			kn, ks = append(kn, int32(p.wantKeys)), append(ks, int32(p.wantSrc))
 		}
 		for _, k := range p.keys {
 			if k.want > 0 {
 				last := k.rows[len(k.rows)-1]
-				wp, wk, wf, wid, wn = append(wp, p.name), append(wk, k.key), append(wf, last.fair), append(wid, last.ID), append(wn, int32(k.want))
+				wp, wk, wf, wid, wn = append(wp, p.name), append(wk, k.key), append(wf, last.fair.timestamptz()), append(wid, last.ID), append(wn, int32(k.want))
 			}
 		}
 	}
@@ -504,11 +541,13 @@ func (r *dueRun) read(ctx context.Context, db sources.DBTX) error {
 		var (
 			isHead bool
 			row    dueRow
+			fair   pgtype.Timestamptz
 		)
-		if err := rows.Scan(&isHead, &row.Platform, &row.Key, &row.fair, &row.ID); err != nil {
+		if err := rows.Scan(&isHead, &row.Platform, &row.Key, &fair, &row.ID); err != nil {
 			rows.Close()
 			return fmt.Errorf("due: %w", err)
 		}
+		row.fair = fairOf(fair)
 		ref := KeyRef{row.Platform, row.Key}
 		kr := byKey[ref]
 		if kr == nil {
@@ -589,16 +628,23 @@ func (r *dueRun) read(ctx context.Context, db sources.DBTX) error {
 // fair order, schedules the next read of every platform that may still
 // place a source among them, and reports whether more candidates are
 // needed (the platforms not read yet may).
-func (r *dueRun) decide() (top []dueRow, moreCandidates bool) {
-	var all []dueRow
-	for _, p := range r.platforms {
+func (r *dueRun) decide() (top []place, moreCandidates bool) {
+	all := r.all[:0]
+	for i, p := range r.platforms {
 		p.turnOrder()
-		all = append(all, p.turn...)
+		for _, row := range p.turn {
+			all = append(all, place{fair: row.fair, id: row.ID, p: i})
+		}
 	}
-	slices.SortFunc(all, compareFair)
+	r.all = all
+	slices.SortFunc(all, func(a, b place) int { return cmp.Or(cmp.Compare(a.fair, b.fair), cmp.Compare(a.id, b.id)) })
 	top = all[:min(r.args.limit, len(all))]
 	before := func(low dueRow) bool {
-		return len(top) < r.args.limit || compareFair(low, top[len(top)-1]) < 0
+		if len(top) < r.args.limit {
+			return true
+		}
+		last := top[len(top)-1]
+		return cmp.Or(cmp.Compare(low.fair, last.fair), cmp.Compare(low.ID, last.id)) < 0
 	}
 	for _, p := range r.platforms {
 		if p.low != nil && before(*p.low) {
@@ -609,13 +655,22 @@ func (r *dueRun) decide() (top []dueRow, moreCandidates bool) {
 }
 
 // result gives each platform's places in top to its sources in turn order.
-func (r *dueRun) result(top []dueRow) []Due {
-	taken := map[string]int{}
+func (r *dueRun) result(top []place) []Due {
+	taken := make([]int, len(r.platforms))
 	out := make([]Due, len(top))
-	for i, row := range top {
-		p := r.byName[row.Platform]
-		out[i] = p.turn[taken[p.name]].Due
-		taken[p.name]++
+	for i, pl := range top {
+		p := r.platforms[pl.p]
+		out[i] = p.turn[taken[pl.p]].Due
+		taken[pl.p]++
 	}
 	return out
+}
+
+// place is a source's place in the merge: its fair key and id, and its
+// platform (an index of dueRun.platforms). It holds no pointer, so
+// sorting thousands of them moves no pointer (no write barriers).
+type place struct {
+	fair fairPlace
+	id   int64
+	p    int
 }

@@ -23,7 +23,7 @@ func Enqueue(ctx context.Context, db sources.Beginner, client *queue.Client, ids
 		if err := sources.RequireSources(ctx, tx, ids, "nothing queued"); err != nil {
 			return nil, err
 		}
-		return enqueueTx(ctx, tx, client, ids)
+		return enqueueTx(ctx, tx, client, ids, false)
 	})
 }
 
@@ -38,7 +38,7 @@ func EnqueuePlatform(ctx context.Context, db sources.Beginner, client *queue.Cli
 // EnqueueTx is Enqueue's work in the caller's transaction, the ids known
 // to exist: it queues those enabled and not queued yet.
 func EnqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
-	queued, err := enqueueTx(ctx, tx, client, ids)
+	queued, err := enqueueTx(ctx, tx, client, ids, false)
 	if err != nil {
 		return nil, fmt.Errorf("enqueue: %w", err)
 	}
@@ -58,7 +58,7 @@ func EnqueuePlatformTx(ctx context.Context, tx pgx.Tx, client *queue.Client, pla
 	if err != nil {
 		return nil, err
 	}
-	return enqueueTx(ctx, tx, client, ids)
+	return enqueueTx(ctx, tx, client, ids, false)
 }
 
 // inTx runs fn in a transaction of its own and commits it.
@@ -80,12 +80,14 @@ func inTx(ctx context.Context, db sources.Beginner, fn func(pgx.Tx) ([]queue.Fet
 
 // enqueueTx claims the sources not queued yet (row locks make concurrent
 // claims safe), inserts their jobs and marks them queued with their job ids,
-// all in the caller's transaction.
-func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64) ([]queue.FetchArgs, error) {
+// all in the caller's transaction. With leaveStopped (a tick), it also
+// leaves out sources whose platform is stopped (cooling down or paused) as
+// the claim's statement sees it: see claimSQL.
+func enqueueTx(ctx context.Context, tx pgx.Tx, client *queue.Client, ids []int64, leaveStopped bool) ([]queue.FetchArgs, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, claimSQL, ids)
+	rows, err := tx.Query(ctx, claimSQL, ids, leaveStopped)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

@@ -26,3 +26,10 @@ func SelectDue(ctx context.Context, db sources.Beginner, opts DueOptions) ([]Due
 func RetryDeadlock(ctx context.Context, fn func() (int, error)) (int, error) {
 	return retryDeadlock(ctx, fn)
 }
+
+// SetAfterPlan sets the hook a tick runs between its plan and its due
+// query, for the tests; the cleanup of t removes it.
+func SetAfterPlan(t interface{ Cleanup(func()) }, fn func()) {
+	afterPlan = fn
+	t.Cleanup(func() { afterPlan = nil })
+}

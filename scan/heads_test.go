@@ -278,3 +278,33 @@ func compareWithOracle(t *testing.T, f *fixture, opts scan.DueOptions) (got, wan
 	want = storetest.Column[int64](t, tx, oracleSQL, opts.Limit, names, caps, opts.DefaultCap, keyPlatforms, keyCaps, kp, kk, kc)
 	return ids(due), want
 }
+
+// TestNoHeadForAKeyWithoutSources: a change logged for a key whose source
+// left again unlogged (added not due yet, then deleted before a refresh)
+// gives the key no row, and neither does a tick's own refresh: only keys
+// with an enabled, unqueued source have one.
+func TestNoHeadForAKeyWithoutSources(t *testing.T) {
+	t.Parallel()
+	f := setup(t, "p")
+	f.source(t, "p", "https://example.com/due", nil)
+	f.exec(t, `INSERT INTO fleetpace_source (platform, key, url, due_at) VALUES ('p', 'gone', 'https://example.com/later', now() + interval '1 hour')`)
+	f.exec(t, `DELETE FROM fleetpace_source WHERE key = 'gone'`)
+	if _, err := scan.SelectDue(f.ctx, f.pool, scan.DueOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := scan.Tick(f.ctx, f.pool, f.client, scan.Config{})
+	if err != nil || res.Enqueued != 1 {
+		t.Fatalf("tick: %+v, %v", res, err)
+	}
+	rows, err := f.pool.Query(f.ctx, `SELECT key FROM fleetpace_platform_due ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 0 {
+		t.Errorf("keys with a row: %q, want none (the due source is queued, the other one gone)", keys)
+	}
+}

@@ -142,7 +142,10 @@ type Result struct {
 
 // Tick runs one scan: select due sources and enqueue one fetch job each, all
 // in one transaction. It takes a transaction-scoped advisory lock first; if
-// another tick holds it, Tick returns at once with Skipped set. After the
+// another tick holds it, Tick returns at once with Skipped set. Before it
+// commits, it brings up to date the heads of the keys it queued from (the
+// due query's refresh), so the next due query finds them fresh and
+// refreshes only what others changed since (checks, mostly). After the
 // commit, the tick that ran prunes the fetch history beyond the retention
 // (a statement of its own, so the jobs are not held back by it; a failed
 // prune is an error, but the tick's jobs are queued).
@@ -217,13 +220,24 @@ func tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	if err != nil {
 		return nil, err
 	}
+	if afterPlan != nil {
+		afterPlan()
+	}
 	due, err := selectDue(ctx, tx, args, &DueStats{})
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
 	}
-	queued, err := enqueueTx(ctx, tx, client, interleave(due))
+	queued, err := enqueueTx(ctx, tx, client, interleave(due), true)
 	if err != nil {
 		return nil, fmt.Errorf("tick: %w", err)
+	}
+	if len(queued) > 0 {
+		// The heads of the keys just queued from have left: bring them up
+		// to date now, in this transaction (the tick lock is held), rather
+		// than leave them to the next due query.
+		if err := refresh(ctx, tx); err != nil {
+			return nil, fmt.Errorf("tick: %w", err)
+		}
 	}
 	for _, q := range queued {
 		res.ByPlatform[q.Platform]++
@@ -238,6 +252,10 @@ func tick(ctx context.Context, db DB, client *queue.Client, cfg Config) (*Result
 	}
 	return res, nil
 }
+
+// afterPlan, when set (by the tests), runs between a tick's plan and its
+// due query: where another transaction's commit falls between the two.
+var afterPlan func()
 
 // DB is what Tick needs: a pool (or a connection, or a transaction, which
 // makes the tick a savepoint).

@@ -183,6 +183,58 @@ func TestCooldownFiltersPlatform(t *testing.T) {
 	}
 }
 
+// TestTickLeavesOutACooldownCommittedAfterItsPlan: a worker records a
+// source's check and the cooldown its 429 starts in one transaction. When
+// that commits after the tick read which platforms are stopped and before
+// its due query, the source is due again while its platform was running
+// when the plan read it; the tick must still not queue it into the
+// cooldown. Not parallel: the hook is the package's.
+func TestTickLeavesOutACooldownCommittedAfterItsPlan(t *testing.T) {
+	f := setup(t, "a", "b")
+	a := f.source(t, "a", "https://a.example/1", nil)
+	b := f.source(t, "b", "https://b.example/1", nil)
+	f.exec(t, `UPDATE fleetpace_source SET queued_at = now() WHERE id = $1`, a)
+	ran := false
+	scan.SetAfterPlan(t, func() {
+		ran = true
+		tx, err := f.pool.Begin(f.ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer tx.Rollback(f.ctx) //nolint:errcheck // no-op after commit
+		if _, err := tx.Exec(f.ctx, `UPDATE fleetpace_source SET queued_at = NULL, queued_job_id = NULL,
+			last_checked_at = now(), due_at = now() - interval '1 second' WHERE id = $1`, a); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, _, err := sources.SetCooldown(f.ctx, tx, "a", 0, "429", 0.5); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	res, err := scan.Tick(f.ctx, f.pool, f.client, scan.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ran || len(res.CoolingDown) != 0 {
+		t.Fatalf("the hook ran: %v, the plan saw cooling down: %v: the cooldown must commit after the plan", ran, res.CoolingDown)
+	}
+	if res.ByPlatform["a"] != 0 || res.ByPlatform["b"] != 1 {
+		t.Fatalf("tick = %+v, want b's source (%d) queued and not a's (%d), whose platform cools down", res, b, a)
+	}
+	var queued bool
+	if err := f.pool.QueryRow(f.ctx, `SELECT queued_at IS NOT NULL FROM fleetpace_source WHERE id = $1`, a).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	if queued {
+		t.Fatal("a's source is marked queued")
+	}
+}
+
 func TestPerPlatformCapPreventsStarvation(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

@@ -77,8 +77,9 @@ JOIN fleetpace_platform p ON p.name = COALESCE(q.platform, l.platform)`
 
 // fairKey is a source's place in fair order, with the id as the tie-break:
 // never checked first (-infinity), then longest since checked. It is the
-// third column of fleetpace_source_key_fair_idx (platform, key, fair key,
-// id), so a walk of one key from a place on is an index range.
+// third column of fleetpace_source_key_due_idx (platform, key, fair key,
+// id, due_at), so a walk of one key from a place on is an index range (and
+// due_at <= now() an index condition on it).
 const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 
 // refreshSQL brings the heads in fleetpace_platform_due up to date, in one
@@ -92,17 +93,26 @@ const fairKey = `COALESCE(s.last_checked_at, '-infinity'::timestamptz)`
 // now, or valid_until passed): its first source in fair order; only when
 // that one is not due does it walk on to the first due one and take the
 // earliest due_at of the sources it passed (the head is valid until then). A key left with no enabled, unqueued source loses
-// its row; a key seen for the first time gets one.
+// its row; a key seen for the first time gets one if it has such a source
+// (its first one is looked for: a change logged for a source that left
+// again unlogged — a source not due yet, deleted or queued before the
+// refresh — or one left in the log from before a truncation would give a
+// key with no source a row until the change's due_at).
 //
-// Then every platform of those keys gets its first key again (first): the
-// key with the least of the heads just computed and of the head of its
-// first key not touched (a statement sees none of its own changes, so the
-// keys just written are skipped in fleetpace_platform_due_key_head_idx).
-// The key marked before is the first of that index (as it stood), so a
-// platform of one key, whose key stays first, costs no row but its key's.
+// Then every platform of those keys whose head moved (or that were added
+// or removed) gets its first key again (first): the key with the least of
+// the heads just computed and of the head of its first key not touched (a
+// statement sees none of its own changes, so the keys just written are
+// skipped in fleetpace_platform_due_key_head_idx). The key marked before
+// is the first of that index (as it stood), so a platform of one key,
+// whose key stays first, costs no row but its key's. A platform none of
+// whose heads moved keeps its first key: a check (a source last checked
+// now, due later) or a head whose validity only shortens costs its key's
+// probe alone, and a row read and written only when its validity changes.
 //
 // It costs a few probes per key touched since the last tick and two per
-// platform of theirs, never a pass over every key or platform: every row
+// platform whose first key may have changed, never a pass over every key
+// or platform: every row
 // is found by a lateral probe of an index (LIMIT 1 keeps the planner from
 // turning it into a join, which it did, hashing all 100,000 keys' rows:
 // 50 ms) and written through its ctid, fetched by TID (a join on the keys
@@ -119,8 +129,8 @@ todo AS (
     GROUP BY platform, key
 ),
 fresh AS (
-    SELECT t.platform, t.key, c.row,
-           t.until <= now() AND f.id IS NULL AS empty,
+    SELECT t.platform, t.key, c.row, c.head_key AS was_k, c.head_id AS was_id, c.valid_until AS was_until,
+           (t.until <= now() OR c.row IS NULL) AND f.id IS NULL AS empty,
            CASE WHEN t.until > now() THEN c.head_key WHEN f.due_at <= now() THEN f.k ELSE h.k END AS k,
            CASE WHEN t.until > now() THEN c.head_id WHEN f.due_at <= now() THEN f.id ELSE h.id END AS id,
            CASE WHEN t.until > now() AND c.head_id IS NOT NULL AND NOT t.unknown AND t.fair > c.head_key THEN c.valid_until
@@ -134,16 +144,16 @@ fresh AS (
         LIMIT 1) c ON true
     LEFT JOIN LATERAL (
         SELECT ` + fairKey + ` AS k, s.id, s.due_at FROM fleetpace_source s
-        WHERE t.until <= now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
+        WHERE (t.until <= now() OR c.row IS NULL) AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
         ORDER BY 1, 2 LIMIT 1) f ON true
     LEFT JOIN LATERAL (
         SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_due_source s
-        WHERE f.due_at > now() AND s.platform = t.platform AND s.key = t.key
+        WHERE t.until <= now() AND f.due_at > now() AND s.platform = t.platform AND s.key = t.key
         ORDER BY 1, 2 LIMIT 1) h ON true
     LEFT JOIN LATERAL (
         SELECT min(p.due_at) AS due_at FROM (
             SELECT s.due_at FROM fleetpace_source s
-            WHERE f.due_at > now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
+            WHERE t.until <= now() AND f.due_at > now() AND s.platform = t.platform AND s.key = t.key AND s.enabled AND s.queued_at IS NULL
               AND ` + fairKey + ` <= COALESCE(h.k, 'infinity')
               AND (h.id IS NULL OR (` + fairKey + `, s.id) < (h.k, h.id))
             ORDER BY ` + fairKey + `, s.id) p) u ON true
@@ -152,6 +162,9 @@ least AS (
     SELECT DISTINCT ON (platform) platform, CASE WHEN NOT empty THEN key END AS key,
            CASE WHEN NOT empty THEN k END AS k, CASE WHEN NOT empty THEN id END AS id
     FROM fresh
+    WHERE platform IN (SELECT platform FROM fresh
+                       WHERE (CASE WHEN NOT empty THEN k END, CASE WHEN NOT empty THEN id END)
+                             IS DISTINCT FROM (was_k, was_id))
     ORDER BY platform, empty OR id IS NULL, k, id
 ),
 firsts AS (
@@ -177,17 +190,23 @@ gone AS (
 ),
 moved AS (
     UPDATE fleetpace_platform_due d
-    SET head_key = f.k, head_id = f.id, valid_until = f.valid_until, first = f.key IS NOT DISTINCT FROM x.key
-    FROM fresh f JOIN firsts x ON x.platform = f.platform
-    WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f WHERE NOT f.empty AND f.row IS NOT NULL))
-      AND d.ctid = f.row AND NOT f.empty
+    SET head_key = f.k, head_id = f.id, valid_until = f.valid_until, first = COALESCE(f.first, d.first)
+    FROM (SELECT f.row, f.k, f.id, f.valid_until,
+                 CASE WHEN x.platform IS NOT NULL THEN f.key IS NOT DISTINCT FROM x.key END AS first
+          FROM fresh f LEFT JOIN firsts x ON x.platform = f.platform
+          WHERE NOT f.empty AND f.row IS NOT NULL) f
+    WHERE d.ctid = ANY (ARRAY(SELECT f.row FROM fresh f
+                              WHERE NOT f.empty AND f.row IS NOT NULL
+                                AND ((f.k, f.id, f.valid_until) IS DISTINCT FROM (f.was_k, f.was_id, f.was_until)
+                                     OR f.platform IN (SELECT x.platform FROM firsts x))))
+      AND d.ctid = f.row
       AND (d.head_key, d.head_id, d.valid_until, d.first)
-          IS DISTINCT FROM (f.k, f.id, f.valid_until, f.key IS NOT DISTINCT FROM x.key)
+          IS DISTINCT FROM (f.k, f.id, f.valid_until, COALESCE(f.first, d.first))
 ),
 added AS (
     INSERT INTO fleetpace_platform_due (platform, key, head_key, head_id, valid_until, first)
     SELECT f.platform, f.key, f.k, f.id, f.valid_until, f.key IS NOT DISTINCT FROM x.key
-    FROM fresh f JOIN firsts x ON x.platform = f.platform
+    FROM fresh f LEFT JOIN firsts x ON x.platform = f.platform
     WHERE f.row IS NULL AND NOT f.empty
       AND EXISTS (SELECT 1 FROM fleetpace_platform p WHERE p.name = f.platform)
     RETURNING 1
@@ -235,7 +254,8 @@ LIMIT $4`
 
 // keyWalk is the walk of one key's due sources in fair order, from after
 // the place ({q}.k, {q}.id), at most {n} of them: an index range of
-// fleetpace_source_key_fair_idx. {q} names the row giving the platform, key
+// fleetpace_source_key_due_idx, due_at <= now() tested in the index (no
+// heap fetch for a source passed that is not due). {q} names the row giving the platform, key
 // and place; {n} the count.
 const keyWalk = `
     SELECT ` + fairKey + ` AS k, s.id FROM fleetpace_due_source s
@@ -291,11 +311,22 @@ CROSS JOIN LATERAL (` + walk("w", "w.n") + `) r`
 // concurrent claim wait and then skip rows this one queued: a source is never
 // queued twice. Locking instead of updating here saves a second rewrite of
 // every row: markQueuedSQL writes queued_at and the job id in one update.
+//
+// With $2 (a tick) it leaves out sources of stopped platforms as well. The
+// tick's plan read which platforms are stopped in an earlier statement (a
+// tick runs in READ COMMITTED: each statement sees what was committed when
+// it began). A worker records a check and the cooldown its 429 starts in
+// one transaction; when that commits between the plan and the due query,
+// the due query sees the source free again while the plan saw its
+// platform running, and without this test the tick queued the source into
+// a 15-minute cooldown. This statement begins after the due query, so it
+// sees the cooldown of every check the due query saw.
 const claimSQL = `
-SELECT id, platform, key, url, COALESCE(etag, ''), COALESCE(last_modified, '') FROM fleetpace_source
-WHERE id = ANY($1) AND queued_at IS NULL AND enabled
-ORDER BY id
-FOR UPDATE`
+SELECT s.id, s.platform, s.key, s.url, COALESCE(s.etag, ''), COALESCE(s.last_modified, '') FROM fleetpace_source s
+WHERE s.id = ANY($1) AND s.queued_at IS NULL AND s.enabled
+  AND NOT ($2 AND EXISTS (SELECT 1 FROM fleetpace_platform_stop st WHERE st.platform = s.platform AND st.stopped))
+ORDER BY s.id
+FOR UPDATE OF s`
 
 const markQueuedSQL = `
 UPDATE fleetpace_source s SET queued_at = now(), queued_job_id = j.job_id

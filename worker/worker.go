@@ -180,18 +180,15 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	rt.closers = append(rt.closers, closer(rt.pool.Close))
 
 	// Fetch jobs record their checks with group commit, through a small
-	// pool of their own, durable as the server says unless
-	// RecorderAsyncCommit (recorder.ConfigurePool). The recorder
+	// pool of their own, committed without waiting for the disk unless
+	// RecorderSyncCommit (recorder.ConfigurePool). The recorder
 	// stops only when told (Run stops it after the River client; on every
 	// other way out, close does, before the pools close), so jobs still
 	// running during a soft stop can record.
-	recCfg := conn
-	recCfg.MaxConns = 2
-	recPoolCfg, err := dbconn.PoolConfig(recCfg)
+	recPoolCfg, err := recorderPoolConfig(conn, cfg.RecorderSyncCommit)
 	if err != nil {
 		return nil, err
 	}
-	recorder.ConfigurePool(recPoolCfg, cfg.RecorderAsyncCommit)
 	recPool, err := pgxpool.NewWithConfig(ctx, recPoolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("worker: recorder pool: %w", err)
@@ -418,4 +415,16 @@ func heartbeat(ctx context.Context, cfg Config, pool *pgxpool.Pool, pc *pacer.Pa
 		case <-t.Chan():
 		}
 	}
+}
+
+// recorderPoolConfig is the recorder's pool: 2 connections of conn,
+// committing with synchronous_commit off unless sync.
+func recorderPoolConfig(conn dbconn.Config, sync bool) (*pgxpool.Config, error) {
+	conn.MaxConns = 2
+	pc, err := dbconn.PoolConfig(conn)
+	if err != nil {
+		return nil, err
+	}
+	recorder.ConfigurePool(pc, !sync)
+	return pc, nil
 }

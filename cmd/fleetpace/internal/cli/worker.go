@@ -47,7 +47,10 @@ func addJobFlags(f *pflag.FlagSet, c *worker.Config) {
 	f.DurationVar(&c.LeaseTTL, "lease-ttl", 0, fmt.Sprintf("on platforms that cap open requests (--max-in-flight), how long a killed worker's open requests still count (0: --max-pacer-wait + --fetch-timeout + %s; %s to %s)", worker.LeaseMargin, worker.MinLeaseTTL, worker.MaxLeaseTTL))
 	f.IntVar(&c.MinFleetSize, "min-fleet-size", worker.DefaultMinFleetSize, "fleet size assumed at least when the database is unreachable (degraded pacing at rate / (fleet + 1))")
 	f.IntVar(&c.MaxConns, "max-conns", worker.DefaultMaxConns, "PostgreSQL connections this process holds at most, every pool and listener included (size the server: workers × this ≤ max_connections, or use PgBouncer)")
-	f.BoolVar(&c.RecorderAsyncCommit, "recorder-async-commit", false, "record checks with synchronous_commit off: faster on a database whose commits wait for the disk or a synchronous standby; a check lost in a crash or failover is fetched again (default: the server's setting)")
+	f.BoolVar(&c.RecorderSyncCommit, "recorder-sync-commit", false, "record checks with the server's synchronous_commit (waiting for the disk or a synchronous standby) instead of with it off; off, a check lost in a crash or failover within a fraction of a second of its commit is fetched again a minute later, as one a killed worker had not written yet")
+	f.Var(invertedBool{&c.RecorderSyncCommit}, "recorder-async-commit", "records checks with synchronous_commit off (the default now)")
+	f.Lookup("recorder-async-commit").NoOptDefVal = "true"
+	_ = f.MarkDeprecated("recorder-async-commit", "it is the default; --recorder-sync-commit waits for the disk")
 	f.DurationVar(&c.ListenIdle, "listen-idle", pacer.DefaultListenIdle, fmt.Sprintf("how long the pacer's LISTEN connection stays open while this process reserves nothing (at most %s)", worker.MaxListenIdle))
 	f.BoolVar(&c.PollOnly, "poll-only", false, "no LISTEN at all (for PgBouncer in transaction mode): the pacer learns of slow-downs at its next reservation instead of within milliseconds; saves a connection (River always polls)")
 	zeroIsDefault(f, "concurrency", "job-timeout", "rescue-after", "min-fleet-size", "max-conns", "lease-ttl")
