@@ -232,6 +232,88 @@ func TestQuotaExhaustedHoldsTheFleet(t *testing.T) {
 	}
 }
 
+// An exhausted quota holds the process that heard it at once, before its
+// report reaches the database: with the platform's row locked elsewhere
+// (the report waits for it), the process is held already, and a new
+// reservation is denied without a round trip. (Seen under load: a worker
+// sent its sixth request into a window of five 59 ms after an answer said
+// Remaining 0, while its report was on its way.)
+func TestQuotaExhaustedHoldsTheProcessAtOnce(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t, platformSpec{name: "api", rate: 20})
+	p := newPacer(t, url, nil)
+	ctx := context.Background()
+	r, err := p.Reserve(ctx, "api", time.Minute)
+	if err != nil || !r.Granted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	release := lockPlatformRow(t, pool, "api")
+	reported := make(chan error, 1)
+	go func() {
+		_, err := p.Report(ctx, "api", r, Feedback{Kind: Clean,
+			Quota: ratelimit.Info{Limit: 5, Remaining: 0, HasRemaining: true, Reset: 2 * time.Second, HasReset: true}})
+		reported <- err
+	}()
+	waitFor(t, "the process held while its report waits for the row", func() bool { return p.heldLocally("api") > time.Second })
+	if r, err := p.Reserve(ctx, "api", 0); err != nil || r.Granted {
+		t.Fatalf("during the local hold: %+v %v, want denied", r, err)
+	}
+	select {
+	case err := <-reported:
+		t.Fatalf("the report returned (%v) with the row locked", err)
+	default:
+	}
+	release()
+	if err := <-reported; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A quota the fleet already paces (spaced at least window / limit, burst
+// 1) holds a second less when an answer exhausts it with a reset in whole
+// seconds (rounded up: the true reset is no earlier), so a 1-s window's
+// t=1 does not hold the fleet for most of the next window; a fractional
+// reset is exact and holds as it is. With a burst that could put more
+// than the quota in one window, or before the fleet paced the quota, a
+// whole-second reset holds in full (the controls).
+func TestPacedQuotaExhaustionHoldsToTheTrueReset(t *testing.T) {
+	t.Parallel()
+	url, _ := setup(t, platformSpec{name: "paced", rate: 20, burst: 1}, platformSpec{name: "bursty", rate: 20, burst: 3},
+		platformSpec{name: "fresh", rate: 20, burst: 1}, platformSpec{name: "exact", rate: 20, burst: 1})
+	p := newPacer(t, url, nil)
+	ctx := context.Background()
+	reset := time.Second
+	quota := func(remaining float64) ratelimit.Info {
+		return ratelimit.Info{Limit: 7, Window: time.Second, Remaining: remaining, HasRemaining: true,
+			Reset: reset, HasReset: true, Form: ratelimit.IETF}
+	}
+	report := func(platform string, q ratelimit.Info) ReportResult {
+		t.Helper()
+		r, _ := p.Reserve(ctx, platform, time.Minute)
+		rep, err := p.Report(ctx, platform, r, Feedback{Kind: Clean, Quota: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	for _, name := range []string{"paced", "bursty", "exact"} {
+		report(name, quota(5))
+	}
+	if rep := report("paced", quota(0)); rep.Hold != 0 {
+		t.Fatalf("paced quota exhausted: %+v, want no hold", rep)
+	}
+	if rep := report("bursty", quota(0)); rep.Hold < 900*time.Millisecond {
+		t.Fatalf("burst 3 under a quota of 7 per 1 s exhausted: %+v, want a 1 s hold", rep)
+	}
+	if rep := report("fresh", quota(0)); rep.Hold < 900*time.Millisecond {
+		t.Fatalf("quota exhausted before the fleet paced it: %+v, want a 1 s hold", rep)
+	}
+	reset = 700 * time.Millisecond
+	if rep := report("exact", quota(0)); rep.Hold < 600*time.Millisecond || rep.Hold > 710*time.Millisecond {
+		t.Fatalf("paced quota exhausted with a fractional reset of 0.7 s: %+v, want a 0.7 s hold", rep)
+	}
+}
+
 // A destination's hostile values cannot hold the fleet beyond MaxHold, nor
 // overflow anything.
 func TestHostileHoldsAreCapped(t *testing.T) {
@@ -691,5 +773,61 @@ func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 	}
 	if n := fakedest.MaxInWindow(sent, time.Second); n > 6 {
 		t.Fatalf("%d slots in one second, want ≤ 5 + burst 1: %v", n, sent)
+	}
+}
+
+// The climb past the estimate is counted in requests under climbRate: a
+// destination at 2/s or 1/s is probed after as many requests as one at
+// climbRate (a probe costs a refusal), one at or above it after as many
+// seconds. The control: without climbRate, 2/s climbs on the clock of 8/s.
+func TestSlowClimbCountsRequests(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	ctx := context.Background()
+	// probeAt is when the pace first passes 1.05 × est (the estimate and its
+	// upper reading one), seconds after the estimate was set.
+	probeAt := func(tune tuning, est float64) float64 {
+		t.Helper()
+		var at float64
+		err := pool.QueryRow(ctx, `SELECT min(s) FROM generate_series(0, 600, 0.05) AS s
+			WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $1, s, $2) > 1.05 * $1`, est, tune.array()).Scan(&at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	tune := defaultTuning(DefaultLateBudget)
+	fast, slow, slower := probeAt(tune, 8), probeAt(tune, 2), probeAt(tune, 1)
+	if atRate := probeAt(tune, tune.climbRate); math.Abs(atRate-fast) > 0.1 {
+		t.Fatalf("probe at %.2f s at %g/s and %.2f s at 8/s: at or above climbRate the climb is in seconds", atRate, tune.climbRate, fast)
+	}
+	for _, c := range []struct{ rate, at float64 }{{2, slow}, {1, slower}} {
+		if reqs, want := c.at*c.rate, fast*tune.climbRate; math.Abs(reqs-want) > 0.05*want {
+			t.Errorf("at %g/s the probe comes after %.0f requests (%.1f s), want %.0f (as at %g/s)", c.rate, reqs, c.at, want, tune.climbRate)
+		}
+	}
+	tune.climbRate = 0
+	if control := probeAt(tune, 2); math.Abs(control-fast) > 0.1 {
+		t.Fatalf("control: without climbRate the probe at 2/s comes at %.2f s, want %.2f (as at 8/s)", control, fast)
+	}
+}
+
+// A quota without an announced window is paced per the longest Reset seen,
+// rounded up to the next whole second when it falls short of one by at
+// most a tenth (a fixed window's first answer, seen after its start);
+// a token bucket's refill time is kept as it is.
+func TestWholeWindow(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ seen, want time.Duration }{
+		{953 * time.Millisecond, time.Second},
+		{time.Second, time.Second},
+		{59200 * time.Millisecond, time.Minute},
+		{125 * time.Millisecond, 125 * time.Millisecond}, // capacity 1 at 8/s
+		{833 * time.Millisecond, 833 * time.Millisecond}, // capacity 10 at 12/s
+		{0, 0},
+	} {
+		if got := wholeWindow(c.seen); got != c.want {
+			t.Errorf("wholeWindow(%s) = %s, want %s", c.seen, got, c.want)
+		}
 	}
 }

@@ -59,6 +59,16 @@ type Config struct {
 	// blocks off.
 	MaxBlock int
 
+	// MaxKeyBatch is the most keyed reservations (ReserveKey) of one
+	// platform that this process sends in one round trip and transaction.
+	// Every keyed reservation locks its platform's pace row, so callers
+	// reserving at the same time would each wait in that row's lock queue
+	// for the others' statements, one commit at a time; gathered, they take
+	// the row once. Each is still its own statement, run in the order asked,
+	// so the slots are those reservations made one at a time would have got.
+	// Default DefaultMaxKeyBatch; 1: one statement and transaction each.
+	MaxKeyBatch int
+
 	// LateBudget is how late after its slot a request may leave (a slow
 	// reply, a loaded machine, a GC pause): the shared schedule is spaced so
 	// that requests leaving up to LateBudget late — or half their spacing,
@@ -128,6 +138,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("pacer: Config.MinFleetSize must not be negative (got %d)", c.MinFleetSize)
 	case c.MaxBlock < 0:
 		return fmt.Errorf("pacer: Config.MaxBlock must not be negative (got %d)", c.MaxBlock)
+	case c.MaxKeyBatch < 0:
+		return fmt.Errorf("pacer: Config.MaxKeyBatch must not be negative (got %d)", c.MaxKeyBatch)
 	case c.LeaseTTL < 0:
 		return fmt.Errorf("pacer: Config.LeaseTTL must not be negative (got %s)", c.LeaseTTL)
 	case c.LateBudget < 0 || c.LateBudget > MaxLateBudget:
@@ -152,6 +164,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MinFleetSize == 0 {
 		out.MinFleetSize = 1
+	}
+	if out.MaxKeyBatch == 0 {
+		out.MaxKeyBatch = DefaultMaxKeyBatch
 	}
 	if out.MaxBlock == 0 {
 		out.MaxBlock = DefaultMaxBlock
@@ -180,6 +195,9 @@ const DefaultListenIdle = 30 * time.Second
 
 // DefaultMaxBlock is Config.MaxBlock's default.
 const DefaultMaxBlock = 32
+
+// DefaultMaxKeyBatch is Config.MaxKeyBatch's default.
+const DefaultMaxKeyBatch = 32
 
 // DefaultLateBudget is Config.LateBudget's default: a loaded machine's
 // timers wake a few milliseconds late often, tens of milliseconds rarely.

@@ -22,7 +22,9 @@ import (
 // platform's for all keys together. The key's row lives beside the
 // platform's in fleetpace_pace, created on first use (ensureKeyRowSQL) and
 // removed when idle (PruneKeys); its adaptation — a 429 for that key, a
-// quota it announced — is its own.
+// quota it announced — is its own. A process's keyed reservations of one
+// platform go out in batches (keybatch.go), so the platform's row is
+// locked once per batch.
 
 // MaxKeyLen is the longest key, in bytes.
 const MaxKeyLen = 200
@@ -128,15 +130,15 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		rtt, err = p.queryRow(ctx, reserveKeySQL,
+		rtt, err = p.reserveKeyRow(ctx, platform,
 			[]any{platform, key, maxWait.Seconds(), minWait.Seconds(), p.stmtNow(), p.tune, p.cfg.LeaseTTL.Seconds()},
-			&at, &granted, &pFirst, &kFirst, &full, &freeAt, &pI, &kI,
-			&cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused, &eventAt, &eventShift, &eventHorizon, &eventInterval,
-			&kRate, &kBurst, &kSeq, &kHold, &kPaused, &lease, &respace)
+			[]any{&at, &granted, &pFirst, &kFirst, &full, &freeAt, &pI, &kI,
+				&cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused, &eventAt, &eventShift, &eventHorizon, &eventInterval,
+				&kRate, &kBurst, &kSeq, &kHold, &kPaused, &lease, &respace})
 		if errors.Is(err, pgx.ErrNoRows) && attempt == 0 {
 			// The key's first use (or the platform's row is missing).
 			qctx, cancel := context.WithTimeout(ctx, p.cfg.StatementTimeout)
-			tag, err := p.pool.Exec(qctx, ensureKeyRowSQL, platform, key)
+			tag, err := p.pool.Exec(qctx, ensureKeyRowSQL, platform, key, p.stmtNow())
 			if err == nil && tag.RowsAffected() == 0 {
 				_, err = p.pool.Exec(qctx, ensureRowSQL, platform)
 				if err == nil {

@@ -23,16 +23,23 @@ func setKeyLimits(t *testing.T, pool *pgxpool.Pool, platform string, keyRate flo
 	}
 }
 
+// keyed makes a platform at rate whose keys are limited to keyRate
+// (burst 1), on a database of its own, and a fake clock.
+func keyed(t *testing.T, name string, rate, keyRate float64) (string, *pgxpool.Pool, *clocktest.Fake) {
+	t.Helper()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: name, rate: rate, adapt: "estimate"})
+	setKeyLimits(t, pool, name, keyRate, 1, 0, 0)
+	return url, pool, clocktest.New()
+}
+
 // A keyed request takes a slot of its key and of its platform in one
 // statement: the key's spacing holds (2/s: 500 ms apart) while the
 // platform's (100/s) keeps serving other keys in between — a key waiting
 // for its next slot books nothing on the platform's schedule.
 func TestKeyAndPlatformSlots(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "api", rate: 100, adapt: "estimate"})
-	setKeyLimits(t, pool, "api", 2, 1, 0, 0)
-	clk := clocktest.New()
+	url, _, clk := keyed(t, "api", 100, 2)
 	p := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
 
@@ -140,10 +147,7 @@ func TestInFlightCap(t *testing.T) {
 // hold ends, while other keys and keyless requests go on.
 func TestKeyRetryAfterHoldsTheKey(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "per", rate: 100, adapt: "estimate"})
-	setKeyLimits(t, pool, "per", 10, 1, 0, 0)
-	clk := clocktest.New()
+	url, pool, clk := keyed(t, "per", 100, 10)
 	p := fakePacer(t, url, clk, nil)
 	q := fakePacer(t, url, clk, func(c *Config) { c.PollOnly = true })
 	ctx := context.Background()
@@ -191,10 +195,7 @@ func TestBadKey(t *testing.T) {
 // again.
 func TestPruneIdleKeys(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "pk", rate: 100, adapt: "estimate"})
-	setKeyLimits(t, pool, "pk", 10, 1, 0, 0)
-	clk := clocktest.New()
+	url, pool, clk := keyed(t, "pk", 100, 10)
 	p := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
 	for _, key := range []string{"old", "held"} {
@@ -236,6 +237,28 @@ func TestPruneIdleKeys(t *testing.T) {
 	}
 }
 
+// A key's row is in use from its making: a scan tick's prune between the
+// making and the reservation that asked for it (a first use: no row, make
+// it, reserve again) leaves it. Made with a cursor of 0, it was taken for
+// a key idle since 1970 and deleted, and the reservation failed with
+// ErrUnknownPlatform (bench keys: 355 of 2,000 first uses).
+func TestNewKeyRowSurvivesAPrune(t *testing.T) {
+	t.Parallel()
+	url, pool, clk := keyed(t, "nk", 100, 10)
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	if _, err := p.pool.Exec(ctx, ensureKeyRowSQL, "nk", "fresh", p.stmtNow()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if n, err := PruneKeys(WithTime(ctx, clk.Now()), pool, DefaultKeyIdle, 100); err != nil || n != 0 {
+		t.Fatalf("pruned %d (%v) right after the key's row was made, want 0", n, err)
+	}
+	if r, err := p.ReserveKey(ctx, "nk", "fresh", time.Minute); err != nil || !r.Granted {
+		t.Fatalf("the new key: %+v %v", r, err)
+	}
+}
+
 // A process's callers of one hot key take turns: with the key at 2/s and a
 // bound of 1 s, while one waits for the key's next slot, two more callers
 // can be served within the bound behind it; the next three are denied at
@@ -244,10 +267,7 @@ func TestPruneIdleKeys(t *testing.T) {
 // 500 ms apart. Another key is served meanwhile at once.
 func TestHotKeyCallersTakeTurns(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "hk", rate: 100, adapt: "estimate"})
-	setKeyLimits(t, pool, "hk", 2, 1, 0, 0)
-	clk := clocktest.New()
+	url, _, clk := keyed(t, "hk", 100, 2)
 	p := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
 	if r, err := p.AcquireKey(ctx, "hk", "hot", time.Second); err != nil || !r.Granted {
@@ -349,10 +369,7 @@ func TestHotKeyCallersTakeTurns(t *testing.T) {
 // nothing). q is another process: it learns of the hold from the row.
 func TestHeldKeyWaitsWithinItsBound(t *testing.T) {
 	t.Parallel()
-	url, pool := setup(t)
-	addPlatform(t, pool, platformSpec{name: "hw", rate: 100, adapt: "estimate"})
-	setKeyLimits(t, pool, "hw", 10, 1, 0, 0)
-	clk := clocktest.New()
+	url, _, clk := keyed(t, "hw", 100, 10)
 	p := fakePacer(t, url, clk, nil)
 	q := fakePacer(t, url, clk, nil)
 	ctx := context.Background()

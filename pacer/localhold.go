@@ -2,9 +2,10 @@ package pacer
 
 import "time"
 
-// A Retry-After holds the whole fleet once its report reaches the database
-// (a round trip, longer while the database is busy). The process that
-// received it holds at once: from that instant it sends nothing more to the
+// A Retry-After, or a quota the destination says is exhausted (Remaining
+// 0 with a Reset), holds the whole fleet once its report reaches the
+// database (a round trip, longer while the database is busy). The process
+// that received it holds at once: from that instant it sends nothing more to the
 // platform until the hold ends — the slots its callers sleep on are given
 // back (they reserve again and are denied), blocks are dropped, and new
 // reservations are denied without a round trip. A platform whose

@@ -249,6 +249,8 @@ type Stats struct {
 	Degraded        uint64 // reservations decided locally because the database was unreachable
 	FromBlock       uint64 // granted reservations served from a block, without a round trip
 	BlockDiscarded  uint64 // slots of blocks that went unused (too late, or dropped on a slow-down)
+	KeyStatements   uint64 // keyed reservation statements sent (ReserveKey)
+	KeyBatches      uint64 // round trips (transactions) that carried them
 	Reports         uint64 // Report calls
 	ReportsDropped  uint64 // reports not stored because the database was unreachable
 	ReportsDeferred uint64 // clean reports sent later, in a batch

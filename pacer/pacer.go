@@ -61,13 +61,17 @@ type Pacer struct {
 	cause      atomic.Pointer[error] // the last error that latched an outage
 	recoveryMu sync.Mutex            // a probe's or a recovering process's reservations, one at a time (Reserve)
 
-	mu      sync.Mutex
-	local   map[string]*localState
-	turns   map[string]*keyTurn      // per key row: its callers' turnstile (AcquireKey)
-	pending map[string]*pendingClean // clean reports not sent yet
-	closing bool                     // Close has begun: no new clean-report timers
-	closed  bool                     // Close has flushed: nothing more is sent
-	timers  sync.WaitGroup           // clean-report timer callbacks scheduled or running
+	mu    sync.Mutex
+	local map[string]*localState
+	turns map[string]*keyTurn // per key row: its callers' turnstile (AcquireKey)
+
+	keyMu     sync.Mutex
+	keyQueues map[string]*keyQueue     // per platform: keyed reservations waiting to go out (keybatch.go)
+	keyDrain  sync.WaitGroup           // drainKeys goroutines running
+	pending   map[string]*pendingClean // clean reports not sent yet
+	closing   bool                     // Close has begun: no new clean-report timers
+	closed    bool                     // Close has flushed: nothing more is sent
+	timers    sync.WaitGroup           // clean-report timer callbacks scheduled or running
 
 	rtt    atomic.Int64 // moving average of a reservation's round trip, ns
 	offset clockOffset  // database clock minus local clock (mu)
@@ -88,6 +92,7 @@ type Pacer struct {
 	listenEnd     chan struct{} // closed when the current run ends (mu)
 
 	reservations, granted, denied, degraded atomic.Uint64
+	keyStatements, keyBatches               atomic.Uint64
 	fromBlock, blockDiscarded               atomic.Uint64
 	reports, dropped, deferred              atomic.Uint64
 	attempts, failures                      atomic.Uint64
@@ -156,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Pacer, error) {
 			return nil, fmt.Errorf("pacer: Config.DatabaseURL: %w", err)
 		}
 	}
-	p := &Pacer{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, local: map[string]*localState{}, turns: map[string]*keyTurn{}, pending: map[string]*pendingClean{},
+	p := &Pacer{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, local: map[string]*localState{}, turns: map[string]*keyTurn{}, keyQueues: map[string]*keyQueue{}, pending: map[string]*pendingClean{},
 		latch: latch{clock: cfg.Clock, period: cfg.Latch}, tuning: defaultTuning(cfg.LateBudget)}
 	p.tune = p.tuning.array()
 	p.fleet.Store(1)
@@ -238,6 +243,7 @@ func (p *Pacer) Close() {
 	defer cancel()
 	p.Flush(ctx)
 	p.timers.Wait() // a batch already being sent by its timer
+	p.keyDrain.Wait()
 	p.stopListen()
 	p.listenDone.Wait()
 	p.mu.Lock()
@@ -309,6 +315,8 @@ func (p *Pacer) Stats() Stats {
 		Degraded:        p.degraded.Load(),
 		FromBlock:       p.fromBlock.Load(),
 		BlockDiscarded:  p.blockDiscarded.Load(),
+		KeyStatements:   p.keyStatements.Load(),
+		KeyBatches:      p.keyBatches.Load(),
 		Reports:         p.reports.Load(),
 		ReportsDropped:  p.dropped.Load(),
 		ReportsDeferred: p.deferred.Load(),

@@ -53,6 +53,15 @@ type announcement struct {
 	window, limit float64
 }
 
+// holdFor is how long a (the destination said its quota is exhausted) asks
+// the fleet to hold from now; 0 for none.
+func (a *announcement) holdFor() time.Duration {
+	if a == nil || a.hold == nil {
+		return 0
+	}
+	return secondsToDuration(*a.hold)
+}
+
 // Report tells the pacer how a request reserved by res ended, and what the
 // destination announced. Rate pressure slows the fleet down once per
 // episode (docs/design.md, "Adaptive pacing"); answers without pressure are
@@ -106,7 +115,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 		}
 		p.mu.Unlock()
 	}
-	if hold := holdFor(out); hold > 0 {
+	if hold := max(holdFor(out), rep.announce.holdFor()); hold > 0 {
 		p.holdLocally(platform, hold)
 	}
 	r, err := p.send(ctx, platform, rep)
@@ -140,7 +149,7 @@ func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation,
 			return ReportResult{}, err
 		}
 	}
-	if hold := holdFor(out); hold > 0 {
+	if hold := max(holdFor(out), rep.announce.holdFor()); hold > 0 {
 		p.holdLocally(name, hold)
 	}
 	if !rep.pressure && (rep.announce == nil || !p.slowsDown(name, rep.announce)) {
@@ -183,6 +192,9 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	}
 	window := st.maxReset
 	p.mu.Unlock()
+	if q.Window == 0 {
+		window = wholeWindow(window)
+	}
 	interval, ttl, hold := spacing(q, window)
 	if interval <= 0 && hold <= 0 {
 		return nil
@@ -199,6 +211,25 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 		a.hold = &s
 	}
 	return a
+}
+
+// wholeWindow is the window a quota that announces none has, from the
+// longest Reset seen (w): the next whole second when w falls short of it
+// by at most a tenth. A fixed window's first answer tells its length less
+// the time the request took to be answered and the time since the window
+// began (0.953 s of a 1-s window, seen in a test): paced at Limit per
+// that, five requests spaced 196 ms fell into one window with a sixth.
+// Windows are whole seconds (1 s, a minute, an hour); a Reset further
+// short of one is a token bucket's refill time, kept as it is.
+func wholeWindow(w time.Duration) time.Duration {
+	if w <= 0 || w%time.Second == 0 {
+		return w
+	}
+	up := w.Truncate(time.Second) + time.Second
+	if up-w <= up/10 {
+		return up
+	}
+	return w
 }
 
 // resetMemory is how long the longest Reset a platform announced stands for
@@ -362,7 +393,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 			// No pace row, or one without configuration: make it whole, then
 			// apply the report to it.
 			if rep.key != "" {
-				if _, err := p.pool.Exec(qctx, ensureKeyRowSQL, platform, rep.key); err != nil {
+				if _, err := p.pool.Exec(qctx, ensureKeyRowSQL, platform, rep.key, p.stmtNow()); err != nil {
 					return r, err
 				}
 				continue

@@ -211,12 +211,18 @@ WHERE p.key = '' AND k.key = $2`
 
 // ensureKeyRowSQL makes the pace row of platform $1's key $2 on its first
 // use, with the key's settings (fleetpace_pace_key_settings) and the
-// platform's adaptation. Nothing when the platform does not exist.
+// platform's adaptation. Nothing when the platform does not exist. Its
+// cursor starts at $3, the time (NULL: the database's clock), not at 0:
+// the row is in use from its making, and a scan tick's PruneKeys between
+// the making and the reservation that asked for it would otherwise take
+// it for a long-idle key and delete it (the reservation then found no row,
+// and its job failed as if the platform did not exist).
 const ensureKeyRowSQL = `
 INSERT INTO fleetpace_pace (platform, key, rate, burst, max_in_flight, max_multiplier, decay_after,
-                            backoff_factor, recovery_factor, probe, use_headers, respace, adapt)
+                            backoff_factor, recovery_factor, probe, use_headers, respace, adapt, cursor_at)
 SELECT p.name, $2, c.rate, c.burst, c.max_in_flight, p.max_multiplier, p.decay_after,
-       p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace, p.adapt
+       p.backoff_factor, p.recovery_factor, p.probe, p.use_headers, p.respace, p.adapt,
+       COALESCE($3::float8, date_part('epoch', clock_timestamp()))
 FROM fleetpace_platform AS p CROSS JOIN fleetpace_pace_key_settings($1, $2) AS c
 WHERE p.name = $1
 ON CONFLICT (platform, key) DO NOTHING`

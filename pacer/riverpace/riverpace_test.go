@@ -539,6 +539,14 @@ func TestMaxSleepersSnoozesTheRest(t *testing.T) {
 			var snooze *rivertype.JobSnoozeError
 			select {
 			case err := <-second:
+				if limit == 0 && err == nil {
+					// Both slept for their slots and the test ran late (the
+					// second's is 200 ms after the first's): no snooze.
+					if err := <-first; err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
 				if limit == 0 || !errors.As(err, &snooze) {
 					t.Fatalf("MaxSleepers %d: the second job returned %v while the first slept", limit, err)
 				}
@@ -553,9 +561,10 @@ func TestMaxSleepersSnoozesTheRest(t *testing.T) {
 				if limit > 0 {
 					t.Fatal("the first job woke before the second was told to snooze")
 				}
-				// The control: the second job is still asleep for its slot.
+				// The control: the second job is still asleep for its slot
+				// (or, on a machine that ran this late, got it: no snooze).
 				cancel()
-				if err := <-second; !errors.Is(err, context.Canceled) {
+				if err := <-second; err != nil && !errors.Is(err, context.Canceled) {
 					t.Fatalf("without MaxSleepers the second job should sleep for its slot; got %v", err)
 				}
 			}
