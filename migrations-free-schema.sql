@@ -350,14 +350,15 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                     (1 + t[4] + t[5] + fleetpace_pace_tau(rate, burst, t)) / GREATEST(floor(rate + burst), 1))
 $$;
 
--- fleetpace_pace_adaptive is the spacing adaptation asks for: the
+-- fleetpace_pace_climb is the spacing adaptation asks for: the
 -- multiplier's (multiplier / rate), or, estimating, the pace `since`
--- seconds after the estimate was set: from just under est (1 - t[3]) it
--- climbs to just under est_max, fast at first and flat at the end (a
--- cubic over t[1] seconds), then past it ever faster (× 1 + t[2]·x³);
--- never faster than the ceiling. No estimate: the ceiling.
-CREATE OR REPLACE FUNCTION fleetpace_pace_adaptive(adapt text, rate float8, multiplier float8, est float8,
-                                                   est_max float8, since float8, t float8[])
+-- (seconds, on the climb's clock) after the estimate was set: from just
+-- under est (1 - t[3]) it climbs to just under est_max, fast at first and
+-- flat at the end (a cubic over t[1] seconds), then past it ever faster
+-- (× 1 + t[2]·x³); never faster than the ceiling. No estimate: the
+-- ceiling.
+CREATE OR REPLACE FUNCTION fleetpace_pace_climb(adapt text, rate float8, multiplier float8, est float8,
+                                                est_max float8, since float8, t float8[])
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN adapt = 'multiplier' THEN GREATEST(multiplier, 1.0) / NULLIF(rate, 0)
                 WHEN est <= 0 THEN 1.0 / NULLIF(rate, 0)
@@ -366,6 +367,19 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                                  - (GREATEST(est_max, est) - est) * power(1 - GREATEST(since, 0) / t[1], 3)))
                 ELSE 1.0 / LEAST(NULLIF(rate, 0), (1 - t[3]) * GREATEST(est_max, est) * (1 + t[2] * power(since - t[1], 3)))
            END
+$$;
+
+-- fleetpace_pace_adaptive is fleetpace_pace_climb `since` seconds after
+-- the estimate was set. Under an estimate of t[19] requests/s the climb's
+-- clock runs slower in proportion, so a slow destination is probed past
+-- its limit after as many requests as one at t[19], not after as many
+-- seconds: each probe costs a refusal (a fixed window of 2/s, climbing on
+-- the clock of 8/s, refused 5 %).
+CREATE OR REPLACE FUNCTION fleetpace_pace_adaptive(adapt text, rate float8, multiplier float8, est float8,
+                                                   est_max float8, since float8, t float8[])
+RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT fleetpace_pace_climb(adapt, rate, multiplier, est, est_max,
+                                since * LEAST(1.0, GREATEST(est_max, est) / NULLIF(t[19], 0)), t)
 $$;
 
 -- fleetpace_pace_interval is a platform's effective spacing at now: the
@@ -435,6 +449,7 @@ DECLARE
     v_ann       float8;           -- the spacing announced now (NULL: none)
     v_ann_i     float8;           -- the announced spacing in force after
     v_ann_until float8;
+    v_quota_paced boolean;        -- the fleet paced the announced quota already
     v_i_old     float8;
     v_i_new     float8;
     v_ratio     float8;
@@ -471,9 +486,24 @@ BEGIN
     v_ann_i := COALESCE(v_ann, CASE WHEN v_now < s.announced_until THEN s.announced_interval ELSE 0 END);
     v_ann_until := CASE WHEN v_ann IS NOT NULL THEN v_now + p_announced_ttl ELSE s.announced_until END;
 
+    -- An exhausted quota holds the fleet until its reset. When the fleet
+    -- already paced the quota before this report (spaced at least w / q,
+    -- the announced spacing in force, and ceil(w / spacing) + burst - 1
+    -- <= q: no window of the destination gets more than q of its
+    -- requests, but for jitter), the answer that exhausted the window was
+    -- close to its end, and a reset sent in whole seconds (IETF t=,
+    -- RateLimit-Reset, an epoch X-RateLimit-Reset) is rounded up by up to
+    -- a second: the hold is then a second shorter (the true reset is no
+    -- earlier). Held by the rounded reset, a fleet paced at a 1-s
+    -- window's quota lost most of the next window every other second
+    -- (0.59 of the quota; 0.97 without). A fractional reset is exact, and
+    -- holds as it is.
+    v_quota_paced := p_limit > 0 AND v_win > 0 AND v_now < s.announced_until AND s.announced_interval > 0
+                     AND ceil(v_win / s.announced_interval - 1e-9) + s.burst - 1 <= p_limit;
     v_hold := GREATEST(s.hold_until,
                        CASE WHEN p_pressure THEN v_now + p_retry END,
-                       CASE WHEN s.use_headers THEN v_now + p_quota_hold END);
+                       CASE WHEN s.use_headers THEN v_now + CASE WHEN v_quota_paced AND p_quota_hold = trunc(p_quota_hold)
+                                                                 THEN GREATEST(p_quota_hold - 1, 0) ELSE p_quota_hold END END);
     v_i_old := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m0, s.est, s.est_max, s.est_at,
                                        s.announced_interval, s.announced_until, v_now, t);
 
@@ -739,17 +769,25 @@ $$;
 -- Fair order: never checked first (their fair key is -infinity), then
 -- longest since checked, ties by id; per key of a platform, since the scan
 -- takes keys in turns (package scan). The due query walks this index per
--- (platform, key) from the key's head; due_at and last_checked_at are
--- included so the walk is an index-only scan (it tells due from not due
--- in the index, and the planner takes an expression from an index only
--- when its columns are there too: a third of the buffers of a walk with
--- heap fetches). Queued and disabled sources are not in it. It replaces fleetpace_source_fair_idx (platform, fair key, id),
--- which walked a platform's sources over all its keys, and
--- fleetpace_source_due_idx (last_checked_at NULLS FIRST: a fair key with
--- no NULLs can be bounded in an index condition).
-CREATE INDEX IF NOT EXISTS fleetpace_source_key_fair_idx
-    ON fleetpace_source (platform, key, COALESCE(last_checked_at, '-infinity'::timestamptz), id) INCLUDE (due_at, last_checked_at)
+-- (platform, key) from the key's head. due_at is its last key column, after
+-- the id (so it orders nothing): the walk's due_at <= now() is an index
+-- condition, which the index tests before it looks at the heap, so a walk
+-- passing sources not due yet costs no heap fetch for them (as an included
+-- column it was a filter, tested after the visibility check: one heap
+-- fetch per source passed on every page a check or a tick had changed
+-- since the last vacuum, most of a walk at 200,000 sources).
+-- last_checked_at is included so the walk is an index-only scan (the
+-- planner takes an expression from an index only when its columns are
+-- there too). Queued and disabled sources are not in it. It replaces
+-- fleetpace_source_key_fair_idx (due_at included, not a key column),
+-- fleetpace_source_fair_idx (platform, fair key, id), which walked a
+-- platform's sources over all its keys, and fleetpace_source_due_idx
+-- (last_checked_at NULLS FIRST: a fair key with no NULLs can be bounded
+-- in an index condition).
+CREATE INDEX IF NOT EXISTS fleetpace_source_key_due_idx
+    ON fleetpace_source (platform, key, COALESCE(last_checked_at, '-infinity'::timestamptz), id, due_at) INCLUDE (last_checked_at)
     WHERE enabled AND queued_at IS NULL;
+DROP INDEX IF EXISTS fleetpace_source_key_fair_idx;
 DROP INDEX IF EXISTS fleetpace_source_fair_idx;
 DROP INDEX IF EXISTS fleetpace_source_due_idx;
 
@@ -1044,7 +1082,7 @@ INSERT INTO fleetpace_dashboard_epoch DEFAULT VALUES ON CONFLICT DO NOTHING;
 -- dashboard.
 --
 -- fleetpace_due_source: the sources due by their own state — enabled, not
--- queued, past due_at (the partial index fleetpace_source_key_fair_idx
+-- queued, past due_at (the partial index fleetpace_source_key_due_idx
 -- holds the enabled, unqueued ones, fleetpace_source_platform_due_at_idx
 -- the enabled ones by due_at). A view is inlined by the planner: reading
 -- it is reading fleetpace_source with these conditions.

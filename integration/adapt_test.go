@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,10 +16,13 @@ import (
 var naiveFlags = []string{"--max-multiplier", "1", "--cooldown", "1s"}
 
 // Three workers, ceiling 20/s, a destination that allows 8/s with strict
-// spacing (a token bucket of capacity 1; a 429 says Retry-After: 1): in the
-// second half the default schedule gets at least 0.7 of what the
-// destination allows with at most 5 % 429s; the naive fleet, run beside it
-// on a destination of its own, does not. (How close to the allowance each
+// spacing (a token bucket of capacity 1; a 429 says Retry-After: 1): over
+// seconds 20–50 the default schedule gets at least 0.7 of what the
+// destination allows with at most 5 % 429s (each probe past the limit
+// costs the destination's 1-s hold and a cut, so a 20-s span on a loaded
+// machine could fall under the bar when two probes fell into it; the
+// simulation and bench adapt put the figure at 0.8–0.9); the naive fleet,
+// run beside it on a destination of its own, does not. (How close to the allowance each
 // schedule gets, against the AWS SDKs' adaptive mode and an oracle, is
 // `fleetpace bench adapt`'s to measure.)
 func TestAdaptiveGoodputStrictDestination(t *testing.T) {
@@ -28,7 +30,8 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	const (
 		ceiling = 20.0
 		allowed = 8.0
-		run     = 40 * time.Second
+		run     = 50 * time.Second
+		judged  = 20 * time.Second // from
 	)
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{
@@ -44,18 +47,13 @@ func TestAdaptiveGoodputStrictDestination(t *testing.T) {
 	waitUntil(t, d, "/new/", start.Add(run), 30*time.Second)
 	waitUntil(t, d, "/naive/", start.Add(run), 30*time.Second)
 	stopAll(ws)
-	for _, r := range d.Requests() {
-		if strings.HasPrefix(r.Path, "/new/") || strings.HasPrefix(r.Path, "/naive/") {
-			t.Logf("DBG %7.3f %d %s %s", r.Time.Sub(start).Seconds(), r.Status, r.UserAgent, r.Path[:3])
-		}
-	}
-	from, to := start.Add(run/2), start.Add(run)
+	from, to := start.Add(judged), start.Add(run)
 	figures := map[string][2]float64{}
 	for _, p := range []string{"new", "naive"} {
 		tl := d.Tally("/"+p+"/", from, to)
 		goodput := float64(tl.Accepted) / (allowed * (to.Sub(from)).Seconds())
 		figures[p] = [2]float64{goodput, tl.LimitedShare()}
-		t.Logf("%s: second half %d requests, %d accepted, %d refused: goodput %.2f of the allowance, 429 share %.1f %%; per second %s",
+		t.Logf("%s: seconds 20–50: %d requests, %d accepted, %d refused: goodput %.2f of the allowance, 429 share %.1f %%; per second %s",
 			p, tl.Requests, tl.Accepted, tl.Limited, goodput, 100*tl.LimitedShare(),
 			perSecond(rateSeries(d.Arrivals("/"+p+"/", http.StatusOK), start, time.Second)))
 	}
@@ -162,6 +160,13 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 	}
 	if refused != 0 {
 		t.Errorf("%d request(s) refused after the first answer announced the limit", refused)
+	}
+	if t.Failed() {
+		for _, r := range reqs {
+			if r.Time.Before(start.Add(5 * time.Second)) {
+				t.Logf("%8.3f s  %s  %d  answered %+.3f s  %v", r.Time.Sub(start).Seconds(), r.UserAgent, r.Status, r.Done.Sub(r.Time).Seconds(), r.RateLimit)
+			}
+		}
 	}
 	if accepted < 40 {
 		t.Errorf("only %d requests accepted in 10 s of a 5/s allowance: paced far below what was announced", accepted)

@@ -32,7 +32,7 @@ func TestSharedBackoff(t *testing.T) {
 		configured = 20.0
 		allowed    = 10.0
 		workers    = 3
-		run        = 18 * time.Second
+		run        = 26 * time.Second // 16 s judged: a loaded machine's rare 429 is ~1 %, not 2.5 % of ~40 requests
 	)
 	url := newURL(t)
 	d := newDest(t, map[string]fakedest.Rule{"/b/": {Rate: allowed, Burst: 3}})

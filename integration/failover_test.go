@@ -18,7 +18,9 @@ import (
 // primary is killed (pg_ctl stop -m immediate, as a crash), the standby
 // promoted 3 s later. Nothing is lost — every source is checked, every
 // River job completes, and every check the old primary showed is on the
-// new one (the recorder honours synchronous replication) —, no 1-s window
+// new one (with --recorder-sync-commit the recorder honours synchronous
+// replication; by default its commits wait for neither the disk nor the
+// standby, and a check lost so is fetched again) —, no 1-s window
 // at the destination holds more than rate + burst, the workers resume by
 // themselves, and the fleet is back at full speed within 3 s of the new
 // primary accepting writes.
@@ -59,7 +61,7 @@ func TestFailover(t *testing.T) {
 	cli(t, url, "schema", "apply")
 	d := newDest(t, nil)
 	platformWithSources(t, url, "f", d.URL(), sources, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	ws := startWorkers(t, url, "f", 3, "--concurrency", "10")
+	ws := startWorkers(t, url, "f", 3, "--concurrency", "10", "--recorder-sync-commit")
 	waitArrivals(t, d, "/f/", 3*rate, 30*time.Second)
 
 	// Readiness of every worker, every 100 ms, until the end.

@@ -64,12 +64,12 @@ func TestWorkerBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close(context.Background())
-	var platforms, srcs, jobs, history int
+	var platforms, srcs, jobs, history, changes int
 	if err := db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM fleetpace_platform), (SELECT count(*) FROM fleetpace_source),
-		(SELECT count(*) FROM river_job), (SELECT count(*) FROM fleetpace_check)`).Scan(&platforms, &srcs, &jobs, &history); err != nil {
+		(SELECT count(*) FROM river_job), (SELECT count(*) FROM fleetpace_check), (SELECT count(*) FROM fleetpace_due_change)`).Scan(&platforms, &srcs, &jobs, &history, &changes); err != nil {
 		t.Fatal(err)
 	}
-	if platforms+srcs+jobs+history != 0 {
-		t.Errorf("left behind: %d platforms, %d sources, %d jobs, %d history rows", platforms, srcs, jobs, history)
+	if platforms+srcs+jobs+history+changes != 0 {
+		t.Errorf("left behind: %d platforms, %d sources, %d jobs, %d history rows, %d due-log rows", platforms, srcs, jobs, history, changes)
 	}
 }

@@ -294,6 +294,7 @@ func TestBadInput(t *testing.T) {
 		{name: "demo --workers 40", args: []string{"demo", "--workers", "40"}, want: []string{"--workers", "40"}},
 		{name: "simulate herd --pollers 2000000", args: []string{"simulate", "herd", "--pollers", "2000000"}, want: []string{"Pollers", "2000000"}},
 		{name: "bench worker --jobs -1", args: []string{"bench", "worker", "--jobs", "-1"}, want: []string{"--jobs", "-1"}},
+		{name: "bench worker --cpu-profile in no directory", args: []string{"bench", "worker", "--cpu-profile", filepath.Join(dir, "none", "cpu.prof")}, want: []string{"--cpu-profile", "cpu.prof"}},
 		{name: "bench pacer --ceiling 2e9", args: []string{"bench", "pacer", "--ceiling", "2e9"}, want: []string{"--ceiling", "2e+09"}},
 		{name: "bench pacer --burst 2000000", args: []string{"bench", "pacer", "--burst", "2000000"}, want: []string{"--burst", "2000000"}},
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -106,7 +107,10 @@ type benchmark struct {
 
 // benchCommand is the subcommand of b.
 func (a *app) benchCommand(b benchmark) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON  bool
+		profile string
+	)
 	cmd := &cobra.Command{
 		Use:   b.use,
 		Short: b.short,
@@ -121,12 +125,20 @@ func (a *app) benchCommand(b benchmark) *cobra.Command {
 			if err := b.cfg.Validate(); err != nil {
 				return err
 			}
+			if profile != "" {
+				stop, err := startCPUProfile(profile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return a.runBench(cmd.Context(), asJSON, b.run)
 		},
 	}
 	f := cmd.Flags()
 	b.flags(f)
 	f.BoolVar(&asJSON, "json", false, cmp.Or(b.jsonHelp, "print one JSON object"))
+	f.StringVar(&profile, "cpu-profile", "", "write a Go CPU profile of this process (not of worker processes it starts) to this file, for go tool pprof")
 	zeroIsDefault(f, b.zeroIsDefault...)
 	return cmd
 }
@@ -277,9 +289,10 @@ Each check is recorded with its fetch history row, in the same statement,
 as a worker records it; --history=false records the checks alone, to
 measure what the history costs. With the history on, the result gives the
 history table's size (indexes included) per million checks. The checks'
-commits follow the server's synchronous_commit, as a worker's do;
---recorder-async-commit measures them with it off. (The throwaway embedded
-cluster has synchronous_commit off: measure on a durable database.)
+commits are made with synchronous_commit off, as a worker's are by
+default; --recorder-sync-commit measures them with the server's setting (a
+worker's --recorder-sync-commit). (The throwaway embedded cluster has
+synchronous_commit off: measure that on a durable database.)
 
 --fetch-cooldown defaults to River's minimum (1ms): with River's default
 (100ms) both sides are capped at --workers jobs per 100 ms and the ratio says
@@ -291,7 +304,10 @@ nothing about the cost of a job.`,
 				f.IntVar(&workerCfg.Runs, "runs", bench.DefaultWorkerRuns, "runs of each side (alternating); medians are reported")
 				f.DurationVar(&workerCfg.FetchCooldown, "fetch-cooldown", bench.DefaultWorkerFetchCooldown, "River FetchCooldown of both clients (River's minimum; its default 100ms would cap both sides)")
 				f.BoolVar(&history, "history", true, "record each check with its fetch history row, as a worker does (false: the checks alone)")
-				f.BoolVar(&workerCfg.RecorderAsyncCommit, "recorder-async-commit", false, "record the checks with synchronous_commit off, as a worker's --recorder-async-commit (default: the server's setting)")
+				f.BoolVar(&workerCfg.RecorderSyncCommit, "recorder-sync-commit", false, "record the checks with the server's synchronous_commit, as a worker's --recorder-sync-commit (default: off, as a worker)")
+				f.Var(invertedBool{&workerCfg.RecorderSyncCommit}, "recorder-async-commit", "records the checks with synchronous_commit off (the default now)")
+				f.Lookup("recorder-async-commit").NoOptDefVal = "true"
+				_ = f.MarkDeprecated("recorder-async-commit", "it is the default; --recorder-sync-commit measures the server's setting")
 			},
 			zeroIsDefault: []string{"workers", "jobs", "runs", "fetch-cooldown"},
 			run: func(ctx context.Context, _ *pgxpool.Pool, url string) (benchResult, error) {
@@ -399,8 +415,9 @@ overview's SQL under 100 ms on 10,000 platforms and 1,000,000 sources. With
     --idle as the scan tick prunes (none before it; all soon after);
   - the whole path: --workers worker processes, --keys keys at --key-rate
     (burst 1) under a platform at --rate, for --duration (targets: ≥ 0.95 ×
-    the platform's rate delivered, no 1-s window over rate + burst, and no
-    key over its rate + burst in any 1-s window at the destination);
+    the smaller of the platform's rate and the keys' together (--keys ×
+    --key-rate) delivered, no 1-s window over rate + burst, and no key over
+    its rate + burst in any 1-s window at the destination);
     --skip-path leaves it out.
 
 It prints the machine's load average: on a busy machine the figures are
@@ -445,4 +462,21 @@ func (a *app) benchPacerChildCmd() *cobra.Command {
 			return bench.PacerChild(cmd.Context(), args, a.stdout)
 		},
 	}
+}
+
+// startCPUProfile starts Go's CPU profiler writing to path (created or
+// truncated) and returns what stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("--cpu-profile %s: %w", path, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

@@ -379,3 +379,22 @@ func TestEmbeddedDefaultSharedByConcurrentProcesses(t *testing.T) {
 		t.Fatal(r)
 	}
 }
+
+// bench … --cpu-profile writes a Go CPU profile (gzip-compressed protobuf,
+// as go tool pprof reads it) of the benchmark's process.
+func TestBenchCPUProfile(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	file := filepath.Join(t.TempDir(), "cpu.prof")
+	r := run(t, "", "-q", "--database-url", url, "bench", "worker", "--jobs", "50", "--runs", "1", "--workers", "2", "--cpu-profile", file)
+	if r.code != 0 {
+		t.Fatalf("bench worker --cpu-profile: %s", r)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--cpu-profile wrote %d bytes, not a gzip-compressed profile", len(b))
+	}
+}
