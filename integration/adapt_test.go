@@ -127,8 +127,12 @@ func TestPressureStopsEveryProcessSlots(t *testing.T) {
 
 // A destination that announces 5/s (X-RateLimit-Limit: 5 per 1-s window,
 // with Remaining and Reset) under a 20/s ceiling: across three processes, no
-// 1-s window holds more than 5 + burst (1) requests, and no request is
-// refused after the first answer told the fleet.
+// window of the destination holds more than 5 + burst (1) requests, and no
+// request is refused after the first answer told the fleet. The windows are
+// the destination's (fakedest's fixed windows start on the second): an
+// announcement of r left for t seconds lets r more go before the reset, so
+// a 1-s span across a reset may hold more than 5 + 1 (CI: 3 in the tail of
+// one window, then 5 in the next, none refused).
 func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 	t.Parallel()
 	url := newURL(t)
@@ -152,11 +156,18 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 		}
 	}
 	w := maxInWindow(times(reqs), time.Second)
+	perWindow := map[time.Time]int{}
+	inWindow := 0
+	for _, r := range reqs {
+		k := r.Time.Truncate(time.Second)
+		perWindow[k]++
+		inWindow = max(inWindow, perWindow[k])
+	}
 	accepted := d.Tally("/ann/", start.Add(10*time.Second), start.Add(20*time.Second)).Accepted
-	t.Logf("announced 5/s: largest 1-s window %d, refused after the first answer %d, accepted in the second half %d (%.2f/s); per second %s",
-		w, refused, accepted, float64(accepted)/10, perSecond(rateSeries(times(reqs), start, time.Second)))
-	if w > 6 {
-		t.Errorf("a 1-s window held %d requests; the destination announced 5/s and the burst is 1", w)
+	t.Logf("announced 5/s: largest window of the destination %d (of any 1-s span %d), refused after the first answer %d, accepted in the second half %d (%.2f/s); per second %s",
+		inWindow, w, refused, accepted, float64(accepted)/10, perSecond(rateSeries(times(reqs), start, time.Second)))
+	if inWindow > 6 {
+		t.Errorf("a window of the destination held %d requests; it announced 5 per 1-s window and the burst is 1", inWindow)
 	}
 	if refused != 0 {
 		t.Errorf("%d request(s) refused after the first answer announced the limit", refused)

@@ -255,22 +255,44 @@ func Drill(ctx context.Context, cfg DrillConfig) (*DrillResult, error) {
 	return res, nil
 }
 
-// openOne opens a one-connection fail-fast pool named app and takes its
-// connection, for the sampler and the window's lock holder.
+// openOne opens a one-connection pool named app and takes its connection,
+// for the sampler and the window's lock holder. These are the drill's own
+// instruments, not pollers under test: between two modes the server may
+// still be full of the last mode's backends on their way out, or slow to
+// answer on a loaded machine (a monitor connection timed out after 2 s on
+// CI), so each attempt may take instrumentConnectTimeout and a refused or
+// timed-out one is tried again until instrumentWait has passed.
 func openOne(ctx context.Context, base *pgxpool.Config, app string) (*pgxpool.Pool, *pgxpool.Conn, error) {
 	pc := base.Copy()
 	pc.ConnConfig.RuntimeParams["application_name"] = app
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := pool.Acquire(ctx)
-	if err != nil {
+	pc.ConnConfig.ConnectTimeout = max(pc.ConnConfig.ConnectTimeout, instrumentConnectTimeout)
+	deadline := time.Now().Add(instrumentWait)
+	for {
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := pool.Acquire(ctx)
+		if err == nil {
+			return pool, c, nil
+		}
 		pool.Close()
-		return nil, nil, err
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return nil, nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	return pool, c, nil
 }
+
+// How long the drill's instruments may take to connect (see openOne).
+const (
+	instrumentConnectTimeout = 10 * time.Second
+	instrumentWait           = 30 * time.Second
+)
 
 // drillCounters are the pollers' shared counters.
 type drillCounters struct {

@@ -2,15 +2,19 @@ package herd
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"github.com/fleetpace/fleetpace/internal/pgembed"
 )
 
-// TestDrill runs the real drill at a small size — 300 pollers against
-// max_connections 40, a 5-s window — and checks that both modes saturate
+// TestDrill runs the real drill at a small size — up to 300 pollers (see
+// drillPollers) against max_connections 40, a 5-s window — and checks that both modes saturate
 // the server during the window, that fleetpace is refused no later than its
 // longest sleep after it, that it makes one connection attempt per poll
 // and spreads its first polls, and that the baseline (deterministic
@@ -23,8 +27,16 @@ func TestDrill(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	cluster, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "40"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cluster.Close(context.WithoutCancel(ctx)) }()
+	url := cluster.URL("postgres")
+	pollers, perSecond := drillPollers(t, ctx, url)
+	t.Logf("the server starts %.0f connections/s one at a time: %d pollers", perSecond, pollers)
 	cfg := DrillConfig{
-		Pollers: 300, MaxConnections: 40,
+		DatabaseURL: url, Pollers: pollers,
 		// Polls every ~4 s: ~75 claims/s, a fifth of the slots at steady
 		// state even when connecting is slow on a loaded machine.
 		Base: 500 * time.Millisecond, Max: 4 * time.Second,
@@ -97,4 +109,34 @@ func TestDrillValidate(t *testing.T) {
 			t.Errorf("Validate(%+v): no error", cfg)
 		}
 	}
+}
+
+// drillPollers sizes TestDrill's fleet to the server. Each claim opens a
+// connection, and on some machines of this kind a backend takes 25–50 ms
+// to start (fork is slow there: 8 ms for a 10-MB process), about 40
+// connections a second, where 300 pollers polling every ~4 s ask for 75.
+// Beyond what the server can start, every attempt times out, fleetpace's
+// and the baseline's alike, the window never fills max_connections, and
+// there is nothing left to compare. So it times ten connections one after
+// another and runs as many pollers as ask for a third of that rate at
+// steady state: at least 80 (the window must see more attempts than
+// max_connections), at most 300.
+func drillPollers(t *testing.T, ctx context.Context, url string) (int, float64) {
+	t.Helper()
+	var took []time.Duration
+	for range 10 {
+		start := time.Now()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+		if err := conn.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(took)
+	perSecond := 1 / took[len(took)/2].Seconds()
+	const pollInterval = 4 // seconds, the drill's Max
+	return int(min(max(perSecond/3*pollInterval, 80), 300)), perSecond
 }
