@@ -88,7 +88,9 @@ func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait ti
 			minWait = max(minWait, w)
 		}
 	}
-	res, err := p.reserveKeyShared(ctx, platform, key, maxWait, minWait)
+	res, err := retrySlowConnect(ctx, p, func() (Reservation, error) {
+		return p.reserveKeyShared(ctx, platform, key, maxWait, minWait)
+	})
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

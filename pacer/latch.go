@@ -1,10 +1,13 @@
 package pacer
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
@@ -128,4 +131,35 @@ func (l *latch) endProbe(probe bool) {
 // schema, a platform without a rate): only the former latches an outage.
 func unreachable(err error) bool {
 	return errors.Is(err, errLatched) || errors.Is(err, errNoCancel) || dbconn.IsUnavailable(err)
+}
+
+// slowConnectAttempts is how many times a call is made in all while its
+// failures are slow connects (see slowConnect).
+const slowConnectAttempts = 3
+
+// slowConnect reports whether err is a new connection that could not be
+// made in time while round trips on the pool's other connections reached
+// the database since succeededBefore (Pacer.succeeded before the call). The
+// server is up and slow to start a backend (a loaded machine: 2 s and
+// more): no outage. Pacing locally then would be a partition of one
+// process, which may take the fleet beyond its ceiling (a worker alone in
+// degraded mode sent its local share beside two paced by the row: 43 in a
+// 1-s window under a bound of 42), so the call goes again, on a pooled
+// connection if one is idle by then.
+func (p *Pacer) slowConnect(err error, succeededBefore uint64) bool {
+	var ce *pgconn.ConnectError
+	return !p.noSlowConnect && errors.As(err, &ce) && p.succeeded.Load() != succeededBefore
+}
+
+// retrySlowConnect runs fn, again (slowConnectAttempts in all) while it
+// fails with a slow connect.
+func retrySlowConnect[T any](ctx context.Context, p *Pacer, fn func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		before := p.succeeded.Load()
+		v, err := fn()
+		if err == nil || ctx.Err() != nil || attempt == slowConnectAttempts || !p.slowConnect(err, before) {
+			return v, err
+		}
+		p.slowConnects.Add(1)
+	}
 }

@@ -256,6 +256,7 @@ type Stats struct {
 	ReportsDeferred uint64 // clean reports sent later, in a batch
 	ConnectAttempts uint64 // connection attempts made by the pacer's pool
 	Failures        uint64 // round trips that found the database unreachable
+	SlowConnects    uint64 // calls made again after a slow connect while the database answered on other connections
 	Events          uint64 // slow-downs this process learnt of (its own reports, notifications, reservations)
 	Notifications   uint64 // slow-down notifications received
 	Respaced        uint64 // granted slots moved later by a slow-down before they were used

@@ -98,6 +98,12 @@ type Pacer struct {
 	attempts, failures                      atomic.Uint64
 	events, notifications                   atomic.Uint64
 	respaced, givenBack, late               atomic.Uint64
+	// succeeded counts round trips that reached the database; slowConnects
+	// the calls that went again after a slow connect (see slowConnect).
+	succeeded, slowConnects atomic.Uint64
+	// noSlowConnect, set by tests, takes every failed connect for an
+	// outage (the naive rule).
+	noSlowConnect bool
 }
 
 // pendingClean is a platform's batch of reports without pressure waiting
@@ -293,6 +299,7 @@ func (p *Pacer) outageCause() error {
 
 // succeed ends a probe that reached the database.
 func (p *Pacer) succeed(probe bool) {
+	p.succeeded.Add(1)
 	if p.latch.succeed(probe) {
 		p.log.Info("pacer: database reachable again, shared pacing resumed")
 	}
@@ -322,6 +329,7 @@ func (p *Pacer) Stats() Stats {
 		ReportsDeferred: p.deferred.Load(),
 		ConnectAttempts: p.attempts.Load(),
 		Failures:        p.failures.Load(),
+		SlowConnects:    p.slowConnects.Load(),
 		Events:          p.events.Load(),
 		Notifications:   p.notifications.Load(),
 		Respaced:        p.respaced.Load(),

@@ -259,7 +259,7 @@ func (p *Pacer) send(ctx context.Context, platform string, rep report) (ReportRe
 	if !shared {
 		return p.dropReport(platform, rep), nil
 	}
-	r, err := p.reportShared(ctx, platform, rep)
+	r, err := retrySlowConnect(ctx, p, func() (ReportResult, error) { return p.reportShared(ctx, platform, rep) })
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

@@ -93,7 +93,9 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 		}
 	}
 
-	res, err := p.reserveShared(ctx, platform, maxWait, minWait, n)
+	res, err := retrySlowConnect(ctx, p, func() (Reservation, error) {
+		return p.reserveShared(ctx, platform, maxWait, minWait, n)
+	})
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

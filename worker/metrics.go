@@ -217,6 +217,7 @@ var (
 	descDegraded     = prometheus.NewDesc("fleetpace_pacer_degraded_reservations_total", "Reservations paced locally because the database was unreachable.", nil, nil)
 	descDropped      = prometheus.NewDesc("fleetpace_pacer_reports_dropped_total", "Pacer reports lost because the database was unreachable.", nil, nil)
 	descAttempts     = prometheus.NewDesc("fleetpace_pacer_connect_attempts_total", "Connection attempts by the pacer's pool.", nil, nil)
+	descSlowConnect  = prometheus.NewDesc("fleetpace_pacer_slow_connects_total", "Pacer calls made again after a connection took longer than the connect timeout while the database answered on the pool's other connections (no outage).", nil, nil)
 	descDown         = prometheus.NewDesc("fleetpace_pacer_degraded", "1 while the pacer cannot reach the database and paces locally.", nil, nil)
 	descFleet        = prometheus.NewDesc("fleetpace_fleet_size", "Live worker processes seen by this process's heartbeat.", nil, nil)
 	descFromBlock    = prometheus.NewDesc("fleetpace_pacer_block_reservations_total", "Granted reservations served from a block of slots, without a round trip.", nil, nil)
@@ -253,7 +254,7 @@ func (c recorderCollector) Collect(ch chan<- prometheus.Metric) {
 type pacerCollector struct{ p *pacer.Pacer }
 
 func (c pacerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descDown, descFleet,
+	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descSlowConnect, descDown, descFleet,
 		descFromBlock, descBlockWaste, descDeferred, descEvents, descRespaced, descGivenBack, descLate, descListening} {
 		ch <- d
 	}
@@ -266,6 +267,7 @@ func (c pacerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.CounterValue, float64(s.Degraded))
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.ReportsDropped))
 	ch <- prometheus.MustNewConstMetric(descAttempts, prometheus.CounterValue, float64(s.ConnectAttempts))
+	ch <- prometheus.MustNewConstMetric(descSlowConnect, prometheus.CounterValue, float64(s.SlowConnects))
 	down := 0.0
 	if s.Down {
 		down = 1
