@@ -442,7 +442,6 @@ DECLARE
     v_sent      float8;           -- the rate the refused request was sent at
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
-    v_drop      boolean := false; -- ... at a limit that has just moved down
     v_hold      float8;
     v_win       float8;
     v_win_kept  boolean;
@@ -584,9 +583,7 @@ BEGIN
             v_effect := 5;
         ELSIF p_pressure THEN
             v_sent := 1.0 / COALESCE(NULLIF(p_sent_interval, 0), v_i_old);
-            -- Within calm of the latest decrease (or jitter), not counting
-            -- the hold that came with it: nothing is sent during a hold.
-            v_hurried := s.est > 0 AND v_now - s.est_at < t[8] + GREATEST(LEAST(s.hold_until, v_now) - s.est_at, 0);
+            v_hurried := s.est > 0 AND v_now - s.est_at < t[8];
             IF s.est > 0 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
                AND v_now - s.jitter_at >= t[9] THEN
                 -- A lone refusal below the estimate while nearly everything
@@ -631,22 +628,6 @@ BEGIN
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
                 END IF;
-                IF v_hurried AND v_share >= 1 - t[3] / 2 AND v_now - s.acc_from >= t[1] THEN
-                    -- Refused again right after a decrease although nearly
-                    -- everything since it was accepted, after the fleet
-                    -- had measured for a whole approach: the limit has just
-                    -- moved down (a drop, a window's quota used up), and
-                    -- the rate accepted before says nothing of where it is
-                    -- now. No upper reading: the pace stays at the lower
-                    -- one until the climb probes again (climbing back to
-                    -- the old rate walked into refusals for 8–10 s after a
-                    -- limit halved). At a cold start the same two
-                    -- refusals say the ceiling is too fast, and the upper
-                    -- reading stays. With nothing to approach, the climb
-                    -- past the estimate starts at once.
-                    v_est_max := v_est;
-                    v_drop := true;
-                END IF;
                 v_est := GREATEST(v_est, v_floor);
                 v_est_max := GREATEST(v_est_max, v_est);
                 -- At the slowest (a cooldown follows): the estimate stays at
@@ -658,9 +639,6 @@ BEGIN
                                            OR 1.0 / v_i_old <= s.rate / s.max_multiplier * 1.000001)
                                  THEN 4 ELSE 3 END;
                 v_est_at := v_now;
-                IF v_drop THEN
-                    v_est_at := v_now - t[1] / LEAST(1.0, v_est / NULLIF(t[19], 0));
-                END IF;
                 v_slowed := v_now;
                 s.acc_cut := 0;
                 s.ref_cut := 0;

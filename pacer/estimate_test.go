@@ -152,30 +152,3 @@ func TestEstimateDoesNotRatchet(t *testing.T) {
 		t.Errorf("goodput fell from %.3f (minutes 1–5) to %.3f (5–10): the estimate ratchets down", early, late)
 	}
 }
-
-// A limit that halves (a token bucket of 16/s, Retry-After 1 s, down to 8/s
-// 30 s in, as bench adapt's drop-80-40): the fleet stops being refused
-// within 3 s of the drop (the start of the first 10-s span without a
-// refusal), and still delivers most of the new limit afterwards. The first
-// refusal after a long calm reads as jitter, and what was accepted before
-// the drop is no reading of the new limit: climbing back towards it after
-// the next refusal walked into refusals for 10 s.
-func TestEstimateFollowsADrop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulation")
-	}
-	t.Parallel()
-	const drop = 30 * time.Second
-	r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: fakedest.Rule{Rate: 16, Burst: 1},
-		changes:  []simChange{{drop, fakedest.Rule{Rate: 8, Burst: 1}}},
-		duration: 70 * time.Second, latency: 20 * time.Millisecond, seed: 3})
-	stop := r.refusalsStop(drop, 10*time.Second)
-	after := r.goodput(drop+10*time.Second, 70*time.Second, 8)
-	t.Logf("%s\n%s\nrefusals stop %s after the drop; goodput over the 30 s after its first 10 s %.3f", r, r.timeline(), stop, after)
-	if stop < 0 || stop > 3*time.Second {
-		t.Errorf("refusals stopped %s after the limit halved, want within 3 s", stop)
-	}
-	if after < 0.8 {
-		t.Errorf("goodput %.3f of the new limit from 10 s after the drop, want ≥ 0.8", after)
-	}
-}

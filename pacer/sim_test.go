@@ -246,25 +246,6 @@ func (r simResult) settled(allow, share float64) time.Duration {
 	return -1
 }
 
-// refusalsStop is how long after from the first span of quiet without a
-// refused arrival starts (-1: none before the end).
-func (r simResult) refusalsStop(from, quiet time.Duration) time.Duration {
-	start := from
-	for _, a := range r.arrivals {
-		if a.at < from || a.ok {
-			continue
-		}
-		if a.at-start >= quiet {
-			break
-		}
-		start = a.at + time.Nanosecond
-	}
-	if start+quiet > r.cfg.duration {
-		return -1
-	}
-	return start - from
-}
-
 // maxWindow is the most arrivals in any 1-s window.
 func (r simResult) maxWindow() int {
 	times := make([]time.Time, len(r.arrivals))
