@@ -26,7 +26,10 @@ var naiveFlags = []string{"--max-multiplier", "1", "--cooldown", "1s"}
 // schedule gets, against the AWS SDKs' adaptive mode and an oracle, is
 // `fleetpace bench adapt`'s to measure.)
 func TestAdaptiveGoodputStrictDestination(t *testing.T) {
-	t.Parallel()
+	// Not parallel: beside three other scenarios, on a machine where
+	// starting a process is slow, its workers took 8 s to get going and
+	// the judged span read 0.66 and 0.68 in two fresh-clone runs (0.87–0.88
+	// alone, 0.77–0.87 beside a busy loop).
 	const (
 		ceiling = 20.0
 		allowed = 8.0
