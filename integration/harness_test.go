@@ -6,8 +6,12 @@
 // t.Logf; run `go test ./integration -v -count=1` to see them.
 //
 // Scenarios run in parallel four at a time (parallelByDefault; -parallel
-// overrides it); each lasts 10–30 s. The fast tier (go test -short) runs
-// none of them.
+// overrides it); each lasts 10–30 s. Those whose figure sits at the edge
+// of its bound under real time (the ceiling tests, the failover, the
+// outage, goodput against a strict destination, a key's hold beside the
+// other keys) run alone first: on a machine where starting a process is
+// slow, three other scenarios' load was enough to push them over. The
+// fast tier (go test -short) runs none of them.
 package integration
 
 import (
