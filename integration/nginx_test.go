@@ -24,7 +24,7 @@ import (
 func TestRealNginxLimitReq(t *testing.T) {
 	// Not parallel: nginx refuses a request a few ms early, and beside
 	// three other scenarios on a machine where starting a process is slow
-	// the jitter took its goodput to 0.746 (bar 0.75) in a fresh-clone run.
+	// the jitter took its goodput just under its bar of 0.75 in a fresh-clone run.
 	if _, err := nginxrun.Binary(); errors.Is(err, nginxrun.ErrNotInstalled) {
 		t.Skip("nginx is not installed (apt-get install nginx; .ci/run installs it)")
 	}
