@@ -29,6 +29,15 @@ type Request struct {
 	// LastModified is the Last-Modified value returned by the previous fetch
 	// ("" if none). The HTTP fetcher sends it as If-Modified-Since.
 	LastModified string
+	// SendBy is the latest time the request may leave (zero: no bound):
+	// the slot's pacer.Reservation.SendBy, so that a process paused after
+	// its slot sends nothing rather than a request that would put more than
+	// the ceiling into one of the destination's seconds. The HTTP fetcher
+	// checks it as the request is written to its connection, the last
+	// moment the process controls (on an HTTP/2 connection, as the
+	// connection is given), and returns Failed with Err wrapping ErrLate
+	// when it sent nothing.
+	SendBy time.Time
 }
 
 // Outcome classifies a fetch. The worker reports it to the pacer and updates

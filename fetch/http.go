@@ -267,8 +267,19 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 		hreq.Header.Set("If-Modified-Since", lastModified)
 	}
 
+	var gate *sendGate
+	if !req.SendBy.IsZero() {
+		gate = &sendGate{by: req.SendBy, clock: h.cfg.Clock}
+		gctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		hreq = hreq.WithContext(withSendBy(gctx, gate, cancel))
+	}
 	resp, err := h.client.Do(hreq)
 	if err != nil {
+		if gate != nil && gate.refused.Load() {
+			res.Err = fmt.Errorf("%w (%s after it)", ErrLate, h.cfg.Clock.Since(req.SendBy).Round(time.Millisecond))
+			return fail("late: " + res.Err.Error())
+		}
 		return failErr(err)
 	}
 	defer resp.Body.Close()

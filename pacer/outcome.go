@@ -158,6 +158,14 @@ type Reservation struct {
 	Retry bool
 	// Late is how late after its slot Sleep woke (set by Sleep).
 	Late time.Duration
+	// SendBy is the latest local time the request may leave within the
+	// ceiling's guarantee: the slot plus the lateness the schedule was
+	// spaced for (Config.LateBudget). Sleep sets it; zero when the slot is
+	// used without that bound (a third late slot in a row). A sender that
+	// checks it as close to the write as it can (fetch.Request.SendBy
+	// checks it as the request is written to the connection) keeps the
+	// ceiling however long its process was paused after Sleep returned.
+	SendBy time.Time
 	// ReservedAt is the database time of the reservation, or of the last
 	// slow-down that re-spaced its slot (zero when degraded); Report uses it
 	// to apply one increase per pressure episode.

@@ -95,10 +95,13 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	// put more than rate + burst into one of the destination's seconds.
 	res.Late = max(p.clock.Now().Sub(due), 0)
 	// (The spacing in seconds: a Duration rounds 1 ns spacings away.)
-	if res.Late > p.tuning.lateTolerance(res.rate, res.burst, interval) {
+	tolerance := p.tuning.lateTolerance(res.rate, res.burst, interval)
+	res.SendBy = time.Time{}
+	if res.Late > tolerance {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}
+	res.SendBy = due.Add(tolerance)
 	return nil
 }
 

@@ -216,24 +216,9 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 		}
 	}
 
-	res, err := w.pacing.SlotKey(ctx, job.JobRow, args.Platform, args.Key)
+	res, r, err := w.slotAndFetch(ctx, job, args)
 	if err != nil {
-		var snooze *river.JobSnoozeError
-		if errors.As(err, &snooze) {
-			w.metrics.snoozed(args.Platform, snoozeReason(res))
-		}
 		return err
-	}
-	w.metrics.waited(args.Platform, res.Wait)
-
-	done := w.metrics.sending(args.Platform) // in flight until the answer (or its absence) is in
-	r := w.fetcher.Fetch(ctx, fetch.Request{
-		SourceID: args.SourceID, Platform: args.Platform, URL: args.URL,
-		ETag: args.ETag, LastModified: args.LastModified,
-	})
-	done(r.Status, r.Duration)
-	if ctx.Err() != nil {
-		return interrupted(ctx, ctx.Err())
 	}
 	if !r.Outcome.Valid() {
 		r = fetch.Result{Outcome: fetch.Failed, Reason: fmt.Sprintf("fetcher returned an unknown outcome %q", r.Outcome)}
@@ -346,6 +331,51 @@ func (w *FetchWorker) historyLost(err error) error {
 // logOutcome logs what an operator must see: every failed fetch, once,
 // and the start of a platform's rate limiting (pressure or a cooldown),
 // once per episode: a clean response ends the episode.
+// maxLateSends is how many slots in a row a job gives up because its
+// request would have left after the slot's SendBy; the next is sent all
+// the same (a machine that is late every time must still make progress),
+// as pacer.Acquire uses a third slot it woke late for.
+const maxLateSends = 2
+
+// slotAndFetch takes the job's slot and fetches. When the fetch sent
+// nothing because the process was paused past the slot's SendBy (between
+// the slot and the write), the slot is given back and a new one taken.
+func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.FetchArgs], args queue.FetchArgs) (pacer.Reservation, fetch.Result, error) {
+	for late := 0; ; late++ {
+		res, err := w.pacing.SlotKey(ctx, job.JobRow, args.Platform, args.Key)
+		if err != nil {
+			var snooze *river.JobSnoozeError
+			if errors.As(err, &snooze) {
+				w.metrics.snoozed(args.Platform, snoozeReason(res))
+			}
+			return res, fetch.Result{}, err
+		}
+		w.metrics.waited(args.Platform, res.Wait)
+		sendBy := res.SendBy
+		if late >= maxLateSends {
+			sendBy = time.Time{}
+		}
+		done := w.metrics.sending(args.Platform) // in flight until the answer (or its absence) is in
+		r := w.fetcher.Fetch(ctx, fetch.Request{
+			SourceID: args.SourceID, Platform: args.Platform, URL: args.URL,
+			ETag: args.ETag, LastModified: args.LastModified, SendBy: sendBy,
+		})
+		done(r.Status, r.Duration)
+		if ctx.Err() != nil {
+			return res, r, interrupted(ctx, ctx.Err())
+		}
+		if !errors.Is(r.Err, fetch.ErrLate) {
+			return res, r, nil
+		}
+		// Nothing was sent: give the slot back (an open-request lease with
+		// it) and count it as the pacer counts a slot woken late for.
+		if _, err := w.pacer.Report(ctx, args.Platform, res, pacer.Feedback{Kind: pacer.Neutral, NoAnswer: true}); err != nil {
+			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
+		}
+		w.metrics.lateSend(args.Platform)
+	}
+}
+
 func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r fetch.Result) {
 	switch outcome {
 	case fetch.Failed:

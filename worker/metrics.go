@@ -23,6 +23,7 @@ type Metrics struct {
 
 	fetches   *prometheus.CounterVec
 	snoozes   *prometheus.CounterVec
+	lateSends *prometheus.CounterVec
 	pacerWait *prometheus.HistogramVec
 	enqueued  *prometheus.CounterVec
 	skipped   *prometheus.CounterVec
@@ -99,6 +100,9 @@ func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *recorder.Recorder, log
 		snoozes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetpace_job_snoozes_total", Help: "Fetch jobs snoozed, by platform and reason (pacer wait too long, cooldown).",
 		}, []string{"platform", "reason"}),
+		lateSends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetpace_fetch_late_sends_total", Help: "Fetches that sent nothing because the request would have left after its slot's SendBy (the process was paused between the slot and the write); the slot was given back and a new one taken.",
+		}, []string{"platform"}),
 		pacerWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "fleetpace_pacer_wait_seconds", Help: "Wait granted by the pacer before a fetch.",
 			Buckets: []float64{0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5},
@@ -130,7 +134,7 @@ func NewMetrics(state *status.Cache, p *pacer.Pacer, rec *recorder.Recorder, log
 		Name: "fleetpace_river_job_queue_wait_seconds", Help: "How long River jobs waited between being due (queued, or their snooze's end) and starting to run in this process, by kind.",
 		Buckets: []float64{0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900},
 	}, []string{"kind"})
-	reg.MustRegister(m.fetches, m.snoozes, m.pacerWait, m.enqueued, m.skipped, m.ticks, m.duration, m.jobs, m.jobRun, m.jobWait,
+	reg.MustRegister(m.fetches, m.snoozes, m.lateSends, m.pacerWait, m.enqueued, m.skipped, m.ticks, m.duration, m.jobs, m.jobRun, m.jobWait,
 		inFlightCollector{&m.inFlight})
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if p != nil {
@@ -190,6 +194,12 @@ func (c inFlightCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) snoozed(platform, reason string) {
 	if m != nil {
 		m.snoozes.WithLabelValues(platform, reason).Inc()
+	}
+}
+
+func (m *Metrics) lateSend(platform string) {
+	if m != nil {
+		m.lateSends.WithLabelValues(platform).Inc()
 	}
 }
 
