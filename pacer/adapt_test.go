@@ -552,7 +552,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestRespaceOff(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t, platformSpec{name: "old", rate: 20, noRespace: true})
-	p := newPacer(t, url, nil)
+	p := fakePacer(t, url, clocktest.New(), nil) // the cursor moves by time, too
 	if _, err := p.Reserve(context.Background(), "old", time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -103,11 +103,12 @@ func (n *naiveLimiters) wait(ctx context.Context, path string) (done func(), err
 		kl = rate.NewLimiter(keyRate, 1)
 		n.lims[key] = kl
 	}
+	api := n.lims["api"]
 	n.mu.Unlock()
 	if err := kl.Wait(ctx); err != nil {
 		return nil, err
 	}
-	return func() {}, n.lims["api"].Wait(ctx)
+	return func() {}, api.Wait(ctx)
 }
 
 // childResult is what a child reports.
