@@ -17,6 +17,9 @@ func fakePacer(t *testing.T, url string, clk clock.Clock, mod func(*Config)) *Pa
 	t.Helper()
 	return newPacer(t, url, func(c *Config) {
 		c.Clock, c.TimeFromClock = clk, true
+		// Blocks follow the measured round trip, which is real time: one
+		// slot per statement unless a test asks for blocks.
+		c.MaxBlock = 1
 		if mod != nil {
 			mod(c)
 		}

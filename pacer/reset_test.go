@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/ratelimit"
 )
 
@@ -16,8 +17,9 @@ import (
 func TestResetGoesAtTheConfiguredPace(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t)
-	ctx := context.Background()
-	p := newPacer(t, url, nil)
+	clk := clocktest.New() // slots spaced by the pace alone, however long a reservation takes
+	p := fakePacer(t, url, clk, nil)
+	ctx := p.withTime(context.Background())
 	slowDown := func(platform string) {
 		t.Helper()
 		for range 5 { // to the maximum multiplier (×8)
@@ -39,7 +41,7 @@ func TestResetGoesAtTheConfiguredPace(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.Flush(ctx)
-		if err := Hold(ctx, pool, platform, time.Now().Add(time.Minute), "Retry-After"); err != nil {
+		if err := Hold(ctx, pool, platform, clk.Now().Add(time.Minute), "Retry-After"); err != nil {
 			t.Fatal(err)
 		}
 		st := state(t, p, platform)
@@ -64,17 +66,17 @@ func TestResetGoesAtTheConfiguredPace(t *testing.T) {
 	if st := state(t, p, "cleared"); st.PacedBy != PacedByAnnounced {
 		t.Errorf("the control: after ClearHold, paced by %q; want the announced quota still in force", st.PacedBy)
 	}
-	// Two reservations in a row: the first now, the second one spacing of
+	// Two reservations in a row: the first within one spacing, the second one spacing of
 	// the configured pace later (no burst: burst 1).
 	first, err := p.Reserve(ctx, "reset", time.Hour)
-	if err != nil || !first.Granted || first.Wait > 100*time.Millisecond {
+	if err != nil || !first.Granted || first.Wait > 50*time.Millisecond {
 		t.Fatalf("first reservation after Reset: %+v %v; want a slot now", first, err)
 	}
 	second, err := p.Reserve(ctx, "reset", time.Hour)
 	if err != nil || !second.Granted {
 		t.Fatalf("second reservation after Reset: %+v %v", second, err)
 	}
-	if gap := second.Slot.Sub(first.Slot); gap < 45*time.Millisecond || gap > 55*time.Millisecond {
+	if gap := second.Slot.Sub(first.Slot); gap < 49*time.Millisecond || gap > 51*time.Millisecond {
 		t.Errorf("after Reset, two slots %s apart; want 50ms (20/s)", gap)
 	}
 	if err := Reset(ctx, pool, "nope"); err == nil {
