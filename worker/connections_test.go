@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/dbconn"
@@ -31,12 +34,21 @@ func TestExhaustedServerFailsFastAndLoopBacksOff(t *testing.T) {
 	t.Parallel()
 	c := testdb.Private(t, pgembed.Config{Settings: map[string]string{"max_connections": "4", "superuser_reserved_connections": "0"}})
 	ctx := context.Background()
-	// Occupy every connection slot.
+	// Occupy every connection slot, until the server says so: on a loaded
+	// machine a connect can fail for other reasons (a timeout) with slots
+	// still free, and the pool would then take one.
 	var held []*pgx.Conn
-	for {
+	for deadline := time.Now().Add(time.Minute); ; {
 		conn, err := pgx.Connect(ctx, c.URL("postgres"))
-		if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.TooManyConnections {
 			break
+		}
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("filling the server's connection slots: %v", err)
+			}
+			continue
 		}
 		held = append(held, conn)
 	}
