@@ -10,8 +10,9 @@
 // of its bound under real time (the ceiling tests, the failover, the
 // outage, goodput against a strict destination, a key's hold beside the
 // other keys) run alone first: on a machine where starting a process is
-// slow, three other scenarios' load was enough to push them over. The
-// fast tier (go test -short) runs none of them.
+// slow, three other scenarios' load was enough to push them over. (The
+// suite runs two packages at a time, go test -p 2: another package's tests
+// may run beside them.) The fast tier (go test -short) runs none of them.
 package integration
 
 import (
