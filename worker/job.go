@@ -328,9 +328,6 @@ func (w *FetchWorker) historyLost(err error) error {
 	return err
 }
 
-// logOutcome logs what an operator must see: every failed fetch, once,
-// and the start of a platform's rate limiting (pressure or a cooldown),
-// once per episode: a clean response ends the episode.
 // maxLateSends is how many slots in a row a job gives up because its
 // request would have left after the slot's SendBy; the next is sent all
 // the same (a machine that is late every time must still make progress),
@@ -376,6 +373,9 @@ func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.Fet
 	}
 }
 
+// logOutcome logs what an operator must see: every failed fetch, once,
+// and the start of a platform's rate limiting (pressure or a cooldown),
+// once per episode: a clean response ends the episode.
 func (w *FetchWorker) logOutcome(args queue.FetchArgs, outcome fetch.Outcome, r fetch.Result) {
 	switch outcome {
 	case fetch.Failed:
