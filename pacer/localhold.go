@@ -73,3 +73,52 @@ func (p *Pacer) HeldFor(platform string) time.Duration {
 	}
 	return max(st.hold.Sub(now), st.held.Sub(now), 0)
 }
+
+// While a report that slows a platform down is on its way to the database
+// — pressure, or an announcement that asks for a slower pace — this process
+// sends nothing to the platform: a caller whose slot comes meanwhile waits
+// for the report's answer, which re-spaces its slot (applyEvent) or gives
+// it back. Without the gate the process kept sending at the old pace for
+// the report's round trip: on a loaded machine, 250 ms and four requests at
+// 20/s after an answer had said "5 per second", the last one refused. The
+// gate opens when the report returns, stored or dropped, so it lasts one
+// statement at most (Config.StatementTimeout). Slots of a platform whose
+// re-spacing is off stand as granted and are not gated.
+
+// closeGate gates row name (a platform's, or a key's) until the returned
+// function is called.
+func (p *Pacer) closeGate(name string) (open func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(name)
+	if st.noRespace || p.noGate {
+		return func() {}
+	}
+	if st.gates == 0 {
+		st.gate = make(chan struct{})
+	}
+	st.gates++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		st.gates--
+		if st.gates == 0 {
+			close(st.gate)
+			st.gate = nil
+		}
+	}
+}
+
+// gateOf is the gate w waits behind at its slot (nil: none). Call with
+// p.mu held.
+func (p *Pacer) gateOf(w *waiter) chan struct{} {
+	if st := p.local[w.platform]; st != nil && st.gate != nil {
+		return st.gate
+	}
+	if w.key != "" {
+		if st := p.local[rowName(w.platform, w.key)]; st != nil && st.gate != nil {
+			return st.gate
+		}
+	}
+	return nil
+}

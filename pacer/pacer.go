@@ -104,6 +104,11 @@ type Pacer struct {
 	// noSlowConnect, set by tests, takes every failed connect for an
 	// outage (the naive rule).
 	noSlowConnect bool
+	// noGate, set by tests, lets slots go while a report that slows their
+	// platform down is on its way (the naive rule; see closeGate).
+	noGate bool
+	// gated counts callers that reached their slot behind a gate.
+	gated atomic.Uint64
 }
 
 // pendingClean is a platform's batch of reports without pressure waiting
@@ -144,6 +149,8 @@ type localState struct {
 	tat       time.Time     // local GCRA cursor (burst 1) for degraded pacing
 	block     []blockSlot   // slots reserved in a block, not handed out yet, in time order
 	fetching  chan struct{} // a block statement is on its way (blockLeader); closed when it returns
+	gate      chan struct{} // reports that slow the platform down are on their way (closeGate); closed when the last returns
+	gates     int           // how many
 	waiters   map[*waiter]struct{}
 
 	maxReset   time.Duration // the longest quota Reset announced lately (announce)

@@ -105,15 +105,21 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 			s := res.interval()
 			rep.sent = &s
 		}
+	}
+	// Pressure, or an announcement that slows the platform down: slots kept
+	// from a block were spaced for the old pace, clean reports gathered
+	// before pressure no longer extend a streak it resets (what they answered
+	// still counts), and no slot of this process goes until the report's
+	// answer has re-spaced it (closeGate).
+	if rep.pressure || p.slowsDown(platform, rep.announce) {
 		p.mu.Lock()
-		// Slots kept from a block were spaced for the old pace, and clean
-		// reports gathered before this pressure no longer extend a streak it
-		// resets (what they answered still counts).
 		p.dropBlock(p.local[platform])
-		if pc := p.pending[platform]; pc != nil {
+		if pc := p.pending[platform]; pc != nil && rep.pressure {
 			pc.clean = 0
 		}
 		p.mu.Unlock()
+		open := p.closeGate(platform)
+		defer open()
 	}
 	if hold := max(holdFor(out), rep.announce.holdFor()); hold > 0 {
 		p.holdLocally(platform, hold)
@@ -157,6 +163,8 @@ func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation,
 		// that does (they come with every answer).
 		return p.cachedResult(platform), nil
 	}
+	open := p.closeGate(name)
+	defer open()
 	r, err := p.send(ctx, platform, rep)
 	if err != nil {
 		return ReportResult{}, fmt.Errorf("pacer: report %s key: %w", platform, err)

@@ -64,14 +64,26 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	defer p.unregister(w)
 	for {
 		p.mu.Lock()
-		due, gone := w.due, w.givenBack
+		due, gone, gate := w.due, w.givenBack, p.gateOf(w)
 		p.mu.Unlock()
 		if gone {
 			return fmt.Errorf("pacer: sleep %s: %w", res.Platform, ErrGivenBack)
 		}
 		d := due.Sub(p.clock.Now())
-		if d <= 0 {
+		if d <= 0 && gate == nil {
 			break
+		}
+		if d <= 0 {
+			// A report that slows the platform down is on its way: its answer
+			// moves this slot or gives it back (closeGate).
+			p.gated.Add(1)
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("pacer: sleep %s: %w", res.Platform, ctx.Err())
+			case <-gate:
+			case <-w.wake:
+			}
+			continue
 		}
 		t := p.clock.NewTimer(d)
 		select {
