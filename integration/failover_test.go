@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 // Failover to a synchronous streaming standby while three workers run on a
@@ -40,7 +41,7 @@ func TestFailover(t *testing.T) {
 	// Durable commits (the temporary clusters' default is off), so that
 	// synchronous replication means something.
 	settings := map[string]string{"synchronous_commit": "on", "wal_sender_timeout": "5s"}
-	primary, err := pgembed.Start(ctx, pgembed.Config{Settings: settings})
+	primary, err := pgembed.Start(ctx, pgembed.Config{Settings: settings, InitCache: testdb.InitCache()})
 	if err != nil {
 		t.Fatal(err)
 	}

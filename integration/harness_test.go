@@ -78,7 +78,7 @@ type withCluster struct{ m *testing.M }
 func (w withCluster) Run() int {
 	if os.Getenv("TEST_DATABASE_URL") == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		c, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "300"}})
+		c, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "300"}, InitCache: testdb.InitCache()})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "integration: start PostgreSQL: %v\n", err)

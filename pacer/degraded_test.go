@@ -12,6 +12,7 @@ import (
 	"github.com/fleetpace/fleetpace"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 // Three processes pacing when the PostgreSQL server stops mid-run: the
@@ -24,7 +25,7 @@ func TestDegradedProcessesKeepTheCeiling(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := context.Background()
-	cluster, err := pgembed.Start(ctx, pgembed.Config{})
+	cluster, err := pgembed.Start(ctx, pgembed.Config{InitCache: testdb.InitCache()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,3 +250,59 @@ func TestWatchdogStopsAnOrphanedCluster(t *testing.T) {
 		})
 	}
 }
+
+// Clusters started with an InitCache copy one initialized data directory:
+// two first starts at once both succeed and keep one (no temporary
+// directory is left), a later start copies it, and each cluster is its
+// own (a table made in one is not in the others).
+func TestInitCacheCopiesOneInitializedDirectory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cache := filepath.Join(testdb.SearchableDir(t, "fleetpace-initcache-"), "cache")
+	start := func() *pgembed.Cluster {
+		c, err := pgembed.Start(ctx, pgembed.Config{InitCache: cache})
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	var first [2]*pgembed.Cluster
+	done := make(chan struct{})
+	go func() { first[1] = start(); close(done) }()
+	first[0] = start()
+	<-done
+	if t.Failed() {
+		t.FailNow()
+	}
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || !strings.HasPrefix(entries[0].Name(), "initdb-") {
+		names := []string{}
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the cache holds %v, want one initialized directory", names)
+	}
+	third := start()
+	if third == nil {
+		t.FailNow()
+	}
+	for i, c := range []*pgembed.Cluster{first[0], first[1], third} {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'made_here'`).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("cluster %d: %d tables made_here (%v), want a cluster of its own", i, n, err)
+		}
+		if _, err := conn.Exec(ctx, `CREATE TABLE made_here (x int)`); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.Close(ctx)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,11 +67,16 @@ func Run(m *testing.M) int {
 // time, where the default (GOMAXPROCS: 2 on CI) leaves the CPUs idle.
 func ParallelByDefault(n int) {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
+	if !parallelSet() {
 		_ = flag.Set("test.parallel", strconv.Itoa(n))
 	}
+}
+
+// parallelSet reports whether -test.parallel was given on the command line.
+func parallelSet() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	return set
 }
 
 // M is m for goleak.VerifyTestMain (or anything taking a Run() int): its
@@ -87,7 +93,7 @@ func setup() error {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		serverURL = u
 	} else {
-		c, err := pgembed.Start(ctx, pgembed.Config{})
+		c, err := pgembed.Start(ctx, pgembed.Config{InitCache: InitCache()})
 		if err != nil {
 			return err
 		}
@@ -200,6 +206,9 @@ func PoolOf(t testing.TB, url string) *pgxpool.Pool {
 func Private(t testing.TB, cfg pgembed.Config) *pgembed.Cluster {
 	t.Helper()
 	ctx := context.Background()
+	if cfg.InitCache == "" {
+		cfg.InitCache = InitCache()
+	}
 	c, err := pgembed.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("testdb: private cluster: %v", err)
@@ -300,4 +309,11 @@ func Silent(t testing.TB) (addr string, accepted *atomic.Int32) {
 		}
 	})
 	return ln.Addr().String(), accepted
+}
+
+// InitCache is the directory (pgembed.Config.InitCache) where the test
+// binaries of one machine keep an initialized data directory, so each
+// cluster a test starts is a copy instead of an initdb.
+func InitCache() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("fleetpace-initdb-%d", os.Getuid()))
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleetpace/fleetpace/internal/pgembed"
+	"github.com/fleetpace/fleetpace/internal/testdb"
 )
 
 // TestDrill runs the real drill at a small size — up to 300 pollers (see
@@ -27,7 +28,7 @@ func TestDrill(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cluster, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "40"}})
+	cluster, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "40"}, InitCache: testdb.InitCache()})
 	if err != nil {
 		t.Fatal(err)
 	}
