@@ -190,6 +190,7 @@ func snoozes(row *rivertype.JobRow) int {
 // keep their attempt count: while snoozed it is back at 0, and each
 // completes on attempt 1 with no error recorded.
 func TestSnoozedJobsKeepTheirAttempt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.platform(t, "slow", 1) // one job a second
 	w := &taskWorker{}
@@ -233,6 +234,7 @@ func TestSnoozedJobsKeepTheirAttempt(t *testing.T) {
 // ran: River puts it back without using up an attempt, because the
 // middleware's error still says context.Canceled.
 func TestInterruptedWhileWaitingUsesNoAttempt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.platform(t, "rare", 0.1) // one job every 10 s
 	w := &taskWorker{}
@@ -272,6 +274,7 @@ func TestInterruptedWhileWaitingUsesNoAttempt(t *testing.T) {
 // using up no attempt; a job returning another error is neutral and goes
 // back to River as it is.
 func TestRateLimitedIsPressureOtherErrorsNeutral(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	e.platform(t, "api", 50)
@@ -339,6 +342,7 @@ func platformState(t *testing.T, pool *pgxpool.Pool, name string) pacer.State {
 // that says so; with CreatePlatform, the platform is created and the job
 // runs.
 func TestUnknownPlatform(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	w := &taskWorker{}
 	ws := river.NewWorkers()
@@ -406,6 +410,7 @@ func TestComposes(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	p := &pacer.Pacer{}
 	for _, tc := range []struct {
 		cfg   riverpace.Config
@@ -425,6 +430,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestPlatformMappers(t *testing.T) {
+	t.Parallel()
 	job := &rivertype.JobRow{Kind: "k", EncodedArgs: []byte(`{"platform":"p1","n":3}`)}
 	if got := riverpace.ArgsField("platform")(job); got != "p1" {
 		t.Errorf("ArgsField(platform) = %q", got)
@@ -458,6 +464,7 @@ func TestPlatformMappers(t *testing.T) {
 // fails without running, saying why; with the same mistakes in ByKind and
 // ArgsField it would run unpaced. A kind mapped to "" runs unpaced.
 func TestStrictMappingNeverRunsUnpaced(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.platform(t, "fast", 1000)
 	for _, tc := range []struct {
