@@ -13,7 +13,14 @@ import (
 	"time"
 
 	"github.com/fleetpace/fleetpace/ratelimit"
+	"github.com/fleetpace/fleetpace/sendby"
 )
+
+// ErrLate is the error of a fetch that sent nothing because its request
+// would have left after Request.SendBy (Result.Err wraps it; the Outcome is
+// Failed, and the caller decides: the worker reserves a new slot). It is
+// sendby.ErrLate.
+var ErrLate = sendby.ErrLate
 
 // Request is one fetch of one source.
 type Request struct {

@@ -307,7 +307,7 @@ func (d *dialer) DialContext(ctx context.Context, network, address string) (net.
 	for _, ap := range aps {
 		conn, err := d.net.DialContext(ctx, network, ap.String())
 		if err == nil {
-			return &gatedConn{Conn: conn}, nil // see Request.SendBy
+			return conn, nil
 		}
 		if first == nil {
 			first = err

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetpace/fleetpace/internal/buildinfo"
 	"github.com/fleetpace/fleetpace/ratelimit"
 	"github.com/fleetpace/fleetpace/redact"
+	"github.com/fleetpace/fleetpace/sendby"
 )
 
 // Defaults of HTTPConfig.
@@ -177,7 +178,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTP, error) {
 	}
 	transport := &http.Transport{
 		Proxy:                 nil,
-		DialContext:           newDialer(h.guard, cfg.Resolver).DialContext,
+		DialContext:           sendby.Dial(newDialer(h.guard, cfg.Resolver).DialContext),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   16,
@@ -267,16 +268,11 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 		hreq.Header.Set("If-Modified-Since", lastModified)
 	}
 
-	var gate *sendGate
-	if !req.SendBy.IsZero() {
-		gate = &sendGate{by: req.SendBy, clock: h.cfg.Clock}
-		gctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		hreq = hreq.WithContext(withSendBy(gctx, gate, cancel))
-	}
-	resp, err := h.client.Do(hreq)
+	gctx, gate, cancel := sendby.Arm(hreq.Context(), req.SendBy, h.cfg.Clock)
+	defer cancel()
+	resp, err := h.client.Do(hreq.WithContext(gctx))
 	if err != nil {
-		if gate != nil && gate.refused.Load() {
+		if gate.Refused() {
 			res.Err = fmt.Errorf("%w (%s after it)", ErrLate, h.cfg.Clock.Since(req.SendBy).Round(time.Millisecond))
 			return fail("late: " + res.Err.Error())
 		}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fleetpace/fleetpace/clock"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/ratelimit"
+	"github.com/fleetpace/fleetpace/sendby"
 )
 
 // Transport is an http.RoundTripper that paces every request it sends by
@@ -38,7 +41,13 @@ type Transport struct {
 	// Pacer is the shared pacer. Required.
 	Pacer *Pacer
 
-	// Base sends the requests. Default: http.DefaultTransport.
+	// Base sends the requests. Default: a clone of http.DefaultTransport
+	// whose connections check each request's send-by time as it is written
+	// (sendby): a request that would leave after its slot's
+	// Reservation.SendBy sends nothing, and the Transport takes a new slot
+	// for it (MaxLateSends). To keep that check with a transport of your
+	// own, make its DialContext sendby.Dial(yours); without it the slot is
+	// checked when the caller wakes for it (Sleep).
 	Base http.RoundTripper
 
 	// Platform maps a request to its platform; "" sends the request
@@ -100,7 +109,7 @@ func ClassifyStatus(resp *http.Response) Kind {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.Base
 	if base == nil {
-		base = http.DefaultTransport
+		base = defaultBase()
 	}
 	platformOf := t.Platform
 	if platformOf == nil {
@@ -124,23 +133,45 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Key != nil {
 		key = t.Key(req)
 	}
-	res, err := t.acquire(ctx, platform, key, maxWait)
-	if errors.Is(err, ErrUnknownPlatform) && t.CreatePlatform != nil {
-		if cerr := t.CreatePlatform(ctx, platform); cerr != nil {
+	var (
+		res  Reservation
+		resp *http.Response
+		err  error
+	)
+	for late := 0; ; late++ {
+		res, err = t.slot(ctx, req, platform, key, maxWait)
+		if err != nil {
 			closeBody(req)
-			return nil, fmt.Errorf("pacer: create platform %q: %w", platform, cerr)
+			return nil, err
 		}
-		res, err = t.acquire(ctx, platform, key, maxWait)
+		by := res.SendBy
+		if late >= MaxLateSends {
+			by = time.Time{}
+		}
+		sctx, gate, cancel := sendby.Arm(ctx, by, p.clock)
+		resp, err = base.RoundTrip(req.WithContext(sctx))
+		if err == nil {
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+			break
+		}
+		cancel()
+		if !gate.Refused() {
+			break
+		}
+		// Nothing was sent: give the slot back (an open-request lease with
+		// it) and take a new one, if the request can be sent again.
+		p.late.Add(1)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.StatementTimeout)
+		if _, rerr := p.Report(rctx, platform, res, Feedback{Kind: Neutral, NoAnswer: true}); rerr != nil {
+			p.log.Warn("pacer: transport report failed", "platform", platform, "error", rerr)
+		}
+		rcancel()
+		again, rerr := rewound(req)
+		if rerr != nil {
+			return nil, fmt.Errorf("pacer: %s: %w (%w)", platform, sendby.ErrLate, rerr)
+		}
+		req = again
 	}
-	if errors.Is(err, ErrUnknownPlatform) {
-		err = fmt.Errorf("%w (the platform of requests to %s; nothing was sent)", err, req.URL.Host)
-	}
-	if err != nil {
-		closeBody(req)
-		return nil, err
-	}
-
-	resp, err := base.RoundTrip(req)
 	out := Feedback{Kind: Neutral, NoAnswer: err != nil}
 	if err == nil {
 		classify := t.Classify
@@ -161,6 +192,71 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		p.log.Warn("pacer: transport report failed", "platform", platform, "error", rerr)
 	}
 	return resp, err
+}
+
+// MaxLateSends is how many slots in a row a request gives up because it
+// would have left after the slot's send-by time; the next is sent all the
+// same (a machine that is late every time must still make progress), as
+// Wait and Acquire use a third slot they woke late for. The worker's
+// fetch job and Transport follow it.
+const MaxLateSends = 2
+
+// slot takes the request's slot, creating its platform once if
+// CreatePlatform allows.
+func (t *Transport) slot(ctx context.Context, req *http.Request, platform, key string, maxWait time.Duration) (Reservation, error) {
+	res, err := t.acquire(ctx, platform, key, maxWait)
+	if errors.Is(err, ErrUnknownPlatform) && t.CreatePlatform != nil {
+		if cerr := t.CreatePlatform(ctx, platform); cerr != nil {
+			return res, fmt.Errorf("pacer: create platform %q: %w", platform, cerr)
+		}
+		res, err = t.acquire(ctx, platform, key, maxWait)
+	}
+	if errors.Is(err, ErrUnknownPlatform) {
+		err = fmt.Errorf("%w (the platform of requests to %s; nothing was sent)", err, req.URL.Host)
+	}
+	return res, err
+}
+
+// defaultBase is Transport's default Base: http.DefaultTransport's
+// settings, with connections that check a request's send-by time as it is
+// written.
+var defaultBase = sync.OnceValue(func() *http.Transport {
+	b := http.DefaultTransport.(*http.Transport).Clone()
+	b.DialContext = sendby.Dial(b.DialContext)
+	return b
+})
+
+// rewound is req ready to be sent again after a write that sent nothing:
+// the same request when it has no body, a copy with a new body from
+// GetBody, or an error when its body cannot be read again.
+func rewound(req *http.Request) (*http.Request, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, nil
+	}
+	if req.GetBody == nil {
+		_ = req.Body.Close()
+		return nil, errors.New("its body cannot be read again (no GetBody): nothing was sent")
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	again := req.Clone(req.Context())
+	again.Body = body
+	return again, nil
+}
+
+// cancelBody cancels its request's send-by context when the caller closes
+// the body: cancelling it earlier would cut the answer short.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // closeBody closes a request's body that will not be sent, as a

@@ -328,15 +328,10 @@ func (w *FetchWorker) historyLost(err error) error {
 	return err
 }
 
-// maxLateSends is how many slots in a row a job gives up because its
-// request would have left after the slot's SendBy; the next is sent all
-// the same (a machine that is late every time must still make progress),
-// as pacer.Acquire uses a third slot it woke late for.
-const maxLateSends = 2
-
 // slotAndFetch takes the job's slot and fetches. When the fetch sent
 // nothing because the process was paused past the slot's SendBy (between
-// the slot and the write), the slot is given back and a new one taken.
+// the slot and the write), the slot is given back and a new one taken, up
+// to pacer.MaxLateSends times.
 func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.FetchArgs], args queue.FetchArgs) (pacer.Reservation, fetch.Result, error) {
 	for late := 0; ; late++ {
 		res, err := w.pacing.SlotKey(ctx, job.JobRow, args.Platform, args.Key)
@@ -349,7 +344,7 @@ func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.Fet
 		}
 		w.metrics.waited(args.Platform, res.Wait)
 		sendBy := res.SendBy
-		if late >= maxLateSends {
+		if late >= pacer.MaxLateSends {
 			sendBy = time.Time{}
 		}
 		done := w.metrics.sending(args.Platform) // in flight until the answer (or its absence) is in
