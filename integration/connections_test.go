@@ -133,17 +133,29 @@ func TestConnectionBudget(t *testing.T) {
 	waitPacerIdle(t, db, pa, 60*time.Second)
 	waitConns(t, db, pa, 2, 60*time.Second)
 	waitConns(t, db, pb, 2, 60*time.Second)
-	sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
-	time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
-	medA, mostA := sa.Stop()
-	medB, mostB := sb.Stop()
-	t.Logf("idle, fresh: default worker %d connections (median), %d at most (pacer's at most %d); --poll-only %d, %d at most (pacer's %d)", medA, mostA, sa.Pacer(), medB, mostB, sb.Pacer())
+	// A third connection opened when three periodic queries coincided
+	// lives until the pool's idle check closes it (5 s idle, checked every
+	// 7.5 s): up to 12.5 s, most of one 5-s window. A window whose median
+	// is above 2 is sampled again, up to three windows (15 s): a third
+	// connection that stays fails all three.
+	var medA, mostA, medB, mostB int
+	for round := 1; ; round++ {
+		sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
+		time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
+		ma, xa := sa.Stop()
+		mb, xb := sb.Stop()
+		medA, medB, mostA, mostB = ma, mb, max(mostA, xa), max(mostB, xb)
+		t.Logf("idle, fresh, window %d: default worker %d connections (median), %d at most (pacer's at most %d); --poll-only %d, %d at most (pacer's %d)", round, ma, xa, sa.Pacer(), mb, xb, sb.Pacer())
+		if medA <= 2 && medB <= 2 || round == 3 {
+			break
+		}
+	}
 	if medA > 2 || medB > 2 || mostA > 3 || mostB > 3 {
 		t.Errorf("idle workers kept %d and %d connections (at most %d and %d), want ≤ 2 (≤ 3 for a moment)", medA, medB, mostA, mostB)
 	}
 
 	platformWithSources(t, url, "b", d.URL(), 3000, "--rate", "300", "--burst", "10")
-	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)
+	sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
 	waitAllChecked(t, db, 2*time.Minute)
 	_, busyA := sa.Stop()
 	_, busyB := sb.Stop()

@@ -156,7 +156,10 @@ type Reservation struct {
 	// platform's, or the open requests are at their cap — and nothing was
 	// booked: reserve again after Wait (Acquire does, within its bound).
 	Retry bool
-	// Late is how late after its slot Sleep woke (set by Sleep).
+	// Late is how late after its slot Sleep woke, at worst (set by Sleep):
+	// the slot is mapped from the database's clock to the local one within
+	// the tightest bracket the process's round trips give (clockOffset),
+	// and the bracket's width counts as lateness.
 	Late time.Duration
 	// SendBy is the latest local time the request may leave within the
 	// ceiling's guarantee: the slot plus the lateness the schedule was

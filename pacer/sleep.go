@@ -99,13 +99,18 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	res.Slot, res.ReservedAt = epochToTime(w.slot), epochToTime(w.reservedAt)
 	res.Interval, res.spacing = secondsToDuration(w.interval), w.interval
 	interval, due := w.interval, w.due
+	var unsure time.Duration
+	if w.shared {
+		unsure = p.offset.uncertainty()
+	}
 	p.mu.Unlock()
 	// Lateness counts from the slot's time in the database, mapped to the
-	// local clock (clockOffset): a slow reply delays the send as much as a
+	// local clock (clockOffset) at the latest it can be, plus how much
+	// earlier it may truly be: a slow reply delays the send as much as a
 	// slow wake-up. The schedule was spaced for requests up to the late
 	// budget late (tuning.lateTolerance): later than that, the request would
 	// put more than rate + burst into one of the destination's seconds.
-	res.Late = max(p.clock.Now().Sub(due), 0)
+	res.Late = max(p.clock.Now().Sub(due), 0) + unsure
 	// (The spacing in seconds: a Duration rounds 1 ns spacings away.)
 	tolerance := p.tuning.lateTolerance(res.rate, res.burst, interval)
 	res.SendBy = time.Time{}
@@ -113,7 +118,7 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}
-	res.SendBy = due.Add(tolerance)
+	res.SendBy = due.Add(tolerance - unsure)
 	return nil
 }
 
