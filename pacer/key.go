@@ -129,11 +129,9 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		burst, kBurst                                                   int32
 		seq, kSeq                                                       int64
 		rtt                                                             time.Duration
-		sent                                                            time.Time
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		sent = p.clock.Now()
 		rtt, err = p.reserveKeyRow(ctx, platform,
 			[]any{platform, key, maxWait.Seconds(), minWait.Seconds(), p.stmtNow(), p.tune, p.cfg.LeaseTTL.Seconds()},
 			[]any{&at, &granted, &pFirst, &kFirst, &full, &freeAt, &pI, &kI,
@@ -204,7 +202,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.offset.observe(at, sent, received)
+	p.offset.observe(at, p.sentAt(received, rtt), received)
 	res.due = p.offset.local(pFirst)
 	st := p.state(platform)
 	if st.last.seq < seq {

@@ -50,3 +50,14 @@ func (o *clockOffset) uncertainty() time.Duration {
 	}
 	return secondsToDuration(max(o.hi-o.lo, 0))
 }
+
+// sentAt is when a statement whose reply came at received left: rtt
+// before, measured from the write (a connection's setup is not part of
+// it). A statement given this pacer's clock (Config.TimeFromClock) read
+// the local clock itself: no bracket.
+func (p *Pacer) sentAt(received time.Time, rtt time.Duration) time.Time {
+	if p.cfg.TimeFromClock {
+		return received
+	}
+	return received.Add(-rtt)
+}

@@ -133,11 +133,10 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		seq                                                            int64
 		respace                                                        bool
 		rtt                                                            time.Duration
-		sent, received                                                 time.Time
+		received                                                       time.Time
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		sent = p.clock.Now()
 		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune,
 			p.cfg.LeaseTTL.Seconds()},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
@@ -199,7 +198,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.offset.observe(at, sent, received)
+	p.offset.observe(at, p.sentAt(received, rtt), received)
 	res.due = p.offset.local(first)
 	st := p.state(platform)
 	if st.last.seq < seq {
