@@ -133,23 +133,7 @@ func TestConnectionBudget(t *testing.T) {
 	waitPacerIdle(t, db, pa, 60*time.Second)
 	waitConns(t, db, pa, 2, 60*time.Second)
 	waitConns(t, db, pb, 2, 60*time.Second)
-	// A third connection opened when three periodic queries coincided
-	// lives until the pool's idle check closes it (5 s idle, checked every
-	// 7.5 s): up to 12.5 s, most of one 5-s window. A window whose median
-	// is above 2 is sampled again, up to three windows (15 s): a third
-	// connection that stays fails all three.
-	var medA, mostA, medB, mostB int
-	for round := 1; ; round++ {
-		sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
-		time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
-		ma, xa := sa.Stop()
-		mb, xb := sb.Stop()
-		medA, medB, mostA, mostB = ma, mb, max(mostA, xa), max(mostB, xb)
-		t.Logf("idle, fresh, window %d: default worker %d connections (median), %d at most (pacer's at most %d); --poll-only %d, %d at most (pacer's %d)", round, ma, xa, sa.Pacer(), mb, xb, sb.Pacer())
-		if medA <= 2 && medB <= 2 || round == 3 {
-			break
-		}
-	}
+	medA, mostA, medB, mostB := idleConns(t, db, pa, pb, "idle, fresh")
 	if medA > 2 || medB > 2 || mostA > 3 || mostB > 3 {
 		t.Errorf("idle workers kept %d and %d connections (at most %d and %d), want ≤ 2 (≤ 3 for a moment)", medA, medB, mostA, mostB)
 	}
@@ -178,14 +162,32 @@ func TestConnectionBudget(t *testing.T) {
 	settleA := waitPacerIdle(t, db, pa, 60*time.Second)
 	settleA += waitConns(t, db, pa, 2, 60*time.Second)
 	settleB := waitConns(t, db, pb, 2, 60*time.Second)
-	sa, sb = sampleConns(t, db, pa), sampleConns(t, db, pb)
-	time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
-	medA, mostA = sa.Stop()
-	medB, mostB = sb.Stop()
+	medA, mostA, medB, mostB = idleConns(t, db, pa, pb, "after the busy spell")
 	w, p := conns(t, db, pa)
 	t.Logf("after the busy spell: default worker ≤ 2 in %s, then %d (median), %d at most (now %d pool + %d pacer); --poll-only ≤ 2 in %s, then %d, %d at most",
 		settleA.Round(time.Second), medA, mostA, w, p, settleB.Round(time.Second), medB, mostB)
 	if medA > 2 || medB > 2 {
 		t.Errorf("after the busy spell the workers kept %d and %d connections, want ≤ 2", medA, medB)
+	}
+}
+
+// idleConns samples two idle workers' connections over 5-s windows: the
+// medians of the last window and the most seen in any. A third connection
+// opened when three periodic queries coincided lives until the pool's
+// idle check closes it (5 s idle, checked every 7.5 s): up to 12.5 s, most
+// of one window. A window whose median is above 2 is sampled again, up to
+// three windows (15 s): a third connection that stays fails all three.
+func idleConns(t *testing.T, db *pgxpool.Pool, pa, pb int, what string) (medA, mostA, medB, mostB int) {
+	t.Helper()
+	for round := 1; ; round++ {
+		sa, sb := sampleConns(t, db, pa), sampleConns(t, db, pb)
+		time.Sleep(5 * time.Second) // a sampling window, not a wait for anything
+		ma, xa := sa.Stop()
+		mb, xb := sb.Stop()
+		medA, medB, mostA, mostB = ma, mb, max(mostA, xa), max(mostB, xb)
+		t.Logf("%s, window %d: default worker %d connections (median), %d at most (pacer's at most %d); --poll-only %d, %d at most (pacer's %d)", what, round, ma, xa, sa.Pacer(), mb, xb, sb.Pacer())
+		if medA <= 2 && medB <= 2 || round == 3 {
+			return medA, mostA, medB, mostB
+		}
 	}
 }
