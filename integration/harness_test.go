@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -524,4 +525,28 @@ func maxInWindow(ts []time.Time, w time.Duration) int { return fakedest.MaxInWin
 
 func rateSeries(ts []time.Time, origin time.Time, bucket time.Duration) []float64 {
 	return fakedest.RateSeries(ts, origin, bucket)
+}
+
+// logWorstWindow logs the requests of the busiest window of length w (the
+// one maxInWindow counts), each with its offset from the window's start,
+// worker, path and whether the kernel stamped it: what a failed ceiling
+// check needs to tell a late sender from a bunched schedule.
+func logWorstWindow(t *testing.T, reqs []fakedest.Request, w time.Duration) {
+	t.Helper()
+	sorted := slices.Clone(reqs)
+	slices.SortFunc(sorted, func(a, b fakedest.Request) int { return a.Time.Compare(b.Time) })
+	bestLo, bestN, lo := 0, 0, 0
+	for hi := range sorted {
+		for sorted[hi].Time.Sub(sorted[lo].Time) >= w {
+			lo++
+		}
+		if n := hi - lo + 1; n > bestN {
+			bestLo, bestN = lo, n
+		}
+	}
+	var b strings.Builder
+	for _, r := range sorted[bestLo : bestLo+bestN] {
+		fmt.Fprintf(&b, "\n  +%7.3f s  %-8s %-24s kernel=%v", r.Time.Sub(sorted[bestLo].Time).Seconds(), r.UserAgent, r.Path, r.KernelTime)
+	}
+	t.Logf("the busiest %s window: %d requests%s", w, bestN, b.String())
 }

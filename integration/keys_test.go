@@ -119,7 +119,7 @@ func TestKeysNestedCeiling(t *testing.T) {
 		steady, skip = 12 * time.Second, 6 * time.Second
 	)
 	classes := []keyClass{{"hot", hot, 40}, {"warm", 30, 40}, {"cold", 165, 1}}
-	run := func(t *testing.T, naive bool) (arrivals []time.Time, byKey map[string][]time.Time, limited int, first time.Time) {
+	run := func(t *testing.T, naive bool) (reqs []fakedest.Request, arrivals []time.Time, byKey map[string][]time.Time, limited int, first time.Time) {
 		url := newURL(t)
 		rules := map[string]fakedest.Rule{}
 		rows := keysLoad("api", classes...)
@@ -160,7 +160,8 @@ func TestKeysNestedCeiling(t *testing.T) {
 		waitUntil(t, d, "/k/", first.Add(length), 30*time.Second)
 		stopAll(ws)
 		byKey = map[string][]time.Time{}
-		for _, r := range d.Requests() {
+		reqs = d.Requests()
+		for _, r := range reqs {
 			arrivals = append(arrivals, r.Time)
 			byKey[keyOfPath(r.Path)] = append(byKey[keyOfPath(r.Path)], r.Time)
 			if r.Limited {
@@ -168,10 +169,10 @@ func TestKeysNestedCeiling(t *testing.T) {
 			}
 		}
 		slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
-		return arrivals, byKey, limited, first
+		return reqs, arrivals, byKey, limited, first
 	}
 
-	arrivals, byKey, limited, first := run(t, false)
+	reqs, arrivals, byKey, limited, first := run(t, false)
 	from, to := first.Add(skip), first.Add(skip+steady)
 	goodput := float64(arrivalsBetween(arrivals, from, to)) / steady.Seconds()
 	maxWin := maxInWindow(arrivals, time.Second)
@@ -191,6 +192,7 @@ func TestKeysNestedCeiling(t *testing.T) {
 		rate, burst, keyRate, hotRate, len(byKey), len(arrivals), goodput, goodput/rate, rate, maxWin, int(rate)+burst, worstKey, worst, worstHot,
 		float64(hotSent)/hot/steady.Seconds(), hotRate, limited, perSecond(rateSeries(arrivals, first, time.Second)))
 	if maxWin > int(rate)+burst {
+		logWorstWindow(t, reqs, time.Second)
 		t.Errorf("a 1-s window held %d requests; the platform allows %.0f/s + burst %d", maxWin, rate, burst)
 	}
 	if worst > int(keyRate)+1 || worstHot > 2 || limited > 0 {
@@ -208,7 +210,7 @@ func TestKeysNestedCeiling(t *testing.T) {
 	}
 
 	t.Run("naive one platform per key exceeds the ceiling", func(t *testing.T) {
-		arrivals, _, _, first := run(t, true)
+		_, arrivals, _, _, first := run(t, true)
 		maxWin := maxInWindow(arrivals, time.Second)
 		t.Logf("naive: one platform per key at %.0f/s: max in a 1-s window %d (the platform's bound %d); per second %s",
 			keyRate, maxWin, int(rate)+burst, perSecond(rateSeries(arrivals, first, time.Second)))
@@ -324,7 +326,11 @@ func TestKeyRetryAfterHoldsTheKeyAlone(t *testing.T) {
 	if len(early) > 1 {
 		t.Errorf("%d requests of acct0 within %s of its 429 (one may have been on its way): %v", len(early), reaction, early)
 	}
-	if resumed == 0 || resumed > hold+5*time.Second {
+	// The processes that snoozed acct0's jobs wake them at the hold's end
+	// (queue.Waker): without that, River's scheduler (every 5 s) and the
+	// other keys' backlog ahead of them in due order brought acct0 back
+	// 15.4 s after its 429 in a loaded fresh-clone run.
+	if resumed == 0 || resumed > hold+2*time.Second {
 		t.Errorf("acct0 resumed %s after its 429, want soon after %s", resumed, hold)
 	}
 	if during < 0.9*before {

@@ -228,6 +228,10 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		kst.last = event{seq: kSeq, at: at, hold: kHold}
 	}
 	kst.rate, kst.burst, kst.interval, kst.noRespace = kRate, int(kBurst), kI, !respace
+	if !granted && !res.Retry && kFirst > pFirst {
+		// Denied for the key's hold or pause: HeldForKey says so.
+		kst.hold = maxTime(kst.hold, received.Add(res.Wait))
+	}
 	return res, nil
 }
 

@@ -74,6 +74,17 @@ func (p *Pacer) HeldFor(platform string) time.Duration {
 	return max(st.hold.Sub(now), st.held.Sub(now), 0)
 }
 
+// HeldForKey is HeldFor for key of platform: the longer of the platform's
+// hold and the key's (a key's own Retry-After holds the key alone). Key ""
+// is HeldFor.
+func (p *Pacer) HeldForKey(platform, key string) time.Duration {
+	held := p.HeldFor(platform)
+	if key == "" {
+		return held
+	}
+	return max(held, p.HeldFor(rowName(platform, key)))
+}
+
 // While a report that slows a platform down is on its way to the database
 // — pressure, or an announcement that asks for a slower pace — this process
 // sends nothing to the platform: a caller whose slot comes meanwhile waits

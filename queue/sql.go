@@ -51,3 +51,21 @@ const countJobsSQL = `
 SELECT kind, state::text, count(*) FROM river_job
 WHERE state IN ('available', 'running', 'scheduled', 'retryable', 'pending')
 GROUP BY kind, state ORDER BY kind, state`
+
+// wakeHeldSQL is wakeFetchesSQL for the jobs a hold ending at $5 snoozed:
+// the fetch jobs of platform $3 (of key $4 unless it is empty) that are
+// scheduled, or available but not yet due, up to $5 (River brought a
+// snooze shorter than its scheduler's interval back as available with its
+// time ahead). Each takes its place in due order again, by its creation,
+// instead of behind every job queued while it was held.
+const wakeHeldSQL = `
+WITH woken AS (
+    UPDATE river_job SET state = 'available', scheduled_at = LEAST(created_at, now())
+    WHERE queue = $1 AND kind = $2 AND state IN ('scheduled', 'available')
+      AND scheduled_at <= $5 AND scheduled_at > LEAST(created_at, now())
+      AND args->>'platform' = $3 AND ($4 = '' OR args->>'key' = $4)
+    RETURNING 1
+)
+SELECT count(*), CASE WHEN count(*) > 0 THEN
+    pg_notify(current_schema() || '.river_insert', json_build_object('queue', $1::text)::text) END IS NULL
+FROM woken`

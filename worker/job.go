@@ -37,6 +37,7 @@ type FetchWorker struct {
 
 	pool     *pgxpool.Pool
 	recorder *recorder.Recorder
+	waker    *queue.Waker
 	pacer    Pacer
 	pacing   *riverpace.Middleware // the slot rules every paced job follows
 	fetcher  fetch.Fetcher
@@ -110,6 +111,14 @@ type JobConfig struct {
 	// concurrent jobs of the process share one statement. Default nil: each
 	// job records its check with a statement of its own before it ends.
 	Recorder *recorder.Recorder
+	// Waker, if set (and stopped after the River client), wakes the jobs
+	// snoozed for a hold (a Retry-After, a cooldown, a timed pause) when it
+	// ends, in due order (queue.Waker), instead of at River's scheduler's
+	// next run behind the jobs queued meanwhile. The Pacer says how long a
+	// platform or key is held by a method HeldForKey(platform, key string)
+	// time.Duration, as *pacer.Pacer does. Default nil: River's scheduler
+	// brings them back.
+	Waker *queue.Waker
 	// MaxWait is the longest pacer wait a job sleeps through while holding its
 	// worker slot; a longer one snoozes the job instead. Default
 	// DefaultMaxWait.
@@ -176,7 +185,7 @@ func NewFetchWorker(cfg JobConfig) (*FetchWorker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, pacer: cfg.Pacer, pacing: pacing, fetcher: cfg.Fetcher,
+	return &FetchWorker{pool: cfg.Pool, recorder: cfg.Recorder, waker: cfg.Waker, pacer: cfg.Pacer, pacing: pacing, fetcher: cfg.Fetcher,
 		clock: clock.Or(cfg.Clock), rand: cfg.Rand, metrics: cfg.Metrics, logger: cfg.Logger, worker: cfg.Worker, record: record}, nil
 }
 
@@ -339,6 +348,7 @@ func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.Fet
 			var snooze *river.JobSnoozeError
 			if errors.As(err, &snooze) {
 				w.metrics.snoozed(args.Platform, snoozeReason(res))
+				w.wakeAfterHold(args)
 			}
 			return res, fetch.Result{}, err
 		}
@@ -365,6 +375,30 @@ func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.Fet
 			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
 		}
 		w.metrics.lateSend(args.Platform)
+	}
+}
+
+// keyHolder is a Pacer that says how long a platform or its key is held
+// (*pacer.Pacer).
+type keyHolder interface {
+	HeldForKey(platform, key string) time.Duration
+}
+
+// wakeAfterHold asks the Waker to wake the jobs of args' platform (or of
+// its key, when the key's own hold is the longer) when the hold that
+// snoozed this job ends.
+func (w *FetchWorker) wakeAfterHold(args queue.FetchArgs) {
+	h, ok := w.pacer.(keyHolder)
+	if w.waker == nil || !ok {
+		return
+	}
+	platform, both := h.HeldForKey(args.Platform, ""), h.HeldForKey(args.Platform, args.Key)
+	key := ""
+	if both > platform {
+		key = args.Key
+	}
+	if both > 0 && both < pacer.MaxHold {
+		w.waker.WakeAt(args.Platform, key, w.clock.Now().Add(both))
 	}
 }
 

@@ -248,7 +248,9 @@ func build(ctx context.Context, cfg Config) (rt *runtime, err error) {
 	if cfg.WrapPacer != nil {
 		jobPacer = cfg.WrapPacer(rt.pacer)
 	}
-	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: jobPacer, Fetcher: fetcher, Recorder: rt.recorder, MaxWait: cfg.MaxWait,
+	waker := queue.NewWaker(rt.pool, cfg.Clock, cfg.Logger)
+	rt.closers = append(rt.closers, closer(waker.Stop))
+	fw, err := NewFetchWorker(JobConfig{Pool: rt.pool, Pacer: jobPacer, Fetcher: fetcher, Recorder: rt.recorder, Waker: waker, MaxWait: cfg.MaxWait,
 		MaxSleepers: max(1, cmp.Or(cfg.Concurrency, DefaultConcurrency)/2),
 		Clock:       cfg.Clock, Metrics: rt.metrics, Logger: cfg.Logger, Worker: cfg.ID, NoHistory: cfg.Tick.HistoryRetention == scan.NoHistory})
 	if err != nil {

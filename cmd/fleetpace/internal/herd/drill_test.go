@@ -42,9 +42,12 @@ func TestDrill(t *testing.T) {
 		// state even when connecting is slow on a loaded machine.
 		Base: 500 * time.Millisecond, Max: 4 * time.Second,
 		Warmup: 5 * time.Second, Window: 5 * time.Second,
-		// Half again fleetpace's bound (6 s): it may be refused up to 6 s
-		// after the window and still be seen to recover.
-		After:    9 * time.Second,
+		// Twice fleetpace's bound (6 s): it is seen to recover when its
+		// last refusal is followed by a whole bound without one, so it may
+		// be refused up to 6 s after the window and still be seen to
+		// recover (with 9 s, a refusal 5.7 s after the window — within the
+		// bound — read as "not recovered" in a fresh-clone run).
+		After:    12 * time.Second,
 		RetryFor: 2 * time.Second,
 	}
 	res, err := Drill(ctx, cfg)
