@@ -93,7 +93,10 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 	if !rep.pressure && rep.answered == 0 && rep.announce == nil {
 		return p.cachedResult(platform), nil
 	}
-	if !rep.pressure && p.cfg.CleanBatch > 0 && !p.slowsDown(platform, rep.announce) {
+	// Pressure, or an announcement that slows the platform down, goes at
+	// once; anything else may wait for the batch.
+	slows := rep.pressure || p.slowsDown(platform, rep.announce)
+	if !slows && p.cfg.CleanBatch > 0 {
 		p.deferReport(platform, rep)
 		r := p.cachedResult(platform)
 		r.Deferred = true
@@ -106,12 +109,11 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 			rep.sent = &s
 		}
 	}
-	// Pressure, or an announcement that slows the platform down: slots kept
-	// from a block were spaced for the old pace, clean reports gathered
-	// before pressure no longer extend a streak it resets (what they answered
-	// still counts), and no slot of this process goes until the report's
-	// answer has re-spaced it (closeGate).
-	if rep.pressure || p.slowsDown(platform, rep.announce) {
+	// A slow-down: slots kept from a block were spaced for the old pace,
+	// clean reports gathered before pressure no longer extend a streak it
+	// resets (what they answered still counts), and no slot of this process
+	// goes until the report's answer has re-spaced it (closeGate).
+	if slows {
 		p.mu.Lock()
 		p.dropBlock(p.local[platform])
 		if pc := p.pending[platform]; pc != nil && rep.pressure {
