@@ -62,7 +62,13 @@ func TestFailover(t *testing.T) {
 	cli(t, url, "schema", "apply")
 	d := newDest(t, nil)
 	platformWithSources(t, url, "f", d.URL(), sources, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
-	ws := startWorkers(t, url, "f", 3, "--concurrency", "10", "--recorder-sync-commit")
+	// A job River hands out as the primary dies can be committed running
+	// (the standby has it) while its worker never got it: River's rescuer
+	// takes it after --rescue-after (5 min by default), beyond this test's
+	// 2-min wait (a fresh-clone run left one source unchecked so; its job's
+	// state was not recorded). A short rescue keeps that within the wait.
+	ws := startWorkers(t, url, "f", 3, "--concurrency", "10", "--recorder-sync-commit",
+		"--job-timeout", "30s", "--rescue-after", "40s")
 	waitArrivals(t, d, "/f/", 3*rate, 30*time.Second)
 
 	// Readiness of every worker, every 100 ms, until the end.

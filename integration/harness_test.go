@@ -477,7 +477,26 @@ func waitAllChecked(t *testing.T, db *pgxpool.Pool, timeout time.Duration) time.
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Fatalf("%d source(s) still unchecked after %s", left, timeout)
+	// What the unchecked sources wait for: their River job, if any.
+	var detail []string
+	rows, err := db.Query(context.Background(), `SELECT s.id, s.queued_job_id, j.state::text, j.attempt, j.attempted_by, j.attempted_at, j.scheduled_at
+	    FROM fleetpace_source s LEFT JOIN river_job j ON j.id = s.queued_job_id WHERE s.last_checked_at IS NULL ORDER BY s.id LIMIT 10`)
+	if err == nil {
+		for rows.Next() {
+			var id int64
+			var job *int64
+			var state *string
+			var attempt *int
+			var by []string
+			var attemptedAt, scheduledAt *time.Time
+			if rows.Scan(&id, &job, &state, &attempt, &by, &attemptedAt, &scheduledAt) == nil {
+				detail = append(detail, fmt.Sprintf("source %d: job %v state %v attempt %v by %v attempted %v scheduled %v",
+					id, orZero(job), orZero(state), orZero(attempt), by, orZero(attemptedAt), orZero(scheduledAt)))
+			}
+		}
+		rows.Close()
+	}
+	t.Fatalf("%d source(s) still unchecked after %s: %s", left, timeout, strings.Join(detail, "; "))
 	return time.Time{}
 }
 
@@ -549,4 +568,13 @@ func logWorstWindow(t *testing.T, reqs []fakedest.Request, w time.Duration) {
 		fmt.Fprintf(&b, "\n  +%7.3f s  %-8s %-24s kernel=%v", r.Time.Sub(sorted[bestLo].Time).Seconds(), r.UserAgent, r.Path, r.KernelTime)
 	}
 	t.Logf("the busiest %s window: %d requests%s", w, bestN, b.String())
+}
+
+// orZero is *p, or p's zero value when p is nil.
+func orZero[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
