@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -127,10 +128,12 @@ func runSim(t *testing.T, cfg simConfig) simResult {
 	var live atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.procs*cfg.callers)
+	var pacers []*Pacer
 	for i := range cfg.procs {
 		p := newPacer(t, url, func(c *Config) {
 			c.Clock, c.TimeFromClock, c.PollOnly, c.CleanBatch = sim, true, cfg.pollOnly, -1
 		})
+		pacers = append(pacers, p)
 		for j := range cfg.callers {
 			rng := rand.New(rand.NewPCG(cfg.seed, uint64(i*1000+j)))
 			live.Add(1)
@@ -180,8 +183,20 @@ func runSim(t *testing.T, cfg simConfig) simResult {
 			}()
 		}
 	}
-	participants := func() int { return int(live.Load()) }
+	// A slow-down's notification is one more participant until every
+	// process has applied it: on a loaded machine it can take longer than
+	// Settle to arrive, and the clock must not move on meanwhile (up to a
+	// second of real time, in case one is lost).
+	lag := lagging{}
+	participants := func() int {
+		n := int(live.Load())
+		if !cfg.pollOnly && lag.behind(pacers) {
+			n++
+		}
+		return n
+	}
 	runErr := sim.Run(ctx, end, participants)
+	t.Logf("simulation: waited for %d slow-downs to reach every process, %d never did within a second", lag.waits, lag.lost)
 	// Every caller stops at its next wake-up: run the clock on until then.
 	cancel()
 	done := make(chan struct{})
@@ -291,4 +306,54 @@ func (r simResult) String() string {
 		r.goodput(10*time.Second, min(70*time.Second, d), allow), r.goodput(d/2, d, allow),
 		100*r.refusedShare(10*time.Second, d), 100*r.refusedShare(d/2, d),
 		r.settled(allow, 0.85), r.maxWindow())
+}
+
+// lagging tells whether a slow-down one process applied has not reached
+// another yet, and for how long.
+type lagging struct {
+	seq   map[string]int64 // per row, the newest event the last check found missing somewhere
+	since time.Time        // real time since it has been missing
+	gone  bool             // counted as lost
+	waits int              // slow-downs waited for
+	lost  int              // slow-downs still missing somewhere after a second
+}
+
+// behind reports whether some process has not applied the newest event
+// another applied, for at most a second of real time per event.
+func (l *lagging) behind(pacers []*Pacer) bool {
+	seqs := make([]map[string]int64, len(pacers))
+	newest := map[string]int64{}
+	for i, p := range pacers {
+		seqs[i] = map[string]int64{}
+		p.mu.Lock()
+		for name, st := range p.local {
+			seqs[i][name] = st.last.seq
+			newest[name] = max(newest[name], st.last.seq)
+		}
+		p.mu.Unlock()
+	}
+	missing := map[string]int64{}
+	for name, n := range newest {
+		for _, s := range seqs {
+			if s[name] < n {
+				missing[name] = n
+			}
+		}
+	}
+	if len(missing) == 0 {
+		l.seq = nil
+		return false
+	}
+	if !maps.Equal(missing, l.seq) {
+		l.seq, l.since, l.gone = missing, time.Now(), false
+		l.waits++
+	}
+	if time.Since(l.since) < time.Second {
+		return true
+	}
+	if !l.gone {
+		l.gone = true
+		l.lost++
+	}
+	return false
 }

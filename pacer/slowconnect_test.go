@@ -24,6 +24,11 @@ func TestSlowConnectIsNoOutage(t *testing.T) {
 		url, _ := setup(t, platformSpec{name: "slow", rate: 2})
 		var slow atomic.Bool
 		dialing := make(chan struct{}, 8)
+		// The slow connect fails once its timeout passed and the reservation
+		// on the established connection is done: on a loaded machine that
+		// one may come later than the timeout, and the naive rule would then
+		// pace it locally too.
+		meanwhile := make(chan struct{})
 		pc, err := pgxpool.ParseConfig(url)
 		if err != nil {
 			t.Fatal(err)
@@ -33,12 +38,15 @@ func TestSlowConnectIsNoOutage(t *testing.T) {
 			if slow.Load() {
 				dialing <- struct{}{}
 				<-ctx.Done() // a backend that does not start within the connect timeout
+				<-meanwhile
 				return nil, ctx.Err()
 			}
 			return d.DialContext(ctx, network, addr)
 		}
 		p := newPacer(t, "", func(c *Config) {
-			c.PoolConfig, c.MaxConns, c.ConnectTimeout = pc, 2, 500*time.Millisecond
+			// PollOnly: no listener, whose connection would dial through the
+			// slow dialer too.
+			c.PoolConfig, c.MaxConns, c.ConnectTimeout, c.PollOnly = pc, 2, 500*time.Millisecond, true
 		})
 		p.noSlowConnect = naive
 		ctx := context.Background()
@@ -61,10 +69,12 @@ func TestSlowConnectIsNoOutage(t *testing.T) {
 		<-dialing // it needs a new connection, which does not come
 		held.Release()
 		// Meanwhile a round trip on the pool's established connection.
-		if res, err := p.Reserve(ctx, "slow", 5*time.Second); err != nil || res.Degraded {
+		res, err := p.Reserve(ctx, "slow", 5*time.Second)
+		close(meanwhile)
+		if err != nil || res.Degraded {
 			t.Fatalf("reservation on the established connection: %+v, %v", res, err)
 		}
-		res := <-done
+		res = <-done
 		st := p.Stats()
 		t.Logf("naive %v: degraded %v, failures %d, slow connects %d", naive, res.Degraded, st.Failures, st.SlowConnects)
 		switch {

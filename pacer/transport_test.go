@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,10 +74,11 @@ func runTransportChild() (res transportChild) {
 
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var seq atomic.Int64
 	for range goroutines {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/%d-%d", target, testproc.Index(), seq.Add(1)), nil)
 				if err != nil {
 					mu.Lock()
 					res.Err = err.Error()

@@ -171,7 +171,7 @@ func MeasureHold(dest *fakedest.Server, prefix string, n int, first429 time.Time
 				h.Held = r.Time.Sub(first429)
 			}
 			if r.Time.Before(quietUntil) {
-				h.Violators = append(h.Violators, fmt.Sprintf("%s at +%s", r.UserAgent, r.Time.Sub(first429).Round(time.Millisecond)))
+				h.Violators = append(h.Violators, fmt.Sprintf("%s %s at +%s (arrived %s kernel %v; first 429 %s)", r.UserAgent, r.Path, r.Time.Sub(first429).Round(time.Microsecond), r.Time.Format("15:04:05.000000"), r.KernelTime, first429.Format("15:04:05.000000")))
 			} else if child >= 0 {
 				h.After[child]++
 			}
