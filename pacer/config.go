@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,39 +151,17 @@ func (c *Config) validate() error {
 
 func (c *Config) withDefaults() Config {
 	out := *c
-	if out.MaxConns == 0 {
-		out.MaxConns = 4
-	}
-	if out.ConnectTimeout == 0 {
-		out.ConnectTimeout = 2 * time.Second
-	}
-	if out.StatementTimeout == 0 {
-		out.StatementTimeout = 2 * time.Second
-	}
-	if out.Latch == 0 {
-		out.Latch = 5 * time.Second
-	}
-	if out.MinFleetSize == 0 {
-		out.MinFleetSize = 1
-	}
-	if out.MaxKeyBatch == 0 {
-		out.MaxKeyBatch = DefaultMaxKeyBatch
-	}
-	if out.MaxBlock == 0 {
-		out.MaxBlock = DefaultMaxBlock
-	}
-	if out.LateBudget == 0 {
-		out.LateBudget = DefaultLateBudget
-	}
-	if out.LeaseTTL == 0 {
-		out.LeaseTTL = DefaultLeaseTTL
-	}
-	if out.ListenIdle == 0 {
-		out.ListenIdle = DefaultListenIdle
-	}
-	if out.CleanBatch == 0 {
-		out.CleanBatch = 100 * time.Millisecond
-	}
+	out.MaxConns = cmp.Or(out.MaxConns, 4)
+	out.ConnectTimeout = cmp.Or(out.ConnectTimeout, 2*time.Second)
+	out.StatementTimeout = cmp.Or(out.StatementTimeout, 2*time.Second)
+	out.Latch = cmp.Or(out.Latch, 5*time.Second)
+	out.MinFleetSize = cmp.Or(out.MinFleetSize, 1)
+	out.MaxKeyBatch = cmp.Or(out.MaxKeyBatch, DefaultMaxKeyBatch)
+	out.MaxBlock = cmp.Or(out.MaxBlock, DefaultMaxBlock)
+	out.LateBudget = cmp.Or(out.LateBudget, DefaultLateBudget)
+	out.LeaseTTL = cmp.Or(out.LeaseTTL, DefaultLeaseTTL)
+	out.ListenIdle = cmp.Or(out.ListenIdle, DefaultListenIdle)
+	out.CleanBatch = cmp.Or(out.CleanBatch, 100*time.Millisecond)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}

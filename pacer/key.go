@@ -79,43 +79,15 @@ func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait ti
 		// As Reserve: this process's local share first, one at a time.
 		p.recoveryMu.Lock()
 		defer p.recoveryMu.Unlock()
-		if w, ok := p.takeLocalShare(platform, maxWait, p.latch.recoverLeft(probe)); ok {
-			if w > maxWait {
-				p.latch.endProbe(probe)
-				p.denied.Add(1)
-				return Reservation{Platform: platform, Key: key, Wait: w}, nil
-			}
-			minWait = max(minWait, w)
+		var ok bool
+		if minWait, ok = p.localShare(platform, probe, maxWait, minWait); !ok {
+			return Reservation{Platform: platform, Key: key, Wait: minWait}, nil
 		}
 	}
 	res, err := retrySlowConnect(ctx, p, func() (Reservation, error) {
 		return p.reserveKeyShared(ctx, platform, key, maxWait, minWait)
 	})
-	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			p.latch.endProbe(probe)
-			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, ctx.Err())
-		case unreachable(err):
-			p.fail(probe, err)
-			res := p.reserveLocal(platform, maxWait)
-			res.Key = key
-			return res, nil
-		default:
-			p.succeed(probe)
-			if errors.Is(err, ErrUnknownPlatform) {
-				return Reservation{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
-			}
-			return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, err)
-		}
-	}
-	p.succeed(probe)
-	if res.Granted {
-		p.granted.Add(1)
-	} else {
-		p.denied.Add(1)
-	}
-	return res, nil
+	return p.reserved(ctx, probe, platform, key, maxWait, res, err)
 }
 
 // reserveKeyShared runs reserveKeySQL, making the key's row on its first
@@ -202,22 +174,8 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.offset.observe(at, p.sentAt(received, rtt), received)
-	res.due = p.offset.local(pFirst)
-	st := p.state(platform)
-	if st.last.seq < seq {
-		ev := event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}
-		if st.rate > 0 {
-			p.events.Add(1)
-			p.dropBlock(st)
-			for w := range st.waiters {
-				if w.shared {
-					p.respace(w, ev, received)
-				}
-			}
-		}
-		st.last = ev
-	}
+	st := p.answered(&res, at, p.sentAt(received, rtt), received, pFirst,
+		event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}, received)
 	if st.rate == 0 {
 		st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, pI
 	}
@@ -244,12 +202,7 @@ func (p *Pacer) giveBackKey(st *localState) {
 		if w.givenBack {
 			continue
 		}
-		w.givenBack = true
-		p.givenBack.Add(1)
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		p.giveBack(w)
 	}
 }
 

@@ -38,12 +38,7 @@ func (p *Pacer) holdLocally(platform string, d time.Duration) {
 		if w.givenBack || !w.due.Before(until) {
 			continue
 		}
-		w.givenBack = true
-		p.givenBack.Add(1)
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		p.giveBack(w)
 	}
 }
 

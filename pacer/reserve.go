@@ -57,13 +57,9 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 		// then on no local slot is left anywhere and the row spaces every
 		// slot (a row booked a local backlog ahead would hold the whole
 		// fleet back behind it).
-		if w, ok := p.takeLocalShare(platform, maxWait, p.latch.recoverLeft(probe)); ok {
-			if w > maxWait {
-				p.latch.endProbe(probe)
-				p.denied.Add(1)
-				return Reservation{Platform: platform, Wait: w}, nil
-			}
-			minWait = max(minWait, w)
+		var ok bool
+		if minWait, ok = p.localShare(platform, probe, maxWait, minWait); !ok {
+			return Reservation{Platform: platform, Wait: minWait}, nil
 		}
 	} else if held == 0 {
 		n = p.blockSize(platform)
@@ -96,6 +92,30 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	res, err := retrySlowConnect(ctx, p, func() (Reservation, error) {
 		return p.reserveShared(ctx, platform, maxWait, minWait, n)
 	})
+	return p.reserved(ctx, probe, platform, "", maxWait, res, err)
+}
+
+// localShare is the wait this process's own local share asks for while it
+// recovers from an outage (takeLocalShare), at least minWait; false: it is
+// beyond maxWait and the reservation is denied with that wait. Call with
+// p.recoveryMu held.
+func (p *Pacer) localShare(platform string, probe bool, maxWait, minWait time.Duration) (time.Duration, bool) {
+	w, ok := p.takeLocalShare(platform, maxWait, p.latch.recoverLeft(probe))
+	if !ok {
+		return minWait, true
+	}
+	if w > maxWait {
+		p.latch.endProbe(probe)
+		p.denied.Add(1)
+		return w, false
+	}
+	return max(minWait, w), true
+}
+
+// reserved settles a shared reservation's outcome (key "": the platform's
+// own): an unreachable database paces it locally, a latch probe ends, the
+// counters count it.
+func (p *Pacer) reserved(ctx context.Context, probe bool, platform, key string, maxWait time.Duration, res Reservation, err error) (Reservation, error) {
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -103,11 +123,16 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, ctx.Err())
 		case unreachable(err):
 			p.fail(probe, err)
-			return p.reserveLocal(platform, maxWait), nil
+			res := p.reserveLocal(platform, maxWait)
+			res.Key = key
+			return res, nil
 		default:
 			p.succeed(probe)
 			if errors.Is(err, ErrUnknownPlatform) {
 				return Reservation{}, fmt.Errorf("%w: %q", ErrUnknownPlatform, platform)
+			}
+			if key != "" {
+				return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, err)
 			}
 			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, err)
 		}
@@ -198,26 +223,8 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.offset.observe(at, p.sentAt(received, rtt), received)
-	res.due = p.offset.local(first)
-	st := p.state(platform)
-	if st.last.seq < seq {
-		// A slow-down this process has not heard of yet (no listener, or
-		// its notification still on the way): apply it as the notification
-		// would. (If several were missed, the slots the earlier ones would
-		// have moved are given back: respace.)
-		ev := event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}
-		if st.rate > 0 {
-			p.events.Add(1)
-			p.dropBlock(st)
-			for w := range st.waiters {
-				if w.shared {
-					p.respace(w, ev, localNow)
-				}
-			}
-		}
-		st.last = ev
-	}
+	st := p.answered(&res, at, p.sentAt(received, rtt), received, first,
+		event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}, localNow)
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
@@ -248,6 +255,39 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		st.tat = maxTime(st.tat, localNow.Add(last).Add(st.degradedInterval(p.divisor())))
 	}
 	return res, nil
+}
+
+// answered takes in a reservation's answer: the clock offset its round
+// trip brackets, the local time of its first slot (res's due) and a
+// slow-down it found (catchUp). It returns the platform's local state. Call
+// with p.mu held.
+func (p *Pacer) answered(res *Reservation, at float64, sent, received time.Time, first float64, ev event, now time.Time) *localState {
+	p.offset.observe(at, sent, received)
+	res.due = p.offset.local(first)
+	st := p.state(res.Platform)
+	p.catchUp(st, ev, now)
+	return st
+}
+
+// catchUp applies ev, a slow-down a reservation found that this process
+// has not heard of yet (no listener, or its notification still on the
+// way), as the notification would: blocks dropped, waiters re-spaced. (If
+// several were missed, the slots the earlier ones would have moved are
+// given back: respace.) Call with p.mu held.
+func (p *Pacer) catchUp(st *localState, ev event, now time.Time) {
+	if st.last.seq >= ev.seq {
+		return
+	}
+	if st.rate > 0 {
+		p.events.Add(1)
+		p.dropBlock(st)
+		for w := range st.waiters {
+			if w.shared {
+				p.respace(w, ev, now)
+			}
+		}
+	}
+	st.last = ev
 }
 
 // queryRow runs one statement of the hot path on a connection of the

@@ -234,12 +234,7 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 		// An earlier slow-down never reached this slot: the fleet moved its
 		// slots twice, this one would move once, and could land beside
 		// another. Reserving again puts it at the cursor, where it belongs.
-		w.givenBack = true
-		p.givenBack.Add(1)
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		p.giveBack(w)
 		return
 	}
 	ratio := 1.0
@@ -261,9 +256,21 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 		w.givenBack = true
 		p.givenBack.Add(1)
 	}
-	if !moved && !gone {
-		return
+	if moved || gone {
+		w.wakeUp()
 	}
+}
+
+// giveBack gives w's slot back: its caller wakes and reserves again. Call
+// with p.mu held.
+func (p *Pacer) giveBack(w *waiter) {
+	w.givenBack = true
+	p.givenBack.Add(1)
+	w.wakeUp()
+}
+
+// wakeUp wakes w's caller to look at its slot again.
+func (w *waiter) wakeUp() {
 	select {
 	case w.wake <- struct{}{}:
 	default:

@@ -5,6 +5,7 @@
 package recorder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,24 +167,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Recorder, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.MaxQueued == 0 {
-		cfg.MaxQueued = 4 * cfg.MaxBatch
-	}
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, DefaultMaxBatch)
+	cfg.MaxQueued = cmp.Or(cfg.MaxQueued, 4*cfg.MaxBatch)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.HistoryPause == 0 {
-		cfg.HistoryPause = DefaultHistoryPause
-	}
-	if cfg.OutageRetry == 0 {
-		cfg.OutageRetry = DefaultOutageRetry
-	}
-	if cfg.Linger == 0 {
-		cfg.Linger = DefaultLinger
-	}
+	cfg.HistoryPause = cmp.Or(cfg.HistoryPause, DefaultHistoryPause)
+	cfg.OutageRetry = cmp.Or(cfg.OutageRetry, DefaultOutageRetry)
+	cfg.Linger = cmp.Or(cfg.Linger, DefaultLinger)
 	return &Recorder{
 		pool: pool, maxBatch: cfg.MaxBatch, maxQueued: cfg.MaxQueued, logger: cfg.Logger,
 		worker: cfg.Worker, history: !cfg.NoHistory, pause: cfg.HistoryPause, clock: clock.Or(cfg.Clock), outageRetry: cfg.OutageRetry,

@@ -104,8 +104,7 @@ func TestHistoryFailureKeepsTheCheck(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "p")
 	storetest.BreakHistory(t, f.pool)
-	ids := []int64{f.source(t, "p", "https://p.example/1", nil), f.source(t, "p", "https://p.example/2", nil),
-		f.source(t, "p", "https://p.example/3", nil), f.source(t, "p", "https://p.example/4", nil)}
+	ids := f.sources(t, "1", "2", "3", "4")
 	outcome := func(id int64) fetch.Outcome {
 		s, err := sources.GetSource(f.ctx, f.pool, id)
 		if err != nil {
@@ -236,9 +235,8 @@ func TestActivity(t *testing.T) {
 func TestHistoryKeepsMultiplier(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "p")
-	a := f.source(t, "p", "https://p.example/a", nil)
-	b := f.source(t, "p", "https://p.example/b", nil)
-	c := f.source(t, "p", "https://p.example/c", nil)
+	ids := f.sources(t, "a", "b", "c")
+	a, b, c := ids[0], ids[1], ids[2]
 	if err := sources.RecordCheck(f.ctx, f.pool, a, sources.Check{Outcome: "ok", Status: 200, Multiplier: 1.5}); err != nil {
 		t.Fatal(err)
 	}

@@ -129,8 +129,8 @@ func TestRecordChecksMatchesRecordCheck(t *testing.T) {
 func TestRecordChecksLastWins(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "p")
-	a := f.source(t, "p", "https://p.example/a", nil)
-	b := f.source(t, "p", "https://p.example/b", nil)
+	ids := f.sources(t, "a", "b")
+	a, b := ids[0], ids[1]
 	recs := []sources.CheckRecord{
 		{SourceID: a, Check: sources.Check{Outcome: "failed", Status: 500, Error: "first"}},
 		{SourceID: b, Check: sources.Check{Outcome: "failed", Status: 502, Error: "only"}},
@@ -203,10 +203,7 @@ func TestRecordChecksRefusedRow(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "p")
 	storetest.RefuseETag(t, f.pool)
-	var ids []int64
-	for _, u := range []string{"a", "b", "c", "d"} {
-		ids = append(ids, f.source(t, "p", "https://p.example/"+u, nil))
-	}
+	ids := f.sources(t, "a", "b", "c", "d")
 	mustExec(t, f, `UPDATE fleetpace_source SET queued_at = now(), queued_job_id = 7`)
 	batch := []sources.CheckRecord{
 		{SourceID: ids[0], Check: sources.Check{Outcome: "ok", Status: 200, ETag: `"fine"`, JobID: 7}},
@@ -265,10 +262,7 @@ func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 	f := setup(t, "p")
 	storetest.RefuseETag(t, f.pool)
 	storetest.BreakHistory(t, f.pool)
-	var ids []int64
-	for _, u := range []string{"a", "b", "c", "d", "e"} {
-		ids = append(ids, f.source(t, "p", "https://p.example/"+u, nil))
-	}
+	ids := f.sources(t, "a", "b", "c", "d", "e")
 	err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{
 		{SourceID: ids[0], Check: sources.Check{Outcome: "ok", Status: 200, ETag: `"fine"`}},
 		{SourceID: ids[1], Check: sources.Check{Outcome: "ok", Status: 200, ETag: `"boom"`}},
@@ -309,8 +303,8 @@ func TestRecordChecksRefusedRowWithoutHistory(t *testing.T) {
 func TestRecordCheckCleansText(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "p")
-	a := f.source(t, "p", "https://p.example/a", nil)
-	b := f.source(t, "p", "https://p.example/b", nil)
+	ids := f.sources(t, "a", "b")
+	a, b := ids[0], ids[1]
 	err := sources.RecordChecks(f.ctx, f.pool, []sources.CheckRecord{
 		{SourceID: a, Check: sources.Check{Outcome: "ok", ETag: "\"\xff\xfe\"", LastModified: "Mon\x00day"}},
 		{SourceID: b, Check: sources.Check{Outcome: "failed", Error: strings.Repeat("\xff", 5000)}},

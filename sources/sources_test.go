@@ -49,6 +49,17 @@ func (f *fixture) source(t *testing.T, platform, url string, ago *time.Duration)
 	return id
 }
 
+// sources adds never-checked sources https://p.example/NAME on platform
+// "p", one per name, and returns their ids in order.
+func (f *fixture) sources(t *testing.T, names ...string) []int64 {
+	t.Helper()
+	ids := make([]int64, len(names))
+	for i, n := range names {
+		ids[i] = f.source(t, "p", "https://p.example/"+n, nil)
+	}
+	return ids
+}
+
 func dur(d time.Duration) *time.Duration { return &d }
 
 func mustExec(t *testing.T, f *fixture, sql string, args ...any) {

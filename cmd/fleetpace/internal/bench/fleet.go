@@ -104,15 +104,10 @@ func (c *FleetConfig) setDefaults() error {
 // Validate reports the first invalid field (defaults applied), wrapping
 // ErrInvalidConfig. It does not check DatabaseURL.
 func (c FleetConfig) Validate() error {
-	if err := c.setDefaults(); err != nil {
-		return err
-	}
-	bad := invalidField("FleetConfig")
+	bad, err := checkProcesses("FleetConfig", c.setDefaults, &c.Workers, &c.Concurrency)
 	switch {
-	case c.Workers < 1:
-		return bad("Workers must be ≥ 1, got %d", c.Workers)
-	case c.Concurrency < 1:
-		return bad("Concurrency must be ≥ 1, got %d", c.Concurrency)
+	case err != nil:
+		return err
 	case c.Burst < 0:
 		return bad("Burst must be ≥ 1 (0: default), got %d", c.Burst)
 	case c.Duration <= fleetWarmup+2*time.Second:

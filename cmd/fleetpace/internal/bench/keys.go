@@ -109,11 +109,10 @@ func (c *KeysConfig) setDefaults() error {
 // Validate reports the first invalid field (defaults applied), wrapping
 // ErrInvalidConfig. It does not check DatabaseURL.
 func (c KeysConfig) Validate() error {
-	if err := c.setDefaults(); err != nil {
-		return err
-	}
-	bad := invalidField("KeysConfig")
+	bad, err := checkProcesses("KeysConfig", c.setDefaults, &c.Workers, &c.Concurrency)
 	switch {
+	case err != nil:
+		return err
 	case c.Runs < 1 || c.Runs > 100:
 		return bad("Runs must be in [1, 100], got %d", c.Runs)
 	case c.Samples < 10 || c.Samples > 1_000_000:
@@ -126,10 +125,6 @@ func (c KeysConfig) Validate() error {
 		return bad("IdleKeys must be in [1000, 1000000], got %d", c.IdleKeys)
 	case c.Idle < time.Second || c.Idle > time.Hour:
 		return bad("Idle must be in [1s, 1h], got %s", c.Idle)
-	case c.Workers < 1 || c.Workers > 32:
-		return bad("Workers must be in [1, 32], got %d", c.Workers)
-	case c.Concurrency < 1 || c.Concurrency > 10_000:
-		return bad("Concurrency must be in [1, 10000], got %d", c.Concurrency)
 	case c.Keys < 1 || c.Keys > 1_000_000:
 		return bad("Keys must be in [1, 1000000], got %d", c.Keys)
 	case !(c.KeyRate >= sources.MinRate && c.KeyRate <= sources.MaxRate):

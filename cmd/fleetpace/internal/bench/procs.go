@@ -54,6 +54,23 @@ func invalidField(typ string) func(format string, args ...any) error {
 	}
 }
 
+// checkProcesses applies a benchmark's defaults (setDefaults) and checks
+// the fields every benchmark of worker processes has: 1–32 workers of 1–
+// 10,000 jobs each. It returns the error maker for kind's other fields.
+func checkProcesses(kind string, setDefaults func() error, workers, concurrency *int) (bad func(format string, args ...any) error, err error) {
+	if err := setDefaults(); err != nil {
+		return nil, err
+	}
+	bad = invalidField(kind)
+	switch {
+	case *workers < 1 || *workers > 32:
+		return bad, bad("Workers must be in [1, 32], got %d", *workers)
+	case *concurrency < 1 || *concurrency > 10_000:
+		return bad, bad("Concurrency must be in [1, 10000], got %d", *concurrency)
+	}
+	return bad, nil
+}
+
 // processDefaults fills in what the benchmarks of worker processes share:
 // the workers run this binary unless told otherwise, and their progress
 // and logs go nowhere. kind names the configuration in an error.

@@ -86,15 +86,10 @@ func (c *SoakConfig) setDefaults() error {
 // Validate reports the first invalid field (defaults applied), wrapping
 // ErrInvalidConfig. It does not check DatabaseURL.
 func (c SoakConfig) Validate() error {
-	if err := c.setDefaults(); err != nil {
-		return err
-	}
-	bad := invalidField("SoakConfig")
+	bad, err := checkProcesses("SoakConfig", c.setDefaults, &c.Workers, &c.Concurrency)
 	switch {
-	case c.Workers < 1:
-		return bad("Workers must be ≥ 1, got %d", c.Workers)
-	case c.Concurrency < 1:
-		return bad("Concurrency must be ≥ 1, got %d", c.Concurrency)
+	case err != nil:
+		return err
 	case c.Platforms < 1 || c.Platforms > 100:
 		return bad("Platforms must be 1–100, got %d", c.Platforms)
 	case !(c.Rate > 0 && c.Rate <= 10_000):
