@@ -667,6 +667,37 @@ func TestHoldShiftsGrantedSlotsToTheHold(t *testing.T) {
 	}
 }
 
+// A hold's event moves the fleet's granted slots so that the earliest on
+// the schedule's grid lands at the hold's end. A slot granted within the
+// burst's tolerance lies off that grid, a little before its grid point:
+// moved by the same shift it would land inside the hold, so it is given
+// back instead (its caller reserves again, after the hold). (A loaded
+// fleet sent one request 1 ms inside a 5-s Retry-After this way.)
+func TestRespacedSlotNeverLandsInsideTheHold(t *testing.T) {
+	var p Pacer
+	now := time.Unix(100, 0)
+	// The hold ends at 105; the grid's first slot after the pivot, 100.10,
+	// moves there (shift 4.9); the spacing stays 50 ms.
+	ev := event{seq: 1, at: 100, interval: 0.05, shift: 4.9, horizon: math.Inf(1), hold: 105}
+	slot := func(at float64) *waiter {
+		return &waiter{platform: "p", shared: true, slot: at, interval: 0.05, due: epochToTime(at),
+			maxWait: time.Minute, wake: make(chan struct{}, 1)}
+	}
+	onGrid, offGrid, later := slot(100.10), slot(100.08), slot(100.15)
+	for _, w := range []*waiter{onGrid, offGrid, later} {
+		p.respace(w, ev, now)
+	}
+	if onGrid.givenBack || math.Abs(onGrid.slot-105) > 1e-9 {
+		t.Errorf("the grid's slot: %+v, want moved to the hold's end, 105", onGrid)
+	}
+	if later.givenBack || math.Abs(later.slot-105.05) > 1e-9 {
+		t.Errorf("the next slot: %+v, want 105.05", later)
+	}
+	if !offGrid.givenBack {
+		t.Errorf("a slot 20 ms off the grid moved to %.3f, inside the hold (until 105): want it given back", offGrid.slot)
+	}
+}
+
 // ClearHold ends a hold at once: the next reservation goes now, and a slot
 // granted for after the hold is given back (its caller reserves again).
 func TestClearHoldGoesNow(t *testing.T) {

@@ -218,8 +218,9 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 // shared cursor: a slot due more than respaceLead after the event has its
 // distance from that pivot stretched by the ratio of the new spacing to the
 // one it was granted at, then moves later by the event's shift (what puts
-// the fleet's earliest granted slot at the hold). A slot due before the
-// pivot goes as it is; nothing moves earlier. Call with p.mu held.
+// the fleet's earliest granted slot at the hold); one that would still fall
+// inside the hold is given back. A slot due before the pivot goes as it is;
+// nothing moves earlier. Call with p.mu held.
 func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 	if ev.seq <= w.seq {
 		return
@@ -242,6 +243,14 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 		ratio = ev.interval / w.interval
 	}
 	slot := pivot + (w.slot-pivot)*ratio + ev.shift
+	if w.slot < ev.hold && slot < ev.hold {
+		// The shift puts the earliest slot on the schedule's grid at the
+		// hold's end; one granted within the burst's tolerance lies off
+		// that grid, a little earlier, and would land inside the hold.
+		// Reserving again puts it after the hold.
+		p.giveBack(w)
+		return
+	}
 	moved := slot > w.slot
 	if moved {
 		w.due = w.due.Add(secondsToDuration(slot - w.slot))
