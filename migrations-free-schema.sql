@@ -442,7 +442,6 @@ DECLARE
     v_sent      float8;           -- the rate the refused request was sent at
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
-    v_guess     boolean := false; -- the limit moved down: est_max is a guess
     v_hold      float8;
     v_win       float8;
     v_win_kept  boolean;
@@ -629,18 +628,6 @@ BEGIN
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
                 END IF;
-                IF v_hurried AND v_sent < s.est * 0.999 AND s.est < s.rate * 0.999 AND p_retry > 0 THEN
-                    -- A destination that holds the fleet refused again right
-                    -- after a decrease (or a lone refusal taken for jitter),
-                    -- at the pace whose reading said it was accepted: the
-                    -- limit moved down, by at least that much, and what was
-                    -- read before is gone. Approach no more than half the
-                    -- refused rate. (An estimate at the ceiling is no
-                    -- reading: the start.) That is a guess, not a reading:
-                    -- the climb past it starts at once.
-                    v_est_max := LEAST(v_est_max, GREATEST(v_est, v_sent * t[7]));
-                    v_guess := true;
-                END IF;
                 v_est := GREATEST(v_est, v_floor);
                 v_est_max := GREATEST(v_est_max, v_est);
                 -- At the slowest (a cooldown follows): the estimate stays at
@@ -651,8 +638,7 @@ BEGIN
                                       AND (s.est > 0 AND s.est <= v_floor * 1.000001
                                            OR 1.0 / v_i_old <= s.rate / s.max_multiplier * 1.000001)
                                  THEN 4 ELSE 3 END;
-                v_est_at := CASE WHEN v_guess AND v_est >= v_est_max * 0.999999
-                                 THEN v_now - t[1] / LEAST(1.0, v_est_max / NULLIF(t[19], 0)) ELSE v_now END;
+                v_est_at := v_now;
                 v_slowed := v_now;
                 s.acc_cut := 0;
                 s.ref_cut := 0;

@@ -128,31 +128,6 @@ func TestEstimateFindsTheLimit(t *testing.T) {
 	}
 }
 
-// A limit that halves mid-run (a token bucket of 16/s, then 8/s, with
-// Retry-After): once refused again right after a decrease at the pace the
-// estimate said was accepted, the fleet takes the limit for moved and
-// does not approach the old reading again; the refusals stop within 3 s
-// (they went on for 4–11 s while the approach aimed at the rate before
-// the drop), and what follows still delivers.
-func TestEstimateFollowsADrop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulation")
-	}
-	t.Parallel()
-	const drop = 30 * time.Second
-	r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: fakedest.Rule{Rate: 16, Burst: 1},
-		changes:  []simChange{{drop, fakedest.Rule{Rate: 8, Burst: 1}}},
-		duration: 90 * time.Second, latency: 20 * time.Millisecond, seed: 1})
-	stop, after := r.refusalsStop(drop, 10*time.Second), r.goodput(drop+10*time.Second, 90*time.Second, 8)
-	t.Logf("refusals stop %.1fs after the drop; goodput 40–90 s %.3f\n%s\n%s", stop.Seconds(), after, r, r.timeline())
-	if stop > 3*time.Second {
-		t.Errorf("refusals went on %.1fs after the limit halved, want ≤ 3 s", stop.Seconds())
-	}
-	if after < 0.8 {
-		t.Errorf("goodput %.3f of the new limit over 40–90 s, want ≥ 0.8", after)
-	}
-}
-
 // No ratchet: against a strict limiter with the requests of a loaded
 // machine (a few per cent leave a few milliseconds late), lone refusals
 // keep the estimate; over ten minutes the pace does not drift down: the

@@ -261,22 +261,6 @@ func (r simResult) settled(allow, share float64) time.Duration {
 	return -1
 }
 
-// refusalsStop is how long after at the refusals stop: the start of the
-// first stretch of clean long without one (from at itself when none came).
-func (r simResult) refusalsStop(at, clean time.Duration) time.Duration {
-	from := at
-	for _, a := range r.arrivals {
-		if a.at < at || a.ok {
-			continue
-		}
-		if a.at-from >= clean {
-			break
-		}
-		from = a.at
-	}
-	return from - at
-}
-
 // maxWindow is the most arrivals in any 1-s window.
 func (r simResult) maxWindow() int {
 	times := make([]time.Time, len(r.arrivals))
