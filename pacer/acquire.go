@@ -129,7 +129,7 @@ func AcquireFrom(ctx context.Context, s Slotter, c clock.Clock, platform string,
 			}
 			return res, werr
 		}
-		if done, err := afterSleep(s.Sleep(ctx, &res), &late); done {
+		if done, err := afterSleep(ctx, s, res, s.Sleep(ctx, &res), &late); done {
 			return res, err
 		}
 	}

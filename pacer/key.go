@@ -355,6 +355,8 @@ func (k *keySlotter) done() {
 
 func (k *keySlotter) Sleep(ctx context.Context, res *Reservation) error { return k.p.Sleep(ctx, res) }
 
+func (k *keySlotter) returnLease(ctx context.Context, res Reservation) { k.p.returnLease(ctx, res) }
+
 // release gives back res's lease, if it took one (rows that cap open
 // requests), at once: a report waits for no batch to do it. When the
 // database is unreachable the lease expires by itself (Config.LeaseTTL).

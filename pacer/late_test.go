@@ -199,3 +199,65 @@ func TestLateToleranceByWhoPaces(t *testing.T) {
 		}
 	}
 }
+
+// A slot its caller woke too late for, and does not use, gives its
+// open-request lease back at once. At a platform that caps open requests
+// at one, Acquire's next reservation is then granted; before, the lease
+// stayed open until Config.LeaseTTL, and Acquire was denied until its
+// bound ran out (a loaded CI run's fetch job snoozed for it).
+func TestMissedSlotGivesItsLeaseBack(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "capped", rate: 1, burst: 1})
+	setKeyLimits(t, pool, "capped", 0, 1, 1, 0)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, func(c *Config) { c.LeaseTTL, c.CleanBatch = time.Hour, -1 })
+	ctx := context.Background()
+	// The first slot, answered: the next is a second away.
+	r, err := p.Reserve(ctx, "capped", time.Minute)
+	if err != nil || !r.Granted {
+		t.Fatalf("the first slot: %+v %v", r, err)
+	}
+	if _, err := p.Report(ctx, "capped", r, Feedback{Kind: Clean}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		r   Reservation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := p.Acquire(ctx, "capped", 10*time.Second)
+		done <- result{r, err}
+	}()
+	clocktest.WaitSleepers(t, clk, 1)
+	clk.Advance(1800 * time.Millisecond) // 0.8 s late for its slot (the tolerance at 1/s is half a second)
+	// It reserves again and sleeps for the new slot (a lease still open
+	// would deny it for up to a second at a time): move on until it is back.
+	for range 40 {
+		select {
+		case got := <-done:
+			if got.err != nil || !got.r.Granted {
+				t.Fatalf("Acquire after a missed slot: %+v %v, want the next slot (the missed one's lease given back)", got.r, got.err)
+			}
+			if p.Stats().Late == 0 {
+				t.Fatal("the first slot was not missed: the test does not cover a missed slot")
+			}
+			var open int
+			if err := pool.QueryRow(ctx, `SELECT cardinality(leases) FROM fleetpace_pace WHERE platform = 'capped' AND key = ''`).Scan(&open); err != nil {
+				t.Fatal(err)
+			}
+			if open != 1 {
+				t.Fatalf("%d leases open, want 1 (the slot Acquire returned)", open)
+			}
+			return
+		default:
+		}
+		bctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		if clk.BlockUntilContext(bctx, 1) == nil {
+			clk.Advance(500 * time.Millisecond)
+		}
+		cancel()
+	}
+	t.Fatal("Acquire did not return within 20 s of fake time")
+}

@@ -286,23 +286,42 @@ func (w *waiter) wakeUp() {
 	}
 }
 
-// afterSleep says what a caller of Sleep does with its error: done, with
-// the slot used (nil) or a final error; or not done, to reserve again
+// afterSleep says what a caller of Sleep on s does with its error: done,
+// with the slot used (nil) or a final error; or not done, to reserve again
 // after a slot given back or missed. late counts the slots missed in a
 // row: the third is used all the same (a machine that is late every time
-// must still make progress).
-func afterSleep(err error, late *int) (done bool, _ error) {
+// must still make progress). A slot not used gives its open-request lease
+// back at once (a platform that caps open requests would otherwise count
+// it open until Config.LeaseTTL, and deny the next reservation for it).
+func afterSleep(ctx context.Context, s Slotter, res Reservation, err error, late *int) (done bool, _ error) {
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, ErrLate):
 		*late++
-		return *late >= 3, nil
+		done, err = *late >= 3, nil
 	case errors.Is(err, ErrGivenBack):
-		return false, nil
 	default:
-		return true, err
+		done = true
 	}
+	if !done || err != nil {
+		if l, ok := s.(leaseReturner); ok {
+			l.returnLease(ctx, res)
+		}
+	}
+	return done, err
+}
+
+// leaseReturner is a Slotter whose slots may hold an open-request lease
+// (*Pacer, a key's slotter).
+type leaseReturner interface {
+	returnLease(ctx context.Context, res Reservation)
+}
+
+// returnLease gives back the lease of a slot its caller does not use, even
+// when ctx is done.
+func (p *Pacer) returnLease(ctx context.Context, res Reservation) {
+	p.release(context.WithoutCancel(ctx), res)
 }
 
 // Wait reserves a slot on platform and sleeps until it, reserving again
@@ -323,7 +342,7 @@ func (p *Pacer) Wait(ctx context.Context, platform string) (Reservation, error) 
 			}
 			continue
 		}
-		if done, err := afterSleep(p.Sleep(ctx, &r), &late); done {
+		if done, err := afterSleep(ctx, p, r, p.Sleep(ctx, &r), &late); done {
 			return r, err
 		}
 	}
