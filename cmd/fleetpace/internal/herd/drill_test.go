@@ -79,9 +79,11 @@ func TestDrill(t *testing.T) {
 		t.Errorf("baseline: %d refused attempts for %d polls without a connection: the retry did not knock again", base.Refused, base.Polls-base.Claims)
 	}
 	// Startup jitter spreads the first polls over [0, Max]; the baseline
-	// starts them together.
-	if fp.FirstPollSpread < cfg.Max.Seconds()/2 || base.FirstPollSpread > cfg.Max.Seconds()/10 {
-		t.Errorf("first polls spread over %.2f s (fleetpace) and %.2f s (baseline); want ≥ %s/2 and ≤ %s/10",
+	// starts them together: within a few hundred milliseconds, as fast as
+	// a loaded machine schedules its goroutines (0.47 s once beside a busy
+	// loop; under 0.05 s on a quiet machine).
+	if fp.FirstPollSpread < cfg.Max.Seconds()/2 || base.FirstPollSpread > cfg.Max.Seconds()/4 {
+		t.Errorf("first polls spread over %.2f s (fleetpace) and %.2f s (baseline); want ≥ %s/2 and ≤ %s/4",
 			fp.FirstPollSpread, base.FirstPollSpread, cfg.Max, cfg.Max)
 	}
 	if bound := cfg.RecoveryBound(); !fp.Recovered || fp.RecoverySeconds > bound.Seconds() {
