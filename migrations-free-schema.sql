@@ -168,6 +168,12 @@ ALTER TABLE fleetpace_pace
 --   event_interval  the effective spacing right after the last event (the
 --                   pace keeps changing after it): what a process that
 --                   missed the event's notification re-spaces by
+--   cut_below       the latest decrease began an episode at a pace below the
+--                   estimate then in force (a refusal taken for jitter does
+--                   too): a limit that dropped refuses what a reading said
+--                   was accepted, a probe refuses a pace past the reading
+--   est_guess       est_max is a guess (the limit moved down), not a
+--                   reading: a refusal below it is no jitter, and reads it
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS adapt text NOT NULL DEFAULT 'estimate'
         CONSTRAINT fleetpace_platform_adapt_check CHECK (adapt IN ('estimate', 'multiplier'));
@@ -186,7 +192,9 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS meas_window_at double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS jitter_at      double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS held_at        double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS event_interval double precision NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS event_interval double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS cut_below      boolean          NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS est_guess      boolean          NOT NULL DEFAULT false;
 
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
@@ -330,6 +338,10 @@ WHERE p.name = s.platform
 --   t[12] respace lead, t[13] respace ratio, t[14] announced share,
 --   t[15] longest hold, t[16] reset memory, t[17] probe margin, t[18] probe
 --   steps ('multiplier' mode)
+--   t[19] climb rate: under this estimate (requests/s) the approach and the
+--        climb take longer in proportion
+--   t[20] 1: a limit refused below a reading twice is taken for moved down
+--        (0: not, a test's control)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -442,6 +454,7 @@ DECLARE
     v_sent      float8;           -- the rate the refused request was sent at
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
+    v_guess     boolean := false; -- the limit moved down: est_max is a guess
     v_hold      float8;
     v_win       float8;
     v_win_kept  boolean;
@@ -585,7 +598,7 @@ BEGIN
             v_sent := 1.0 / COALESCE(NULLIF(p_sent_interval, 0), v_i_old);
             v_hurried := s.est > 0 AND v_now - s.est_at < t[8];
             IF s.est > 0 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
-               AND v_now - s.jitter_at >= t[9] THEN
+               AND v_now - s.jitter_at >= t[9] AND NOT s.est_guess THEN
                 -- A lone refusal below the estimate while nearly everything
                 -- is accepted: jitter (a request that left late, one that
                 -- arrived early). Keep the estimate; start the plateau again.
@@ -628,6 +641,24 @@ BEGIN
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
                 END IF;
+                IF t[20] > 0 AND v_hurried AND v_sent < s.est * 0.999 AND s.est < s.rate * 0.999 AND p_retry > 0
+                   AND NOT s.est_guess AND (s.cut_below OR s.jitter_at > 0 AND s.jitter_at >= s.est_at) THEN
+                    -- A destination that holds the fleet refused a pace below
+                    -- the estimate, the pace a reading said was accepted (a
+                    -- refusal taken for jitter, or one that began an
+                    -- episode), and refuses again right after, below the
+                    -- estimate again: the limit moved down, by at least
+                    -- that much, and what was read before is gone (what was
+                    -- accepted lately too: it lags). Restart from no more
+                    -- than half the refused rate (or climb_rate: slower,
+                    -- the climb would be slowed too). That is a guess, not
+                    -- a reading: the climb past it starts after half an
+                    -- approach, not a whole one. (A probe's refusal comes past the reading; at a
+                    -- start there is no reading, or the ceiling.)
+                    v_est := LEAST(v_est, GREATEST(v_sent * t[7], LEAST(t[19], v_est_max)));
+                    v_est_max := v_est;
+                    v_guess := true;
+                END IF;
                 v_est := GREATEST(v_est, v_floor);
                 v_est_max := GREATEST(v_est_max, v_est);
                 -- At the slowest (a cooldown follows): the estimate stays at
@@ -638,8 +669,12 @@ BEGIN
                                       AND (s.est > 0 AND s.est <= v_floor * 1.000001
                                            OR 1.0 / v_i_old <= s.rate / s.max_multiplier * 1.000001)
                                  THEN 4 ELSE 3 END;
-                v_est_at := v_now;
+                -- (A guess holds for half an approach, then climbs past.)
+                v_est_at := CASE WHEN v_guess AND v_est >= v_est_max * 0.999999
+                                 THEN v_now - t[1] / 2 / LEAST(1.0, v_est_max / NULLIF(t[19], 0)) ELSE v_now END;
                 v_slowed := v_now;
+                s.cut_below := NOT v_hurried AND v_sent < s.est * 0.999 AND NOT s.est_guess;
+                s.est_guess := v_guess;
                 s.acc_cut := 0;
                 s.ref_cut := 0;
             END IF;
@@ -675,6 +710,7 @@ BEGIN
         acc_rate = s.acc_rate, ref_rate = s.ref_rate, acc_at = s.acc_at, acc_from = s.acc_from,
         acc_cut = s.acc_cut, ref_cut = s.ref_cut,
         meas_window = s.meas_window, meas_window_at = s.meas_window_at, jitter_at = s.jitter_at, held_at = s.held_at,
+        cut_below = s.cut_below, est_guess = s.est_guess,
         cursor_at = CASE WHEN v_event AND s.cursor_at > v_pivot
                          THEN LEAST(v_pivot + (s.cursor_at - v_pivot) * v_ratio + v_shift, GREATEST(v_now + s.last_max_wait, v_pivot) + v_i_new)
                          WHEN v_event

@@ -41,6 +41,8 @@ type simConfig struct {
 	seed    uint64
 	// pollOnly runs the pacers without the slow-down listener.
 	pollOnly bool
+	// tune changes every pacer's tuning (a test's control).
+	tune func(*tuning)
 }
 
 type simChange struct {
@@ -133,6 +135,10 @@ func runSim(t *testing.T, cfg simConfig) simResult {
 		p := newPacer(t, url, func(c *Config) {
 			c.Clock, c.TimeFromClock, c.PollOnly, c.CleanBatch = sim, true, cfg.pollOnly, -1
 		})
+		if cfg.tune != nil {
+			cfg.tune(&p.tuning)
+			p.tune = p.tuning.array()
+		}
 		pacers = append(pacers, p)
 		for j := range cfg.callers {
 			rng := rand.New(rand.NewPCG(cfg.seed, uint64(i*1000+j)))
@@ -259,6 +265,22 @@ func (r simResult) settled(allow, share float64) time.Duration {
 		}
 	}
 	return -1
+}
+
+// refusalsStop is how long after at the refusals stop: the start of the
+// first stretch of clean long without one (from at itself when none came).
+func (r simResult) refusalsStop(at, clean time.Duration) time.Duration {
+	from := at
+	for _, a := range r.arrivals {
+		if a.at < at || a.ok {
+			continue
+		}
+		if a.at-from >= clean {
+			break
+		}
+		from = a.at
+	}
+	return from - at
 }
 
 // maxWindow is the most arrivals in any 1-s window.

@@ -59,6 +59,11 @@ type tuning struct {
 	// after as many requests as at climbRate, not after as many seconds:
 	// each probe costs a refusal, and at 2/s the time of 8/s refused 5 %.
 	climbRate float64
+	// dropGuess: a destination that holds and refuses, right after a
+	// refusal below a reading, a pace below the estimate again has moved
+	// its limit down: restart from a guess (docs/design.md, "Adaptive
+	// pacing"). Off only in TestEstimateFollowsADrop's control.
+	dropGuess bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -83,6 +88,7 @@ func defaultTuning(late time.Duration) tuning {
 		probeMargin:  probeMargin,
 		probeSteps:   probeSteps,
 		climbRate:    4,
+		dropGuess:    true,
 	}
 }
 
@@ -98,8 +104,16 @@ func (t tuning) array() []float64 {
 		t.beta, t.heldFloor, t.calm.Seconds(), t.jitterMemory.Seconds(),
 		t.measureMin.Seconds(), t.measureMax.Seconds(),
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
-		t.probeMargin, t.probeSteps, t.climbRate,
+		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess),
 	}
+}
+
+// boolFloat is b as the statements' tuning takes it: 1 or 0.
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ceilingTau is fleetpace_pace_tau: the burst tolerance, in seconds, a
