@@ -29,7 +29,10 @@ import (
 //     jump the fair order. (Among themselves the rescued jobs run in River's
 //     retry order, so a rescued source whose first request was lost may go
 //     before one the killed worker had not sent yet.)
-//   - at most the killed worker's --concurrency sources are requested twice.
+//   - at most the killed worker's --concurrency sources of rescued jobs are
+//     requested twice; a source whose job River completed while its check
+//     was still queued in the killed worker's recorder (write-behind) is
+//     released by the reconciliation and requested again too.
 //
 // River's rescuer runs on the leader every 30 s (not configurable) and
 // leadership expires 15 s after a dead leader's last renewal, so the rescue
@@ -107,16 +110,25 @@ func TestKillNine(t *testing.T) {
 		}
 		byPath[r.Path] = append(byPath[r.Path], r)
 	}
-	twice := 0
+	// A source requested twice is a job lost with the killed worker: a
+	// rescued one (its request was in flight), or one whose job River had
+	// completed while its check, written behind the job, was still in the
+	// killed worker's recorder (docs/design.md, "write-behind"): the
+	// reconciliation releases it a minute later and it is fetched again.
+	// (Beside a busy loop, 3 of those in one run: the recorder lagged River's
+	// completer.) Either way its first request came from the killed worker,
+	// before the kill.
+	twice, lost := 0, 0
 	for _, path := range sortedKeys(byPath) {
 		rs := byPath[path]
 		switch {
 		case len(rs) > 2:
 			t.Errorf("%s requested %d times", path, len(rs))
 		case len(rs) == 2:
-			twice++
-			if !held[path] {
-				t.Errorf("%s requested twice but its job was not rescued", path)
+			if held[path] {
+				twice++
+			} else {
+				lost++
 			}
 			if rs[0].UserAgent != victim || rs[0].Time.After(killedAt) {
 				t.Errorf("%s requested twice, first by %s at +%s: not a job lost with the killed worker", path, rs[0].UserAgent, rs[0].Time.Sub(killedAt))
@@ -134,7 +146,7 @@ func TestKillNine(t *testing.T) {
 	// already recorded may be rescued too. Such a job must not fetch again:
 	// only the requests in flight at the kill may be repeated.
 	if twice > concurrency {
-		t.Errorf("%d sources requested twice (%d jobs rescued); at most the %d the killed worker had in flight may be", twice, len(held), concurrency)
+		t.Errorf("%d sources of rescued jobs requested twice (%d jobs rescued); at most the %d the killed worker had in flight may be", twice, len(held), concurrency)
 	}
 	var notOK int
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM fleetpace_source WHERE last_outcome IS DISTINCT FROM 'ok'`).Scan(&notOK); err != nil {
@@ -143,8 +155,8 @@ func TestKillNine(t *testing.T) {
 	if notOK > 0 {
 		t.Errorf("%d sources without an ok check", notOK)
 	}
-	t.Logf("kill -9: killed %s (leader %v) with %d request(s) in flight; %d job(s) rescued, %d source(s) requested twice; all %d sources checked %s after the kill",
-		victim, strings.Contains(leaderID, fmt.Sprintf("-%d-", ws[victim].cmd.Process.Pid)), flying, len(held), twice, sources, allDone.Sub(killedAt).Round(100*time.Millisecond))
+	t.Logf("kill -9: killed %s (leader %v) with %d request(s) in flight; %d job(s) rescued, %d of their sources requested twice, %d sources again after a check lost with the worker; all %d sources checked %s after the kill",
+		victim, strings.Contains(leaderID, fmt.Sprintf("-%d-", ws[victim].cmd.Process.Pid)), flying, len(held), twice, lost, sources, allDone.Sub(killedAt).Round(100*time.Millisecond))
 }
 
 // inFlight counts the requests from ua that have arrived and not been answered.
