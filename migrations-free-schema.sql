@@ -172,8 +172,9 @@ ALTER TABLE fleetpace_pace
 --                   estimate then in force (a refusal taken for jitter does
 --                   too): a limit that dropped refuses what a reading said
 --                   was accepted, a probe refuses a pace past the reading
---   est_guess       est_max is a guess (the limit moved down), not a
---                   reading: a refusal below it is no jitter, and reads it
+--   est_guess       est and est_max are a guess (the limit moved down), not
+--                   a reading: a refusal below them is no jitter, and the
+--                   next cut reads the limit again
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS adapt text NOT NULL DEFAULT 'estimate'
         CONSTRAINT fleetpace_platform_adapt_check CHECK (adapt IN ('estimate', 'multiplier'));
@@ -653,8 +654,9 @@ BEGIN
                     -- than half the refused rate (or climb_rate: slower,
                     -- the climb would be slowed too). That is a guess, not
                     -- a reading: the climb past it starts after half an
-                    -- approach, not a whole one. (A probe's refusal comes past the reading; at a
-                    -- start there is no reading, or the ceiling.)
+                    -- approach, not a whole one. (A probe's refusal comes
+                    -- past the reading; at a start there is no reading, or
+                    -- the ceiling's.)
                     v_est := LEAST(v_est, GREATEST(v_sent * t[7], LEAST(t[19], v_est_max)));
                     v_est_max := v_est;
                     v_guess := true;
