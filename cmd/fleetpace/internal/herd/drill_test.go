@@ -20,7 +20,7 @@ import (
 // longest sleep after it, that it makes one connection attempt per poll
 // and spreads its first polls, and that the baseline (deterministic
 // schedule, retry-on-acquire: the negative control) is refused more, in
-// all and after the window, and recovers no sooner.
+// all and after the window.
 func TestDrill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: drills 2,000 pollers against a real PostgreSQL for a minute")
