@@ -434,7 +434,10 @@ func TestTransportWhileTheDatabaseIsDown(t *testing.T) {
 	}
 	px := newProxy(t, u.Host)
 	u.Host = px.addr()
-	p := newPacer(t, u.String(), func(c *Config) { c.PollOnly = true })
+	// One slot per statement: a block reserved before the cut would be
+	// shared slots used while the database is down (blocks follow the
+	// measured round trip, which a loaded machine lengthens).
+	p := newPacer(t, u.String(), func(c *Config) { c.PollOnly = true; c.MaxBlock = 1 })
 	dest := pacetest.StartDest(t)
 	client := newTransportClient(p, nil)
 	if _, err := get(ctx, client, dest.URL()+"/shared"); err != nil {
