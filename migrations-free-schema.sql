@@ -332,7 +332,8 @@ WHERE p.name = s.platform
 --   t[4] late budget: how late after its slot a request may leave
 --   t[5] send slack: how long after that it may take to reach the destination
 --   t[6] beta: the cut when refusals go on right after a decrease
---   t[7] beta floor: the deepest cut one refusal can make
+--   t[7] held floor: the deepest cut a short hold's measurement can make,
+--        as a share of the upper reading
 --   t[8] calm: seconds after a decrease before a refusal starts a new episode
 --   t[9] jitter memory: a second lone refusal within it is a real limit
 --   t[10], t[11] the measurement window's bounds, seconds
@@ -343,6 +344,10 @@ WHERE p.name = s.platform
 --        climb take longer in proportion
 --   t[20] 1: a limit refused below a reading twice is taken for moved down
 --        (0: not, a test's control)
+--   t[21] restart: with no reading (a start, a limit that moved down), the
+--        pace restarts from this share of the refused rate
+--   t[22] 1: a refused rate that only bounds the limit is bisected (0: not,
+--        a test's control)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -598,7 +603,8 @@ BEGIN
         ELSIF p_pressure THEN
             v_sent := 1.0 / COALESCE(NULLIF(p_sent_interval, 0), v_i_old);
             v_hurried := s.est > 0 AND v_now - s.est_at < t[8];
-            IF s.est > 0 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
+            -- (The ceiling is no reading: a refusal under it is no jitter.)
+            IF s.est > 0 AND s.est < s.rate * 0.999 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
                AND v_now - s.jitter_at >= t[9] AND NOT s.est_guess THEN
                 -- A lone refusal below the estimate while nearly everything
                 -- is accepted: jitter (a request that left late, one that
@@ -621,16 +627,29 @@ BEGIN
                 v_floor := s.rate / s.max_multiplier / (1 - t[3]);
                 v_est_max := GREATEST(v_sent * v_share, v_floor);
                 v_est := v_est_max;
+                -- Refused right after a decrease, or with no reading yet (a
+                -- start: the ceiling's pace), the refused rate is only a
+                -- bound: the limit lies between the restart (t[6] of it, or
+                -- t[21] at a start) and it. The approach then aims at their
+                -- geometric mean, a bisection, instead of the bound, where
+                -- it would be refused again (and held) within seconds; if
+                -- the mean is accepted, the climb past it goes on.
                 IF v_hurried THEN
                     v_est := LEAST(v_est, v_sent * t[6]);
+                END IF;
+                IF s.est <= 0 OR s.est >= s.rate * 0.999 THEN
+                    v_est := LEAST(v_est, v_est_max * t[21]);
+                END IF;
+                IF t[22] > 0 AND v_est < v_est_max THEN
+                    v_est_max := sqrt(v_est * v_est_max);
                 END IF;
                 IF v_held THEN
                     -- Short holds (at most t[10]: a strict limiter's or a
                     -- bucket's penalty, a 1-s window's rest) cut at most to
-                    -- t[7] of the reading: after a burst at the ceiling the
-                    -- holds themselves pull the accepted rate far under
-                    -- what the destination allows.
-                    v_est := LEAST(v_est, CASE WHEN s.meas_window > t[10] THEN v_acc ELSE GREATEST(v_acc, v_est * t[7]) END);
+                    -- t[7] of the upper reading: after a burst at the
+                    -- ceiling the holds themselves pull the accepted rate
+                    -- far under what the destination allows.
+                    v_est := LEAST(v_est, CASE WHEN s.meas_window > t[10] THEN v_acc ELSE GREATEST(v_acc, v_est_max * t[7]) END);
                     IF s.meas_window > t[10] THEN
                         v_est_max := v_est;
                     END IF;
@@ -657,7 +676,7 @@ BEGIN
                     -- approach, not a whole one. (A probe's refusal comes
                     -- past the reading; at a start there is no reading, or
                     -- the ceiling's.)
-                    v_est := LEAST(v_est, GREATEST(v_sent * t[7], LEAST(t[19], v_est_max)));
+                    v_est := LEAST(v_est, GREATEST(v_sent * t[21], LEAST(t[19], v_est_max)));
                     v_est_max := v_est;
                     v_guess := true;
                 END IF;
@@ -671,9 +690,12 @@ BEGIN
                                       AND (s.est > 0 AND s.est <= v_floor * 1.000001
                                            OR 1.0 / v_i_old <= s.rate / s.max_multiplier * 1.000001)
                                  THEN 4 ELSE 3 END;
-                -- (A guess holds for half an approach, then climbs past.)
-                v_est_at := CASE WHEN v_guess AND v_est >= v_est_max * 0.999999
-                                 THEN v_now - t[1] / 2 / LEAST(1.0, v_est_max / NULLIF(t[19], 0)) ELSE v_now END;
+                -- The approach starts when the hold ends (climbing during the
+                -- hold, a fleet came back at the bound it was refused at);
+                -- a guess holds for half an approach, then climbs past.
+                v_est_at := GREATEST(v_now, LEAST(v_hold, v_now + t[11]))
+                            - CASE WHEN v_guess AND v_est >= v_est_max * 0.999999
+                                   THEN t[1] / 2 / LEAST(1.0, v_est_max / NULLIF(t[19], 0)) ELSE 0 END;
                 v_slowed := v_now;
                 s.cut_below := NOT v_hurried AND v_sent < s.est * 0.999 AND NOT s.est_guess;
                 s.est_guess := v_guess;

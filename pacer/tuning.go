@@ -34,9 +34,20 @@ type tuning struct {
 	// heldFloor: where a destination holds the fleet briefly (Retry-After
 	// of at most measureMin), a refusal cuts the estimate to what was
 	// accepted per unit of time, holds included, but to no less than this
-	// share of its reading: after a burst at the ceiling a strict limiter's
-	// penalty holds pull the accepted rate far under what it allows.
+	// share of its upper reading: after a burst at the ceiling a strict
+	// limiter's penalty holds pull the accepted rate far under what it
+	// allows. The same as beta: a cut of the one kind compounded with the
+	// other (0.35) took a strict bucket of 8/s 12 s to reach.
 	heldFloor float64
+	// bisect: a refusal right after a decrease, or at a start, is a bound
+	// on the limit, not a reading: the approach aims at the geometric mean
+	// of the restart and the bound. Off only in TestEstimateStartsFast's
+	// control.
+	bisect bool
+	// restart: with no reading of the limit (the first refusal, at the
+	// ceiling's pace; a limit that moved down), the pace restarts from this
+	// share of the refused rate, a halving.
+	restart float64
 	// calm: a refusal later than this after the latest decrease starts a
 	// new episode (its estimate is what the fleet got answered).
 	calm time.Duration
@@ -75,7 +86,9 @@ func defaultTuning(late time.Duration) tuning {
 		late:         late,
 		slack:        SendSlack + epochPrecision,
 		beta:         0.7,
-		heldFloor:    0.5,
+		heldFloor:    0.7,
+		restart:      0.5,
+		bisect:       true,
 		calm:         2 * time.Second,
 		jitterMemory: 30 * time.Second,
 		measureMin:   2 * time.Second,
@@ -104,7 +117,7 @@ func (t tuning) array() []float64 {
 		t.beta, t.heldFloor, t.calm.Seconds(), t.jitterMemory.Seconds(),
 		t.measureMin.Seconds(), t.measureMax.Seconds(),
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
-		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess),
+		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 	}
 }
 
