@@ -661,7 +661,7 @@ BEGIN
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
                 END IF;
-                IF t[20] > 0 AND v_hurried AND v_sent < s.est * 0.999 AND s.est < s.rate * 0.999 AND p_retry > 0
+                IF t[20] > 0 AND v_hurried AND v_sent < s.est * 0.999 AND v_sent >= t[19] AND s.est < s.rate * 0.999 AND p_retry > 0
                    AND NOT s.est_guess AND (s.cut_below OR s.jitter_at > 0 AND s.jitter_at >= s.est_at) THEN
                     -- A destination that holds the fleet refused a pace below
                     -- the estimate, the pace a reading said was accepted (a
@@ -675,7 +675,10 @@ BEGIN
                     -- a reading: the climb past it starts after half an
                     -- approach, not a whole one. (A probe's refusal comes
                     -- past the reading; at a start there is no reading, or
-                    -- the ceiling's.)
+                    -- the ceiling's. Under t[19] the climb back from a
+                    -- wrong guess is slowed too, by a minute: a fixed
+                    -- window of 2/s, paced just over its quota, is refused
+                    -- in pairs and was taken for a drop.)
                     v_est := LEAST(v_est, GREATEST(v_sent * t[21], LEAST(t[19], v_est_max)));
                     v_est_max := v_est;
                     v_guess := true;
