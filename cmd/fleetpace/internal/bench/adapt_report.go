@@ -94,7 +94,8 @@ func medianRow(c cell, bound int, allowance float64, runs []RunFigures) AdaptRow
 }
 
 // pickNever is the median of a figure where -1 means never: never counts
-// as the longest.
+// as the longest, and a median of an even count that averages never in is
+// never.
 func pickNever(runs []RunFigures, get func(RunFigures) float64) float64 {
 	var xs []float64
 	never := false
@@ -106,7 +107,7 @@ func pickNever(runs []RunFigures, get func(RunFigures) float64) float64 {
 		xs = append(xs, v)
 	}
 	m := median(xs)
-	if never && m >= 1e18 {
+	if never && m >= 1e17 {
 		return -1
 	}
 	return m

@@ -204,3 +204,28 @@ func TestAdaptJudge(t *testing.T) {
 		t.Error("an aws row judged")
 	}
 }
+
+// A median over runs counts never as the longest: of two runs, one never
+// makes the median never (not the mean of a figure and a sentinel).
+func TestPickNever(t *testing.T) {
+	reach := func(rs ...float64) float64 {
+		var runs []RunFigures
+		for _, r := range rs {
+			runs = append(runs, RunFigures{Reach: r})
+		}
+		return pickNever(runs, func(r RunFigures) float64 { return r.Reach })
+	}
+	for _, c := range []struct {
+		runs []float64
+		want float64
+	}{
+		{[]float64{5, -1}, -1},
+		{[]float64{5, 7}, 6},
+		{[]float64{5, -1, 7}, 7},
+		{[]float64{-1, -1, 7}, -1},
+	} {
+		if got := reach(c.runs...); got != c.want {
+			t.Errorf("median of %v: %v, want %v", c.runs, got, c.want)
+		}
+	}
+}
