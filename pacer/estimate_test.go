@@ -3,6 +3,7 @@ package pacer
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -132,10 +133,12 @@ func TestEstimateFindsTheLimit(t *testing.T) {
 // ceiling of 20/s: the first refusal halves the ceiling's pace, and a
 // refusal right after a decrease bounds the limit instead of reading it,
 // so the approach bisects instead of climbing back to where it was
-// refused. The fleet reaches 0.85 of the limit for 5 s within 7 s of the
-// start (the bar is 10 s in the benchmark). The control, without
-// the start's rules (no restart, no bisection, the held floor at half of
-// an estimate already cut), reaches it later.
+// refused. Over three seeds the fleet reaches 0.85 of the limit for 5 s
+// within 7 s of the start, in the median (the bar is 10 s in the
+// benchmark; single runs read 4.0–5.5 s). The control, without the start's
+// rules (no restart, no bisection, the held floor at half of an estimate
+// already cut), reaches it later in the median (12–13 s; one run in 20
+// read 5.5 s).
 func TestEstimateStartsFast(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
@@ -143,23 +146,31 @@ func TestEstimateStartsFast(t *testing.T) {
 	t.Parallel()
 	rule := fakedest.Rule{Rate: 8, Burst: 1}
 	run := func(rules bool) time.Duration {
-		r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: rule,
-			duration: 40 * time.Second, latency: 20 * time.Millisecond, seed: 1,
-			tune: func(tu *tuning) {
-				if !rules {
-					tu.restart, tu.bisect, tu.heldFloor = 1, false, 0.5
-				}
-			}})
-		reach := r.settled(8, 0.85) - 5*time.Second
-		t.Logf("start rules %v: 0.85 for 5 s from %.1fs\n%s\n%s", rules, reach.Seconds(), r, r.timeline())
-		return reach
+		var reach []time.Duration
+		for seed := uint64(1); seed <= 3; seed++ {
+			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: rule,
+				duration: 40 * time.Second, latency: 20 * time.Millisecond, seed: seed,
+				tune: func(tu *tuning) {
+					if !rules {
+						tu.restart, tu.bisect, tu.heldFloor = 1, false, 0.5
+					}
+				}})
+			at := r.settled(8, 0.85) - 5*time.Second
+			if at < 0 {
+				at = time.Hour // never
+			}
+			reach = append(reach, at)
+			t.Logf("start rules %v, seed %d: 0.85 for 5 s from %.1fs\n%s\n%s", rules, seed, at.Seconds(), r, r.timeline())
+		}
+		slices.Sort(reach)
+		return reach[1]
 	}
 	reach := run(true)
-	if reach < 0 || reach > 7*time.Second {
-		t.Errorf("the fleet held 0.85 of the limit for 5 s from %.1fs, want within 7 s", reach.Seconds())
+	if reach > 7*time.Second {
+		t.Errorf("the fleet held 0.85 of the limit for 5 s from %.1fs (median of 3), want within 7 s", reach.Seconds())
 	}
-	if control := run(false); control >= 0 && control <= reach {
-		t.Errorf("the control (no start rules) reached 0.85 at %.1fs, as soon as the rules (%.1fs): the test proves nothing", control.Seconds(), reach.Seconds())
+	if control := run(false); control <= reach {
+		t.Errorf("the control (no start rules) reached 0.85 at %.1fs (median of 3), as soon as the rules (%.1fs): the test proves nothing", control.Seconds(), reach.Seconds())
 	}
 }
 
