@@ -348,6 +348,9 @@ WHERE p.name = s.platform
 --        pace restarts from this share of the refused rate
 --   t[22] 1: a refused rate that only bounds the limit is bisected (0: not,
 --        a test's control)
+--   t[23] steep: once the cubic climb is this share past the reading
+--        without a refusal, the limit has moved up: the climb doubles the
+--        pace every t[24] seconds from there (0: the cubic all along)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -373,8 +376,8 @@ $$;
 -- (seconds, on the climb's clock) after the estimate was set: from just
 -- under est (1 - t[3]) it climbs to just under est_max, fast at first and
 -- flat at the end (a cubic over t[1] seconds), then past it ever faster
--- (× 1 + t[2]·x³); never faster than the ceiling. No estimate: the
--- ceiling.
+-- (× 1 + t[2]·x³, and once that is × 1 + t[23], doubling every t[24]
+-- seconds); never faster than the ceiling. No estimate: the ceiling.
 CREATE OR REPLACE FUNCTION fleetpace_pace_climb(adapt text, rate float8, multiplier float8, est float8,
                                                 est_max float8, since float8, t float8[])
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -383,6 +386,9 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 WHEN since < t[1]
                 THEN 1.0 / LEAST(NULLIF(rate, 0), (1 - t[3]) * (GREATEST(est_max, est)
                                  - (GREATEST(est_max, est) - est) * power(1 - GREATEST(since, 0) / t[1], 3)))
+                WHEN t[23] > 0 AND t[2] * power(since - t[1], 3) > t[23]
+                THEN 1.0 / LEAST(NULLIF(rate, 0), (1 - t[3]) * GREATEST(est_max, est) * (1 + t[23])
+                                 * power(2, (since - t[1] - cbrt(t[23] / t[2])) / t[24]))
                 ELSE 1.0 / LEAST(NULLIF(rate, 0), (1 - t[3]) * GREATEST(est_max, est) * (1 + t[2] * power(since - t[1], 3)))
            END
 $$;

@@ -816,19 +816,7 @@ func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 func TestSlowClimbCountsRequests(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
-	ctx := context.Background()
-	// probeAt is when the pace first passes 1.05 × est (the estimate and its
-	// upper reading one), seconds after the estimate was set.
-	probeAt := func(tune tuning, est float64) float64 {
-		t.Helper()
-		var at float64
-		err := pool.QueryRow(ctx, `SELECT min(s) FROM generate_series(0, 600, 0.05) AS s
-			WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $1, s, $2) > 1.05 * $1`, est, tune.array()).Scan(&at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
+	probeAt := func(tune tuning, est float64) float64 { return paceCrosses(t, pool, tune, est, 1.05) }
 	tune := defaultTuning(DefaultLateBudget)
 	fast, slow, slower := probeAt(tune, 8), probeAt(tune, 2), probeAt(tune, 1)
 	if atRate := probeAt(tune, tune.climbRate); math.Abs(atRate-fast) > 0.1 {

@@ -2,7 +2,7 @@ package pacer
 
 import (
 	"context"
-	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -12,29 +12,37 @@ import (
 )
 
 // A process that receives a Retry-After holds at once, before its report
-// reaches the database: its callers sleeping on slots give them back and
-// its new reservations are denied without a round trip, while the report
-// itself still waits for the row (locked here by another transaction).
-// Once the report lands, the hold is the fleet's. Without the local hold
-// (the control) the sleeping caller would keep its slot until the report's
-// event arrived.
+// reaches the database: none of its slots goes inside the hold and its new
+// reservations are denied without a round trip, while the report itself
+// still waits for the row (locked here by another transaction). A slot
+// that comes meanwhile waits for the report's answer; once the report
+// lands, the hold is the fleet's, and the report's answer has moved the
+// process's slots past the hold with the fleet's other slots: they are kept
+// and go there — not given back, which left holes in the fleet's schedule
+// after the hold.
 func TestRetryAfterHoldsTheProcessAtOnce(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t, platformSpec{name: "held", rate: 2, adapt: "estimate"})
 	clk := clocktest.New()
 	p := fakePacer(t, url, clk, nil)
 	ctx := context.Background()
+	start := clk.Now()
 	first, err := p.Reserve(ctx, "held", time.Minute)
 	if err != nil || !first.Granted {
 		t.Fatalf("%+v %v", first, err)
 	}
-	later, err := p.Reserve(ctx, "held", time.Minute) // 500 ms out
-	if err != nil || !later.Granted || later.Wait <= 0 {
-		t.Fatalf("%+v %v", later, err)
+	sleep := func() (*Reservation, chan error) {
+		r, err := p.Reserve(ctx, "held", time.Minute)
+		if err != nil || !r.Granted || r.Wait <= 0 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		slept := make(chan error, 1)
+		go func() { slept <- p.Sleep(ctx, &r) }()
+		return &r, slept
 	}
-	slept := make(chan error, 1)
-	go func() { slept <- p.Sleep(ctx, &later) }()
-	clocktest.WaitSleepers(t, clk, 1)
+	_, early := sleep() // 500 ms out
+	late, lateSlept := sleep()
+	clocktest.WaitSleepers(t, clk, 2)
 
 	// Another transaction holds the pace row: the report cannot land yet.
 	tx, err := pool.Begin(ctx)
@@ -53,8 +61,14 @@ func TestRetryAfterHoldsTheProcessAtOnce(t *testing.T) {
 		}
 		reported <- r
 	}()
-	if err := <-slept; !errors.Is(err, ErrGivenBack) {
-		t.Fatalf("the sleeping caller: %v, want ErrGivenBack at once", err)
+	waitFor(t, "the process held while its report waits for the row", func() bool { return p.heldLocally("held") > 9*time.Second })
+	// The early slot comes while the report is on its way: it waits.
+	clk.Advance(600 * time.Millisecond)
+	waitFor(t, "the early slot waiting for the report's answer", func() bool { return p.gated.Load() >= 1 })
+	select {
+	case err := <-early:
+		t.Fatalf("the early slot went (%v) inside the hold", err)
+	default:
 	}
 	r, err := p.Reserve(ctx, "held", time.Second)
 	if err != nil || r.Granted || r.Wait < 9*time.Second {
@@ -74,6 +88,33 @@ func TestRetryAfterHoldsTheProcessAtOnce(t *testing.T) {
 	other := fakePacer(t, url, clk, nil)
 	if r, err := other.Reserve(ctx, "held", time.Second); err != nil || r.Granted {
 		t.Fatalf("another process during the hold: %+v %v, want denied", r, err)
+	}
+
+	// Both slots were moved past the hold, a spacing apart, and kept.
+	clocktest.WaitSleepers(t, clk, 2)
+	var dues []time.Time
+	p.mu.Lock()
+	for w := range p.local["held"].waiters {
+		if w.givenBack {
+			t.Errorf("a slot was given back: a hole after the hold")
+		}
+		dues = append(dues, w.due)
+	}
+	held := p.local["held"].held
+	p.mu.Unlock()
+	slices.SortFunc(dues, time.Time.Compare)
+	if len(dues) != 2 || dues[0].Before(held) || dues[0].Sub(start) > 11*time.Second || dues[1].Sub(dues[0]) < 400*time.Millisecond {
+		t.Fatalf("slots due %v, want two, the first at the hold's end (%s after the start), a spacing apart",
+			dues, held.Sub(start))
+	}
+	for i, slept := range []chan error{early, lateSlept} {
+		clk.Advance(dues[i].Sub(clk.Now()))
+		if err := <-slept; err != nil {
+			t.Fatalf("slot %d, moved past the hold: %v, want sent", i, err)
+		}
+	}
+	if late.Slot.Sub(start) < 10*time.Second {
+		t.Fatalf("the later slot went at %s, inside the hold", late.Slot.Sub(start))
 	}
 }
 
@@ -206,6 +247,61 @@ func TestEstimateFollowsADrop(t *testing.T) {
 	}
 	if control := run(false); control <= stop {
 		t.Errorf("the control (no drop rule) stopped refusals %.1fs after the drop, as soon as the rule (%.1fs): the test proves nothing", control.Seconds(), stop.Seconds())
+	}
+}
+
+// A limit that doubles mid-run (a token bucket of 8/s, then 16/s): the
+// climb past the reading steepens once it is 10 % past without a refusal,
+// and the fleet delivers ≥ 0.85 × the new limit for 5 s within 30 s of the
+// rise: 24–25 s in five runs with the rise 2 s after a probe's cut, the
+// worst case (29 s without the steep climb); 16.5 s with the rise at 31 s
+// (22 s without).
+func TestEstimateFollowsARise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	const rise = 23300 * time.Millisecond
+	r := runSim(t, simConfig{procs: 3, callers: 50, rate: 20, rule: fakedest.Rule{Rate: 8, Burst: 1},
+		changes:  []simChange{{rise, fakedest.Rule{Rate: 16, Burst: 1}}},
+		duration: 70 * time.Second, latency: 5 * time.Millisecond, seed: 1})
+	reach := time.Duration(-1)
+	for from := rise; from+5*time.Second <= r.cfg.duration; from += 500 * time.Millisecond {
+		if r.goodput(from, from+5*time.Second, 16) >= 0.85 {
+			reach = from - rise
+			break
+		}
+	}
+	t.Logf("≥ 0.85 × the new limit for 5 s from %s after the rise\n%s\n%s", reach, r, r.timeline())
+	if reach < 0 || reach > 30*time.Second {
+		t.Errorf("the fleet delivered ≥ 0.85 × the doubled limit for 5 s from %s after the rise (-1: never), want within 30 s", reach)
+	}
+	if w := r.maxWindow(); w > 21 {
+		t.Errorf("%d requests in one second, over the ceiling + burst (21)", w)
+	}
+}
+
+// The climb past the reading is a cubic until it is steep (10 %) past it
+// without a refusal, then doubles the pace every steepDouble: a limit that
+// doubled is found seconds sooner, and the probe just past the reading
+// comes when it did. The control: the cubic all along.
+func TestClimbSteepensPastTheReading(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	passes := func(tune tuning, share float64) float64 { return paceCrosses(t, pool, tune, 8, share) }
+	tune := defaultTuning(DefaultLateBudget)
+	control := tune
+	control.steep = 0
+	if probe, want := passes(tune, 1.05), passes(control, 1.05); math.Abs(probe-want) > 0.06 {
+		t.Errorf("the pace passes 1.05 × the reading at %.2f s, the cubic's at %.2f s: the probe moved", probe, want)
+	}
+	double, slow := passes(tune, 2), passes(control, 2)
+	t.Logf("twice the reading after %.2f s (the cubic: %.2f s)", double, slow)
+	if max := tune.approach.Seconds() + 11; double > max {
+		t.Errorf("the pace passes twice the reading after %.2f s, want ≤ %.0f s", double, max)
+	}
+	if slow < double+3 {
+		t.Errorf("the control passes twice the reading after %.2f s, not 3 s later than the steep climb (%.2f s): the test proves nothing", slow, double)
 	}
 }
 

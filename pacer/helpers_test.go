@@ -441,3 +441,17 @@ func (p *proxy) acceptedCount() int {
 	defer p.mu.Unlock()
 	return p.accepted
 }
+
+// paceCrosses is when the adaptive pace first passes share × est (the
+// estimate and its upper reading one), seconds after the estimate was set
+// (fleetpace_pace_adaptive, under a ceiling of 100/s).
+func paceCrosses(t *testing.T, pool *pgxpool.Pool, tune tuning, est, share float64) float64 {
+	t.Helper()
+	var at float64
+	err := pool.QueryRow(context.Background(), `SELECT min(s) FROM generate_series(0, 600, 0.05) AS s
+		WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $1, s, $2) > $3 * $1`, est, tune.array(), share).Scan(&at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at
+}

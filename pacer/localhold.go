@@ -6,11 +6,18 @@ import "time"
 // 0 with a Reset), holds the whole fleet once its report reaches the
 // database (a round trip, longer while the database is busy). The process
 // that received it holds at once: from that instant it sends nothing more to the
-// platform until the hold ends — the slots its callers sleep on are given
-// back (they reserve again and are denied), blocks are dropped, and new
-// reservations are denied without a round trip. A platform whose
-// re-spacing is off (respace = false: granted slots stand) is not held
-// locally either.
+// platform until the hold ends: blocks are dropped, new reservations are
+// denied without a round trip, and a slot its callers sleep on does not go
+// inside the hold. While the report is on its way such a slot waits behind
+// the gate (closeGate), and the report's answer moves it past the hold with
+// the fleet's other slots; one still inside the hold when the gate opens
+// (the report did not land) is given back then. Giving them all back at
+// once left holes in the fleet's schedule after the hold: the fleet's other
+// slots move past the hold, these came back at the cursor's end, and a
+// strict bucket at 8/s lost four requests a refusal. Without a gate (a
+// key's hold, a degraded slot) they are given back at once. A platform
+// whose re-spacing is off (respace = false: granted slots stand) is not
+// held locally either.
 
 // holdFor is how long f asks the fleet to hold from now: a pressure's
 // Retry-After (always honoured), at most MaxHold.
@@ -35,11 +42,25 @@ func (p *Pacer) holdLocally(platform string, d time.Duration) {
 	st.hold = maxTime(st.hold, until) // degraded pacing honours it too
 	p.dropBlock(st)
 	for w := range st.waiters {
-		if w.givenBack || !w.due.Before(until) {
+		if w.givenBack || !w.due.Before(until) || st.gate != nil && w.shared && !isKeyRow(platform) {
 			continue
 		}
 		p.giveBack(w)
 	}
+}
+
+// heldAt tells whether this process holds w's platform (or its key) itself
+// at due. Call with p.mu held.
+func (p *Pacer) heldAt(w *waiter, due time.Time) bool {
+	if st := p.local[w.platform]; st != nil && st.held.After(due) {
+		return true
+	}
+	if w.key != "" {
+		if st := p.local[rowName(w.platform, w.key)]; st != nil && st.held.After(due) {
+			return true
+		}
+	}
+	return false
 }
 
 // heldLocally is how long this process still holds platform itself (0:

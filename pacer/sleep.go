@@ -65,11 +65,17 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	for {
 		p.mu.Lock()
 		due, gone, gate := w.due, w.givenBack, p.gateOf(w)
+		d := due.Sub(p.clock.Now())
+		if !gone && d <= 0 && gate == nil && p.heldAt(w, due) {
+			// A hold this process received, and no answer moved the slot
+			// past it (holdLocally).
+			p.giveBack(w)
+			gone = true
+		}
 		p.mu.Unlock()
 		if gone {
 			return fmt.Errorf("pacer: sleep %s: %w", res.Platform, ErrGivenBack)
 		}
-		d := due.Sub(p.clock.Now())
 		if d <= 0 && gate == nil {
 			break
 		}

@@ -75,6 +75,13 @@ type tuning struct {
 	// its limit down: restart from a guess (docs/design.md, "Adaptive
 	// pacing"). Off only in TestEstimateFollowsADrop's control.
 	dropGuess bool
+	// steep: once the cubic climb has gone this far past the reading
+	// without a refusal, the limit has moved up (or the reading was low):
+	// the climb then doubles the pace every steepDouble, so a limit that
+	// doubled is found in seconds, not in the cubic's minute. 0: the
+	// cubic all along (a test's control).
+	steep       float64
+	steepDouble time.Duration
 }
 
 // defaultTuning is the pacer's tuning.
@@ -102,6 +109,8 @@ func defaultTuning(late time.Duration) tuning {
 		probeSteps:   probeSteps,
 		climbRate:    4,
 		dropGuess:    true,
+		steep:        0.1,
+		steepDouble:  4 * time.Second,
 	}
 }
 
@@ -118,6 +127,7 @@ func (t tuning) array() []float64 {
 		t.measureMin.Seconds(), t.measureMax.Seconds(),
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
+		t.steep, t.steepDouble.Seconds(),
 	}
 }
 
