@@ -160,10 +160,8 @@ ALTER TABLE fleetpace_pace
 --                   the time constant of that average: the longest hold a
 --                   destination asked for lately (a window's length), and
 --                   when it was seen
---   jitter_at       the end of the hold of the last lone refusal below the
---                   estimate (jitter; its time without a hold), when the
---                   plateau restarted: a second one soon after is a real
---                   lower limit
+--   jitter_at       the last lone refusal below the estimate (jitter): a
+--                   second one soon after is a real lower limit
 --   held_at         the last Retry-After the destination answered: while
 --                   recent, what it accepted per unit of time, holds
 --                   included, bounds the estimate
@@ -616,13 +614,11 @@ BEGIN
                AND v_now - s.jitter_at >= t[9] AND NOT s.est_guess THEN
                 -- A lone refusal below the estimate while nearly everything
                 -- is accepted: jitter (a request that left late, one that
-                -- arrived early). Keep the estimate; start the plateau again
-                -- when the hold ends (so calm, too, counts from there: a
-                -- limit that dropped is refused again right after the hold).
+                -- arrived early). Keep the estimate; start the plateau again.
                 v_effect := 7;
                 v_est_max := s.est;
-                v_est_at := GREATEST(v_now, LEAST(v_hold, v_now + t[11]));
-                s.jitter_at := v_est_at;
+                v_est_at := v_now;
+                s.jitter_at := v_now;
             ELSE
                 -- The refusal came at v_sent. What the destination accepted
                 -- of what the fleet sent there is the limit's upper reading

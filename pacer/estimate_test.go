@@ -219,11 +219,10 @@ func TestEstimateStartsFast(t *testing.T) {
 // Retry-After): refused below its reading (a refusal taken for jitter, or
 // one that began an episode) and again right after, the fleet takes the
 // limit for moved and restarts from a guess instead of approaching the old
-// reading again; the refusals stop within 3 s (1.2 s here, 1.2–1.9 s
-// over many runs), and what follows still delivers. The control, without
-// that rule, approaches the old reading and crosses the new limit again
-// (refusals went on for 2.4 s, a second refusal cutting by beta; 3.6–12.8 s
-// while calm counted from a jitter's refusal instead of its hold's end).
+// reading again; the refusals stop within 3 s (1.2–1.9 s in 34 runs), and
+// what follows still delivers. The control, without that rule, approaches
+// the old reading and crosses the new limit again (refusals went on for
+// 3.6–12.8 s).
 func TestEstimateFollowsADrop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
