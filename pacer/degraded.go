@@ -34,7 +34,7 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 	}
 	now := p.clock.Now()
 	res.Multiplier = st.mult
-	slot := maxTime(now, st.tat, st.hold)
+	slot := maxTime(now, st.tat, st.hold, st.sharedEnd)
 	res.Wait = slot.Sub(now)
 	if res.Wait > maxWait {
 		p.denied.Add(1)

@@ -147,6 +147,7 @@ type localState struct {
 	held      time.Time     // this process holds until then: a Retry-After it received (holdLocally)
 	noRespace bool          // the platform's respace is off: slots stand as granted, no local hold either
 	tat       time.Time     // local GCRA cursor (burst 1) for degraded pacing
+	sharedEnd time.Time     // a degraded period starts no earlier: after the slots the row may have granted (reserveShared)
 	block     []blockSlot   // slots reserved in a block, not handed out yet, in time order
 	fetching  chan struct{} // a block statement is on its way (blockLeader); closed when it returns
 	gate      chan struct{} // reports that slow the platform down are on their way (closeGate); closed when the last returns

@@ -20,13 +20,8 @@ import (
 // the shared row paces everyone). Exact times, local and shared, on an
 // injected clock the statements take too, with a proxy to cut.
 func TestRecoveryAfterAnOutage(t *testing.T) {
-	dbURL, pool := setup(t)
 	ctx := context.Background()
-	addPlatform(t, pool, platformSpec{name: "rec", rate: 20, burst: 1})
-	px, proxied := behindProxy(t, dbURL)
-	clk := clocktest.New()
-	p := fakePacer(t, proxied, clk, func(c *Config) { c.PollOnly = true; c.Latch = time.Second })
-	p.SetFleetSize(3) // local spacing (3+1) / 20 = 200ms; horizon 500ms; recovery 1.5s
+	_, px, clk, p := outageFleet(t, "rec") // local spacing (3+1) / 20 = 200ms; horizon 500ms; recovery 1.5s
 
 	if r, err := p.Reserve(ctx, "rec", time.Minute); err != nil || !r.Granted || r.Degraded {
 		t.Fatalf("shared reservation: %+v %v", r, err)
@@ -106,4 +101,55 @@ func behindProxy(t *testing.T, dbURL string) (*proxy, string) {
 	px := newProxy(t, u.Host)
 	u.Host = px.addr()
 	return px, u.String()
+}
+
+// A process that goes degraded starts pacing locally only after every slot
+// the row had granted when it last reached it (the others' too), and as
+// many more as were then ahead of now: the others may still reserve until
+// the database goes, and their slots go out. Starting from its own last
+// slot instead, a process put 22 requests in a 1-s window under a bound of
+// 21 (TestDegradedProcessesKeepTheCeiling, under load).
+func TestDegradedStartsAfterTheRowsSlots(t *testing.T) {
+	ctx := context.Background()
+	dbURL, px, clk, p := outageFleet(t, "gone") // local spacing 200 ms, horizon 500 ms
+	start := clk.Now()
+	other := fakePacer(t, dbURL, clk, nil)
+	for range 10 { // the row's slots 0–450 ms
+		if r, err := other.Reserve(ctx, "gone", time.Minute); err != nil || !r.Granted {
+			t.Fatalf("another process's reservation: %+v %v", r, err)
+		}
+	}
+	r, err := p.Reserve(ctx, "gone", time.Minute)
+	if err != nil || !r.Granted || r.Degraded || (r.Wait-500*time.Millisecond).Abs() > time.Millisecond {
+		t.Fatalf("shared reservation: %+v %v, want the slot at 500 ms", r, err)
+	}
+	// The row's cursor was 550 ms ahead: no local slot before 1.1 s (its
+	// own last slot + the local spacing would be 700 ms).
+	px.setCut(true)
+	for {
+		r, err := p.Reserve(ctx, "gone", time.Minute)
+		if err != nil || !r.Degraded {
+			t.Fatalf("reservation with the database gone: %+v %v, want degraded", r, err)
+		}
+		if r.Granted {
+			if at := clk.Now().Add(r.Wait).Sub(start); (at - 1100*time.Millisecond).Abs() > time.Millisecond {
+				t.Fatalf("the first local slot at %s, want at 1.1 s, after the row's slots and as many more", at)
+			}
+			return
+		}
+		clk.Advance(r.Wait)
+	}
+}
+
+// outageFleet is a platform of 20/s (burst 1) and a pacer on the fake clock
+// reaching the database through a proxy to cut (latch 1 s, no listener),
+// one of a fleet of three.
+func outageFleet(t *testing.T, platform string) (dbURL string, px *proxy, clk *clocktest.Fake, p *Pacer) {
+	dbURL, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: platform, rate: 20, burst: 1})
+	px, proxied := behindProxy(t, dbURL)
+	clk = clocktest.New()
+	p = fakePacer(t, proxied, clk, func(c *Config) { c.PollOnly = true; c.Latch = time.Second })
+	p.SetFleetSize(3)
+	return dbURL, px, clk, p
 }
