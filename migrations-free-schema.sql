@@ -351,6 +351,9 @@ WHERE p.name = s.platform
 --   t[23] steep: once the cubic climb is this share past the reading
 --        without a refusal, the limit has moved up: the climb doubles the
 --        pace every t[24] seconds from there (0: the cubic all along)
+--   t[25] guard: within t[8] of the estimate's setting (a refusal's hold
+--        and the calm after it) the fleet settles t[25] × t[3] under the
+--        curve instead of t[3] (1: no guard)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -398,12 +401,21 @@ $$;
 -- clock runs slower in proportion, so a slow destination is probed past
 -- its limit after as many requests as one at t[19], not after as many
 -- seconds: each probe costs a refusal (a fixed window of 2/s, climbing on
--- the clock of 8/s, refused 5 %).
+-- the clock of 8/s, refused 5 %). Where the estimate is a reading (not a
+-- bound: est_max no higher), within t[8] of its setting (the refusal's
+-- hold and the calm after it, seconds on the real clock) the margin is
+-- t[25] times wider: a refusal in that time is read as the decrease not
+-- being enough (a deeper cut, or a limit that dropped), and on a loaded
+-- machine a request 5–10 ms late at a strict limiter's 4 % edge made that
+-- reading of plain jitter.
 CREATE OR REPLACE FUNCTION fleetpace_pace_adaptive(adapt text, rate float8, multiplier float8, est float8,
                                                    est_max float8, since float8, t float8[])
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT fleetpace_pace_climb(adapt, rate, multiplier, est, est_max,
-                                since * LEAST(1.0, GREATEST(est_max, est) / NULLIF(t[19], 0)), t)
+    SELECT CASE WHEN adapt <> 'multiplier' AND est > 0 AND est >= est_max * 0.99 AND since < t[8] AND COALESCE(t[25], 1) > 1
+                THEN GREATEST(c * (1 - t[3]) / GREATEST(1 - t[3] * t[25], 0.5), 1.0 / NULLIF(rate, 0))
+                ELSE c END
+    FROM fleetpace_pace_climb(adapt, rate, multiplier, est, est_max,
+                              since * LEAST(1.0, GREATEST(est_max, est) / NULLIF(t[19], 0)), t) AS c
 $$;
 
 -- fleetpace_pace_interval is a platform's effective spacing at now: the

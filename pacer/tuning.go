@@ -82,6 +82,14 @@ type tuning struct {
 	// cubic all along (a test's control).
 	steep       float64
 	steepDouble time.Duration
+	// guard: within calm of the estimate's setting (the refusal's hold and
+	// the calm after it) the fleet settles guard × margin under the curve.
+	// A refusal then reads as a decrease that was not enough (a deeper cut,
+	// or a limit that dropped); on a loaded machine requests 5–10 ms late
+	// at a strict limiter of 8/s (4 % is 5 ms) made that reading of plain
+	// jitter, and the pace spent 20 s at half the limit. 1: no guard (a
+	// test's control).
+	guard float64
 }
 
 // defaultTuning is the pacer's tuning.
@@ -111,6 +119,7 @@ func defaultTuning(late time.Duration) tuning {
 		dropGuess:    true,
 		steep:        0.1,
 		steepDouble:  4 * time.Second,
+		guard:        3,
 	}
 }
 
@@ -127,7 +136,7 @@ func (t tuning) array() []float64 {
 		t.measureMin.Seconds(), t.measureMax.Seconds(),
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
-		t.steep, t.steepDouble.Seconds(),
+		t.steep, t.steepDouble.Seconds(), t.guard,
 	}
 }
 
