@@ -36,7 +36,11 @@ import (
 //
 // River's rescuer runs on the leader every 30 s (not configurable) and
 // leadership expires 15 s after a dead leader's last renewal, so the rescue
-// takes up to ~20 s after the kill even with --rescue-after 3s.
+// takes up to ~20 s after the kill even with --rescue-after 6s. The job
+// timeout (5 s) leaves room for a loaded machine: a job that times out with
+// its request in flight is retried by River within seconds, ahead of the
+// round, and its source is requested twice by design (a fresh-clone run
+// with --job-timeout 2s saw two jobs time out that way at the start).
 func TestKillNine(t *testing.T) {
 	t.Parallel()
 	const (
@@ -51,7 +55,7 @@ func TestKillNine(t *testing.T) {
 	for i := range 3 {
 		name := fmt.Sprintf("w%d", i+1)
 		ws[name] = startWorker(t, url, name, "--concurrency", fmt.Sprint(concurrency),
-			"--job-timeout", "2s", "--rescue-after", "3s")
+			"--job-timeout", "5s", "--rescue-after", "6s")
 	}
 	waitArrivals(t, d, "/k/", 30, 30*time.Second)
 

@@ -57,6 +57,23 @@ const wakeGranularity = 100 * time.Millisecond
 // wakeTimeout bounds one wake's statement.
 const wakeTimeout = 10 * time.Second
 
+// wakeSlack is how far past a hold's end a job snoozed for it may be
+// scheduled: the pacer's River middleware lengthens a snooze of up to 5 s
+// by up to a tenth to spread the jobs out (riverpace), and River adds the
+// time from the job's return to its executor reading the clock, which is
+// hundreds of ms on a loaded machine. A wake bounded by the end alone left
+// those jobs behind every job queued during the hold: a key held 10 s came
+// back 22 s after its 429 in a loaded fresh-clone run. A job woken that
+// was snoozed for a wait of its own just waits again.
+const wakeSlack = 2 * time.Second
+
+// wakeRetry is how long a wake whose statement failed (the database did
+// not answer in time) waits before it tries again, up to wakeTries times.
+const (
+	wakeRetry = 500 * time.Millisecond
+	wakeTries = 5
+)
+
 // NewWaker returns a Waker that wakes jobs through db, timed by clk
 // (nil: the real clock). Stop it when done.
 func NewWaker(db DB, clk clock.Clock, logger *slog.Logger) *Waker {
@@ -68,8 +85,9 @@ func NewWaker(db DB, clk clock.Clock, logger *slog.Logger) *Waker {
 }
 
 // WakeAt asks for the jobs of platform (of key; "" for the platform's hold)
-// snoozed up to until to be woken at until. Asks for one hold's end
-// coalesce into one wake; after Stop it does nothing.
+// snoozed up to until (and wakeSlack after it) to be woken at until. Asks
+// for one hold's end coalesce into one wake; a wake the database fails is
+// tried again (wakeTries); after Stop it does nothing.
 func (w *Waker) WakeAt(platform, key string, until time.Time) {
 	until = until.Truncate(wakeGranularity).Add(wakeGranularity)
 	k := wakeAt{platform, key, until.UnixNano()}
@@ -84,17 +102,33 @@ func (w *Waker) WakeAt(platform, key string, until time.Time) {
 		w.mu.Lock()
 		delete(w.pending, k)
 		w.mu.Unlock()
-		ctx, cancel := context.WithTimeout(w.ctx, wakeTimeout)
-		defer cancel()
-		n, err := WakeHeld(ctx, w.db, platform, key, until)
-		switch {
-		case err != nil && w.ctx.Err() == nil:
-			// River's scheduler still brings the jobs back, later.
-			w.logger.Warn("could not wake the jobs of an ended hold", "platform", platform, "key", key, "err", err)
-		case n > 0:
-			w.logger.Debug("woke the jobs of an ended hold", "platform", platform, "key", key, "jobs", n)
+		for try := 1; ; try++ {
+			n, err := w.wake(platform, key, until.Add(wakeSlack))
+			switch {
+			case w.ctx.Err() != nil:
+				return
+			case err == nil:
+				if n > 0 {
+					w.logger.Debug("woke the jobs of an ended hold", "platform", platform, "key", key, "jobs", n)
+				}
+				return
+			case try == wakeTries:
+				// River's scheduler still brings the jobs back, later.
+				w.logger.Warn("could not wake the jobs of an ended hold", "platform", platform, "key", key, "tries", try, "err", err)
+				return
+			}
+			if clock.Sleep(w.ctx, w.clock, wakeRetry) != nil {
+				return
+			}
 		}
 	})
+}
+
+// wake runs one wake's statement, bounded by wakeTimeout.
+func (w *Waker) wake(platform, key string, until time.Time) (int64, error) {
+	ctx, cancel := context.WithTimeout(w.ctx, wakeTimeout)
+	defer cancel()
+	return WakeHeld(ctx, w.db, platform, key, until)
 }
 
 // Stop cancels the pending wakes and waits for a running one to end.
