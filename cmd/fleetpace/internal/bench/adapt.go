@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"path/filepath"
 	"time"
@@ -17,20 +15,14 @@ import (
 // schedules side by side. The zero value means defaults (but for
 // DatabaseURL).
 type AdaptConfig struct {
-	// DatabaseURL is a scratch database with the schema applied; the
-	// benchmark empties fleetpace's tables and River's jobs before every
-	// run. Required.
-	DatabaseURL string
-	// Executable is the fleetpace binary the workers run. Default: this
-	// process's own executable.
-	Executable string
-	// Workers is how many worker processes. Default DefaultAdaptWorkers.
-	Workers int
-	// Concurrency is each worker's --concurrency. Default: enough job slots
-	// that no platform waits for one — every platform's jobs sleep on the
-	// pacer at once, each up to the workers' --max-pacer-wait (1 s):
-	// 1.5 × platforms of a run × ceiling × 1 s / workers, at least 50.
-	Concurrency int
+	// Processes are the workers (the tables are emptied before every run)
+	// and where the benchmark reports: Dir receives nginx's logs too,
+	// Progress a line every 10 s and one per run. Workers defaults to
+	// DefaultAdaptWorkers; Concurrency to enough job slots that no
+	// platform waits for one — every platform's jobs sleep on the pacer at
+	// once, each up to the workers' --max-pacer-wait (1 s): 1.5 × platforms
+	// of a run × ceiling × 1 s / workers, at least 50.
+	Processes
 	// Ceiling is every platform's configured rate, requests/s. Default 20.
 	Ceiling float64
 	// Duration is one run of one model (its schedules side by side). Default
@@ -55,13 +47,6 @@ type AdaptConfig struct {
 	// NginxRate is nginx's limit_req rate, requests/s (with Nginx).
 	// Default DefaultAdaptNginxRate.
 	NginxRate int
-	// Dir receives the workers' logs (and nginx's). Default: a temporary
-	// directory, removed afterwards.
-	Dir string
-	// Progress receives a line every 10 s and one per run. Default: none.
-	Progress io.Writer
-	// Logger. Default: discard.
-	Logger *slog.Logger
 }
 
 // Sweep values.
@@ -82,12 +67,11 @@ const (
 )
 
 func (c *AdaptConfig) setDefaults() error {
-	c.Workers = cmp.Or(c.Workers, DefaultAdaptWorkers)
 	c.Ceiling = cmp.Or(c.Ceiling, DefaultAdaptCeiling)
 	c.Duration = cmp.Or(c.Duration, DefaultAdaptDuration)
 	c.Runs = cmp.Or(c.Runs, DefaultAdaptRuns)
 	c.NginxRate = cmp.Or(c.NginxRate, DefaultAdaptNginxRate)
-	return processDefaults("AdaptConfig", &c.Executable, &c.Progress, &c.Logger)
+	return c.Processes.setDefaults("AdaptConfig", DefaultAdaptWorkers, 0) // Concurrency: Adapt sizes it to the run
 }
 
 // knownModels are the models a run may choose from.
@@ -163,7 +147,7 @@ func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "adapt")
+	dir, pool, release, err := cfg.open(ctx, "adapt")
 	if err != nil {
 		return nil, err
 	}

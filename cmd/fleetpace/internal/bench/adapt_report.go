@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -214,8 +213,4 @@ func seconds(s float64) string {
 }
 
 // WriteJSON prints the result as JSON.
-func (r *AdaptResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *AdaptResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }

@@ -3,7 +3,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,9 +45,7 @@ func (c *DashboardConfig) setDefaults() {
 	c.Sources = cmp.Or(c.Sources, DefaultDashboardSources)
 	c.Platforms = cmp.Or(c.Platforms, DefaultDashboardPlatforms)
 	c.Runs = cmp.Or(c.Runs, DefaultDashboardRuns)
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
+	c.Progress = cmp.Or(c.Progress, io.Discard)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
@@ -253,8 +250,4 @@ func (r *DashboardResult) WriteText(w io.Writer) error {
 }
 
 // WriteJSON prints the result as one JSON object.
-func (r *DashboardResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *DashboardResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }

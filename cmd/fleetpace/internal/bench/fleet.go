@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -32,17 +30,10 @@ import (
 // optionally far away (a delaying proxy between the workers and
 // PostgreSQL). The zero value means defaults (but for DatabaseURL).
 type FleetConfig struct {
-	// DatabaseURL is a scratch database with the schema applied; the
-	// benchmark empties fleetpace's tables and River's jobs before every
-	// run. Required.
-	DatabaseURL string
-	// Executable is the fleetpace binary the workers run. Default: this
-	// process's own executable.
-	Executable string
-	// Workers is how many worker processes. Default 3.
-	Workers int
-	// Concurrency is each worker's --concurrency. Default 50.
-	Concurrency int
+	// Processes are the workers, 3 at concurrency 50 by default (the
+	// tables are emptied before every run), and where the benchmark
+	// reports (Progress: a line per run).
+	Processes
 	// Rates are the ceilings to run, requests/s. Default 50 and 500.
 	Rates []float64
 	// Burst is the platform's burst (and the destination's). Default: a
@@ -64,12 +55,6 @@ type FleetConfig struct {
 	Enforce bool
 	// WorkerArgs are added to every worker's command line (experiments).
 	WorkerArgs []string
-	// Dir receives the workers' logs. Default: a temporary directory.
-	Dir string
-	// Progress receives a line per run. Default: none.
-	Progress io.Writer
-	// Logger. Default: discard.
-	Logger *slog.Logger
 }
 
 // Defaults and targets of the whole-path benchmark.
@@ -94,38 +79,35 @@ func (c *FleetConfig) setDefaults() error {
 	if len(c.RTTs) == 0 {
 		c.RTTs = DefaultFleetRTTs
 	}
-	c.Workers = cmp.Or(c.Workers, DefaultFleetWorkers)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultFleetConcurrency)
 	c.Duration = cmp.Or(c.Duration, DefaultFleetDuration)
 	c.Runs = cmp.Or(c.Runs, 1)
-	return processDefaults("FleetConfig", &c.Executable, &c.Progress, &c.Logger)
+	return c.Processes.setDefaults("FleetConfig", DefaultFleetWorkers, DefaultFleetConcurrency)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
 // ErrInvalidConfig. It does not check DatabaseURL.
 func (c FleetConfig) Validate() error {
-	bad, err := checkProcesses("FleetConfig", c.setDefaults, &c.Workers, &c.Concurrency)
-	switch {
-	case err != nil:
-		return err
-	case c.Burst < 0:
-		return bad("Burst must be ≥ 1 (0: default), got %d", c.Burst)
-	case c.Duration <= fleetWarmup+2*time.Second:
-		return bad("Duration must be > %s, got %s", fleetWarmup+2*time.Second, c.Duration)
-	case c.Runs < 1:
-		return bad("Runs must be ≥ 1, got %d", c.Runs)
-	}
-	for _, r := range c.Rates {
-		if !(r > 0 && r <= 100_000) {
-			return bad("Rates must be in (0, 100000], got %g", r)
+	return c.Processes.check("FleetConfig", c.setDefaults, func(bad badField) error {
+		switch {
+		case c.Burst < 0:
+			return bad("Burst must be ≥ 1 (0: default), got %d", c.Burst)
+		case c.Duration <= fleetWarmup+2*time.Second:
+			return bad("Duration must be > %s, got %s", fleetWarmup+2*time.Second, c.Duration)
+		case c.Runs < 1:
+			return bad("Runs must be ≥ 1, got %d", c.Runs)
 		}
-	}
-	for _, d := range c.RTTs {
-		if d < 0 || d > 10*time.Second {
-			return bad("RTTs must be in [0, 10s], got %s", d)
+		for _, r := range c.Rates {
+			if !(r > 0 && r <= 100_000) {
+				return bad("Rates must be in (0, 100000], got %g", r)
+			}
 		}
-	}
-	return nil
+		for _, d := range c.RTTs {
+			if d < 0 || d > 10*time.Second {
+				return bad("RTTs must be in [0, 10s], got %s", d)
+			}
+		}
+		return nil
+	})
 }
 
 func (c FleetConfig) burst(rate float64) int {
@@ -169,10 +151,7 @@ type FleetResult struct {
 // Fleet runs the benchmark: for each rate and round trip, Runs runs of a
 // fresh fleet on fresh tables.
 func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
-	if err := prepare(&cfg, "FleetConfig", cfg.DatabaseURL); err != nil {
-		return nil, err
-	}
-	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "fleet")
+	dir, pool, release, err := prepare(ctx, &cfg, "FleetConfig", "fleet")
 	if err != nil {
 		return nil, err
 	}
@@ -218,8 +197,8 @@ func fleetRun(ctx context.Context, cfg FleetConfig, pool *pgxpool.Pool, rate flo
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row, err
 	}
-	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
-		return row, fmt.Errorf("empty the tables: %w", err)
+	if err := emptyTables(ctx, pool); err != nil {
+		return row, err
 	}
 	rule := fakedest.Rule{}
 	if cfg.Enforce {
@@ -360,7 +339,7 @@ func (r *FleetResult) WriteText(w io.Writer) error {
 	for _, row := range r.Rows {
 		fmt.Fprintf(tw, "%g\t%d\t%gms\t%.1f\t%.3f\t%d/%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n", row.Rate, row.Burst, row.RTTms,
 			row.Delivered, row.Goodput, row.MaxWindow, row.Bound, row.Limited, row.Enqueued, row.FromBlock, row.Discarded, row.Late,
-			map[bool]string{true: "met", false: "missed"}[row.Met()])
+			metOrMissed(row.Met()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -370,8 +349,4 @@ func (r *FleetResult) WriteText(w io.Writer) error {
 }
 
 // WriteJSON prints the result as JSON.
-func (r *FleetResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *FleetResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }

@@ -3,10 +3,8 @@ package bench
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,12 +27,10 @@ import (
 // and deliver, side by side with the platform alone. The zero value means
 // defaults (but for DatabaseURL).
 type KeysConfig struct {
-	// DatabaseURL is a scratch database with the schema applied (the
-	// whole-path part empties fleetpace's tables). Required.
-	DatabaseURL string
-	// Executable is the fleetpace binary the workers run. Default: this
-	// process's own executable.
-	Executable string
+	// Processes are the workers of the whole path (below; only it empties
+	// fleetpace's tables) and where the benchmark reports (Progress: a
+	// line per step).
+	Processes
 
 	// Runs of the reservation part; its figures are medians. Default 3.
 	Runs int
@@ -57,17 +53,11 @@ type KeysConfig struct {
 	// KeyRate (burst 1) under a platform at Rate (burst Rate / 50), for
 	// Duration (the first 8 s and the last second are not counted). 0
 	// Duration skips it. Defaults 3, 50, 2,000, 1/s, 500/s, 30 s.
-	Workers     int
-	Concurrency int
-	Keys        int
-	KeyRate     float64
-	Rate        float64
-	Duration    time.Duration
-	SkipPath    bool
-	// Progress receives a line per step. Default: none.
-	Progress io.Writer
-	// Logger. Default: discard.
-	Logger *slog.Logger
+	Keys     int
+	KeyRate  float64
+	Rate     float64
+	Duration time.Duration
+	SkipPath bool
 }
 
 // Defaults and targets of the keys benchmark.
@@ -95,46 +85,43 @@ func (c *KeysConfig) setDefaults() error {
 	c.Samples = cmp.Or(c.Samples, DefaultKeysSamples)
 	c.Callers = cmp.Or(c.Callers, DefaultKeysCallers)
 	c.IdleKeys = cmp.Or(c.IdleKeys, DefaultKeysIdleKeys)
-	c.Workers = cmp.Or(c.Workers, DefaultKeysWorkers)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultKeysConcurrency)
 	c.Keys = cmp.Or(c.Keys, DefaultKeysKeys)
 	c.ThroughputDuration = cmp.Or(c.ThroughputDuration, DefaultKeysThroughput)
 	c.Idle = cmp.Or(c.Idle, DefaultKeysIdle)
 	c.KeyRate = cmp.Or(c.KeyRate, DefaultKeysKeyRate)
 	c.Rate = cmp.Or(c.Rate, DefaultKeysRate)
 	c.Duration = cmp.Or(c.Duration, DefaultKeysDuration)
-	return processDefaults("KeysConfig", &c.Executable, &c.Progress, &c.Logger)
+	return c.Processes.setDefaults("KeysConfig", DefaultKeysWorkers, DefaultKeysConcurrency)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
 // ErrInvalidConfig. It does not check DatabaseURL.
 func (c KeysConfig) Validate() error {
-	bad, err := checkProcesses("KeysConfig", c.setDefaults, &c.Workers, &c.Concurrency)
-	switch {
-	case err != nil:
-		return err
-	case c.Runs < 1 || c.Runs > 100:
-		return bad("Runs must be in [1, 100], got %d", c.Runs)
-	case c.Samples < 10 || c.Samples > 1_000_000:
-		return bad("Samples must be in [10, 1000000], got %d", c.Samples)
-	case c.Callers < 1 || c.Callers > 64:
-		return bad("Callers must be in [1, 64], got %d", c.Callers)
-	case c.ThroughputDuration < 100*time.Millisecond || c.ThroughputDuration > time.Hour:
-		return bad("ThroughputDuration must be in [100ms, 1h], got %s", c.ThroughputDuration)
-	case c.IdleKeys < 1000 || c.IdleKeys > 1_000_000:
-		return bad("IdleKeys must be in [1000, 1000000], got %d", c.IdleKeys)
-	case c.Idle < time.Second || c.Idle > time.Hour:
-		return bad("Idle must be in [1s, 1h], got %s", c.Idle)
-	case c.Keys < 1 || c.Keys > 1_000_000:
-		return bad("Keys must be in [1, 1000000], got %d", c.Keys)
-	case !(c.KeyRate >= sources.MinRate && c.KeyRate <= sources.MaxRate):
-		return bad("KeyRate must be in [%g, %g], got %g", sources.MinRate, sources.MaxRate, c.KeyRate)
-	case !(c.Rate > 0 && c.Rate <= 100_000):
-		return bad("Rate must be in (0, 100000], got %g", c.Rate)
-	case !c.SkipPath && c.Duration <= fleetWarmup+2*time.Second:
-		return bad("Duration must be > %s, got %s", fleetWarmup+2*time.Second, c.Duration)
-	}
-	return nil
+	return c.Processes.check("KeysConfig", c.setDefaults, func(bad badField) error {
+		switch {
+		case c.Runs < 1 || c.Runs > 100:
+			return bad("Runs must be in [1, 100], got %d", c.Runs)
+		case c.Samples < 10 || c.Samples > 1_000_000:
+			return bad("Samples must be in [10, 1000000], got %d", c.Samples)
+		case c.Callers < 1 || c.Callers > 64:
+			return bad("Callers must be in [1, 64], got %d", c.Callers)
+		case c.ThroughputDuration < 100*time.Millisecond || c.ThroughputDuration > time.Hour:
+			return bad("ThroughputDuration must be in [100ms, 1h], got %s", c.ThroughputDuration)
+		case c.IdleKeys < 1000 || c.IdleKeys > 1_000_000:
+			return bad("IdleKeys must be in [1000, 1000000], got %d", c.IdleKeys)
+		case c.Idle < time.Second || c.Idle > time.Hour:
+			return bad("Idle must be in [1s, 1h], got %s", c.Idle)
+		case c.Keys < 1 || c.Keys > 1_000_000:
+			return bad("Keys must be in [1, 1000000], got %d", c.Keys)
+		case !(c.KeyRate >= sources.MinRate && c.KeyRate <= sources.MaxRate):
+			return bad("KeyRate must be in [%g, %g], got %g", sources.MinRate, sources.MaxRate, c.KeyRate)
+		case !(c.Rate > 0 && c.Rate <= 100_000):
+			return bad("Rate must be in (0, 100000], got %g", c.Rate)
+		case !c.SkipPath && c.Duration <= fleetWarmup+2*time.Second:
+			return bad("Duration must be > %s, got %s", fleetWarmup+2*time.Second, c.Duration)
+		}
+		return nil
+	})
 }
 
 // KeysResult is the benchmark's outcome.
@@ -199,10 +186,7 @@ type KeysPath struct {
 
 // Keys runs the benchmark.
 func Keys(ctx context.Context, cfg KeysConfig) (*KeysResult, error) {
-	if err := prepare(&cfg, "KeysConfig", cfg.DatabaseURL); err != nil {
-		return nil, err
-	}
-	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, "", "keys")
+	dir, pool, release, err := prepare(ctx, &cfg, "KeysConfig", "keys")
 	if err != nil {
 		return nil, err
 	}
@@ -229,9 +213,9 @@ func Keys(ctx context.Context, cfg KeysConfig) (*KeysResult, error) {
 // the figures are the statements'), blocks off (a key's slot is never
 // taken from a block).
 func keysReservations(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, res *KeysResult) error {
-	name := "bench-keys-" + strconv.Itoa(os.Getpid())
-	defer pool.Exec(context.WithoutCancel(ctx), `DELETE FROM fleetpace_platform WHERE name = $1`, name) //nolint:errcheck // best effort
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: name, RatePerSec: sources.MaxRate, Burst: 1}); err != nil {
+	name, remove, err := unlimitedPlatform(ctx, pool, "bench-keys-")
+	defer remove()
+	if err != nil {
 		return err
 	}
 	p, err := pacer.New(ctx, pacer.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: int32(max(cfg.Callers, 4)), MaxBlock: 1})
@@ -254,27 +238,13 @@ func keysReservations(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, r
 		}
 	}
 	for run := 1; run <= cfg.Runs; run++ {
-		lat := [2][]float64{}
-		for i := -50; i < cfg.Samples; i++ {
-			for j := range ops {
-				k := (i + 50 + j) % 2 // turning order
-				t0 := time.Now()
-				if err := ops[k](ctx); err != nil {
-					return err
-				}
-				if i >= 0 {
-					lat[k] = append(lat[k], ms(time.Since(t0)))
-				}
-			}
+		lat, err := latencies(ctx, ops, 50, cfg.Samples)
+		if err != nil {
+			return err
 		}
-		var tps [2]float64
-		for j := range ops {
-			k := (run + j) % 2
-			n, err := pacerThroughput(ctx, cfg.Callers, cfg.ThroughputDuration, ops[k])
-			if err != nil {
-				return err
-			}
-			tps[k] = n
+		tps, err := throughputs(ctx, ops, run, cfg.Callers, cfg.ThroughputDuration)
+		if err != nil {
+			return err
 		}
 		res.PlatformP50Runs = append(res.PlatformP50Runs, percentile(lat[0], 50))
 		res.KeyP50Runs = append(res.KeyP50Runs, percentile(lat[1], 50))
@@ -290,6 +260,21 @@ func keysReservations(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, r
 	return nil
 }
 
+// unlimitedPlatform sets up a platform of this process that never denies
+// (sources.MaxRate, burst 1), named prefix and the process id, for a part
+// of the benchmark. It returns the platform's name and what removes it
+// (best effort), to run even when err is not nil.
+func unlimitedPlatform(ctx context.Context, pool *pgxpool.Pool, prefix string) (name string, remove func(), err error) {
+	name = prefix + strconv.Itoa(os.Getpid())
+	remove = func() {
+		pool.Exec(context.WithoutCancel(ctx), `DELETE FROM fleetpace_platform WHERE name = $1`, name) //nolint:errcheck // best effort
+	}
+	_, err = sources.SetPlatform(ctx, pool, sources.Platform{Name: name, RatePerSec: sources.MaxRate, Burst: 1})
+	return name, remove, err
+}
+
+// granted is the error of a reservation that cannot be denied: r must be
+// granted, without degrading.
 func granted(r pacer.Reservation, err error) error {
 	if err == nil && (!r.Granted || r.Degraded) {
 		err = fmt.Errorf("a reservation that cannot be denied was not granted: %+v", r)
@@ -302,9 +287,9 @@ func granted(r pacer.Reservation, err error) error {
 // (pacer.PruneKeys, the tick's batch) with an idle expiry of cfg.Idle:
 // none may go before it, all should go soon after.
 func keysIdle(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, res *KeysResult) error {
-	name := "bench-keys-idle-" + strconv.Itoa(os.Getpid())
-	defer pool.Exec(context.WithoutCancel(ctx), `DELETE FROM fleetpace_platform WHERE name = $1`, name) //nolint:errcheck // best effort
-	if _, err := sources.SetPlatform(ctx, pool, sources.Platform{Name: name, RatePerSec: sources.MaxRate, Burst: 1}); err != nil {
+	name, remove, err := unlimitedPlatform(ctx, pool, "bench-keys-idle-")
+	defer remove()
+	if err != nil {
 		return err
 	}
 	// Keys idle from before this run would be pruned with these.
@@ -403,8 +388,8 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 	burst := max(1, int(math.Ceil(cfg.Rate/50)))
 	out := &KeysPath{Workers: cfg.Workers, Keys: cfg.Keys, KeyRate: cfg.KeyRate, Rate: cfg.Rate, Burst: burst,
 		Bound: int(cfg.Rate) + burst}
-	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_key_limit, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
-		return nil, fmt.Errorf("empty the tables: %w", err)
+	if err := emptyTables(ctx, pool); err != nil {
+		return nil, err
 	}
 	dest, err := startDest(cfg.Logger, nil)
 	if err != nil {
@@ -469,7 +454,6 @@ func keysPath(ctx context.Context, cfg KeysConfig, pool *pgxpool.Pool, dir strin
 
 // WriteText prints the result.
 func (r *KeysResult) WriteText(w io.Writer) error {
-	met := map[bool]string{true: "met", false: "missed"}
 	fmt.Fprintf(w, "bench keys (load average %s)\n\n", r.Load)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "reservation (medians of %d)\tp50 ms\t%d callers /s\t\n", r.Runs, r.Callers)
@@ -479,14 +463,14 @@ func (r *KeysResult) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "reservation targets: %s (runs: p50 %v / %v ms, throughput %v / %v per s)\n\n", met[r.ReservationTarget],
+	fmt.Fprintf(w, "reservation targets: %s (runs: p50 %v / %v ms, throughput %v / %v per s)\n\n", metOrMissed(r.ReservationTarget),
 		fmtFloats(r.PlatformP50Runs, 3), fmtFloats(r.KeyP50Runs, 3), fmtFloats(r.PlatformTPSRuns, 0), fmtFloats(r.KeyTPSRuns, 0))
 	fmt.Fprintf(w, "idle key rows: %d made; %.0f bytes per 1,000 in the database (fleetpace_pace, table and index, fillfactor 50); pruned with an idle expiry of %s: %d before it (must be 0), the last %.1f s after it (%d prune statements)\n",
 		r.IdleKeys, r.BytesPer1000, r.Idle, r.PrunedEarly, r.GoneAfterIdle, r.PruneStatements)
 	if p := r.Path; p != nil {
 		fmt.Fprintf(w, "\nwhole path: %d workers, %d keys at %g/s (burst 1) under %g/s (burst %d): delivered %.1f/s = %.3f × %s (≥ %.2f); largest 1-s window %d (bound %d); largest 1-s window of a key %d (%s; bound %d): %s\n",
 			p.Workers, p.Keys, p.KeyRate, p.Rate, p.Burst, p.Delivered, p.Ratio, p.limitName(), KeysDeliveredTarget, p.MaxWindow, p.Bound,
-			p.KeyMaxWindow, p.WorstKey, p.KeyBound, met[p.Met])
+			p.KeyMaxWindow, p.WorstKey, p.KeyBound, metOrMissed(p.Met))
 		fmt.Fprintf(w, "  the workers' pacer granted %.0f reservations and denied %.0f over the run; %.0f jobs snoozed\n",
 			p.Granted, p.Denied, p.Snoozed)
 	}
@@ -501,17 +485,8 @@ func (p *KeysPath) limitName() string {
 	return "the ceiling"
 }
 
-func fmtFloats(xs []float64, prec int) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.FormatFloat(x, 'f', prec, 64)
-	}
-	return "[" + strings.Join(parts, " ") + "]"
-}
+// fmtFloats formats a run's figures in brackets, prec decimals each.
+func fmtFloats(xs []float64, prec int) string { return "[" + joinFloats(xs, prec) + "]" }
 
 // WriteJSON prints the result as JSON.
-func (r *KeysResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *KeysResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -83,9 +82,7 @@ func (c *PacerConfig) setDefaults() {
 	c.Processes = cmp.Or(c.Processes, DefaultPacerProcesses)
 	c.Goroutines = cmp.Or(c.Goroutines, DefaultPacerGoroutines)
 	c.AccuracyDuration = cmp.Or(c.AccuracyDuration, DefaultPacerAccuracyDuration)
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
+	c.Progress = cmp.Or(c.Progress, io.Discard)
 }
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig. It
@@ -252,6 +249,16 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 	}
 	defer blocks.Close()
 
+	// A reservation at the unlimited rate, through p.
+	reserve := func(p *pacer.Pacer) func(context.Context) error {
+		return func(ctx context.Context) error {
+			r, err := p.Reserve(ctx, unlimited, time.Second)
+			if err == nil && (!r.Granted || r.Degraded) {
+				err = fmt.Errorf("reservation at an unlimited rate not granted: %+v", r)
+			}
+			return err
+		}
+	}
 	ops := []struct {
 		name string
 		fn   func(context.Context) error
@@ -264,38 +271,27 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 			var c float64
 			return upsertPool.QueryRow(ctx, pacerBenchUpsertSQL, upsert).Scan(&c)
 		}},
-		{"reservation", func(ctx context.Context) error {
-			r, err := pc16.Reserve(ctx, unlimited, time.Second)
-			if err == nil && (!r.Granted || r.Degraded) {
-				err = fmt.Errorf("reservation at an unlimited rate not granted: %+v", r)
+		{"reservation", reserve(pc16)},
+		{"reservation in blocks", reserve(blocks)},
+	}
+
+	// Each kind's errors say which kind failed.
+	fns := make([]func(context.Context) error, len(ops))
+	for i, op := range ops {
+		fns[i] = func(ctx context.Context) error {
+			if err := op.fn(ctx); err != nil {
+				return fmt.Errorf("%s: %w", op.name, err)
 			}
-			return err
-		}},
-		{"reservation in blocks", func(ctx context.Context) error {
-			r, err := blocks.Reserve(ctx, unlimited, time.Second)
-			if err == nil && (!r.Granted || r.Degraded) {
-				err = fmt.Errorf("reservation at an unlimited rate not granted: %+v", r)
-			}
-			return err
-		}},
+			return nil
+		}
 	}
 
 	// Latency, one caller, the kinds interleaved so drift hits all alike,
 	// in an order that turns every round so none always follows another.
 	fmt.Fprintf(cfg.Progress, "bench pacer: latency, %d round trips of each kind\n", cfg.LatencySamples)
-	lat := make([][]float64, len(ops))
-	for i := -100; i < cfg.LatencySamples; i++ { // 100 warm-up rounds
-		for j := range ops {
-			k := (i + 100 + j) % len(ops)
-			op := ops[k]
-			t0 := time.Now()
-			if err := op.fn(ctx); err != nil {
-				return nil, fmt.Errorf("bench pacer: %s: %w", op.name, err)
-			}
-			if i >= 0 {
-				lat[k] = append(lat[k], ms(time.Since(t0)))
-			}
-		}
+	lat, err := latencies(ctx, fns, 100, cfg.LatencySamples) // 100 warm-up rounds
+	if err != nil {
+		return nil, fmt.Errorf("bench pacer: %w", err)
 	}
 	res := &PacerResult{
 		Select1P50: percentile(lat[0], 50), Select1P99: percentile(lat[0], 99),
@@ -314,13 +310,11 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 		fmt.Fprintf(cfg.Progress, "bench pacer: throughput, %d callers, %d rounds of %s per kind\n", callers, rounds, cfg.ThroughputDuration/rounds)
 		samples := make([][]float64, len(ops))
 		for r := 0; r < rounds; r++ {
-			for j := range ops {
-				k := (r + j) % len(ops) // turning order, as above
-				op := ops[k]
-				n, err := pacerThroughput(ctx, callers, cfg.ThroughputDuration/rounds, op.fn)
-				if err != nil {
-					return nil, fmt.Errorf("bench pacer: %s: %w", op.name, err)
-				}
+			round, err := throughputs(ctx, fns, r, callers, cfg.ThroughputDuration/rounds) // turning order, as above
+			if err != nil {
+				return nil, fmt.Errorf("bench pacer: %w", err)
+			}
+			for k, n := range round {
 				samples[k] = append(samples[k], n)
 			}
 		}
@@ -346,29 +340,6 @@ func Pacer(ctx context.Context, cfg PacerConfig) (*PacerResult, error) {
 	res.TargetsMet = res.ReserveUpsertP50Ratio <= 1.5 && res.ReserveUpsertTPS4Ratio >= 0.8 &&
 		res.AccuracyRatio >= 0.97 && float64(res.MaxWindow) <= res.Ceiling+float64(res.Burst)
 	return res, nil
-}
-
-// pacerThroughput runs fn from n callers for d and returns operations per second.
-func pacerThroughput(ctx context.Context, n int, d time.Duration, fn func(context.Context) error) (float64, error) {
-	var count atomic.Int64
-	deadline := time.Now().Add(d)
-	g, gctx := errgroup.WithContext(ctx)
-	for range n {
-		g.Go(func() error {
-			for time.Now().Before(deadline) {
-				if err := fn(gctx); err != nil {
-					return err
-				}
-				count.Add(1)
-			}
-			return nil
-		})
-	}
-	t0 := time.Now()
-	if err := g.Wait(); err != nil {
-		return 0, err
-	}
-	return float64(count.Load()) / time.Since(t0).Seconds(), nil
 }
 
 // pacerAccuracy runs the fleet of child processes against the ceiling and
@@ -566,11 +537,7 @@ func (r *PacerResult) WriteText(w io.Writer) error {
 }
 
 // WriteJSON prints the result as one JSON object.
-func (r *PacerResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *PacerResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
 
 func pacerYes(ok bool) string {
 	if ok {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -18,12 +19,12 @@ import (
 	"github.com/fleetpace/fleetpace/sourcefile"
 )
 
-// procEnv opens what a benchmark of worker processes needs: its working
-// directory (dir, or a temporary one named after name that release
-// removes) and a small pool on url for its own queries. release closes
-// and removes what procEnv made.
-func procEnv(ctx context.Context, url, dir, name string) (string, *pgxpool.Pool, func(), error) {
-	var tmp string
+// open opens what a benchmark of worker processes needs: its working
+// directory (p.Dir, or a temporary one named after name that release
+// removes) and a small pool on p.DatabaseURL for its own queries. release
+// closes and removes what open made.
+func (p *Processes) open(ctx context.Context, name string) (string, *pgxpool.Pool, func(), error) {
+	dir, tmp := p.Dir, ""
 	if dir == "" {
 		d, err := os.MkdirTemp("", "fleetpace-bench-"+name+"-")
 		if err != nil {
@@ -31,7 +32,7 @@ func procEnv(ctx context.Context, url, dir, name string) (string, *pgxpool.Pool,
 		}
 		dir, tmp = d, d
 	}
-	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: url, MaxConns: 4})
+	pool, err := dbconn.NewPool(ctx, dbconn.Config{URL: p.DatabaseURL, MaxConns: 4})
 	if err != nil {
 		if tmp != "" {
 			os.RemoveAll(tmp)
@@ -46,47 +47,85 @@ func procEnv(ctx context.Context, url, dir, name string) (string, *pgxpool.Pool,
 	}, nil
 }
 
+// badField makes the error of a bad field of a configuration from its
+// message (format and args).
+type badField func(format string, args ...any) error
+
 // invalidField is the error of a bad field of the configuration typ:
 // "bench.typ." and format, wrapping ErrInvalidConfig.
-func invalidField(typ string) func(format string, args ...any) error {
+func invalidField(typ string) badField {
 	return func(format string, args ...any) error {
 		return fmt.Errorf("%w: bench.%s.%s", ErrInvalidConfig, typ, fmt.Sprintf(format, args...))
 	}
 }
 
-// checkProcesses applies a benchmark's defaults (setDefaults) and checks
-// the fields every benchmark of worker processes has: 1–32 workers of 1–
-// 10,000 jobs each. It returns the error maker for kind's other fields.
-func checkProcesses(kind string, setDefaults func() error, workers, concurrency *int) (bad func(format string, args ...any) error, err error) {
-	if err := setDefaults(); err != nil {
-		return nil, err
-	}
-	bad = invalidField(kind)
-	switch {
-	case *workers < 1 || *workers > 32:
-		return bad, bad("Workers must be in [1, 32], got %d", *workers)
-	case *concurrency < 1 || *concurrency > 10_000:
-		return bad, bad("Concurrency must be in [1, 10000], got %d", *concurrency)
-	}
-	return bad, nil
+// Processes configures what every benchmark of worker processes (adapt,
+// fleet, keys, soak) runs and where it reports; their configurations
+// embed it, and name their own defaults of Workers and Concurrency.
+type Processes struct {
+	// DatabaseURL is a scratch database with the schema applied: the
+	// benchmark empties fleetpace's tables and River's jobs. Required.
+	DatabaseURL string
+	// Executable is the fleetpace binary the workers run. Default: this
+	// process's own executable.
+	Executable string
+	// Workers is how many worker processes, Concurrency each one's
+	// --concurrency.
+	Workers     int
+	Concurrency int
+	// Dir receives the workers' logs. Default: a temporary directory,
+	// removed afterwards.
+	Dir string
+	// Progress receives the benchmark's progress lines. Default: none.
+	Progress io.Writer
+	// Logger. Default: discard.
+	Logger *slog.Logger
 }
 
-// processDefaults fills in what the benchmarks of worker processes share:
-// the workers run this binary unless told otherwise, and their progress
-// and logs go nowhere. kind names the configuration in an error.
-func processDefaults(kind string, executable *string, progress *io.Writer, logger **slog.Logger) error {
-	if *executable == "" {
+// setDefaults fills in the benchmark's defaults of workers at concurrency
+// each, and what the benchmarks share: the workers run this binary unless
+// told otherwise, and progress and logs go nowhere. kind names the
+// configuration in an error.
+func (p *Processes) setDefaults(kind string, workers, concurrency int) error {
+	p.Workers = cmp.Or(p.Workers, workers)
+	p.Concurrency = cmp.Or(p.Concurrency, concurrency)
+	if p.Executable == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("bench: %s.Executable: %w", kind, err)
 		}
-		*executable = exe
+		p.Executable = exe
 	}
-	if *progress == nil {
-		*progress = io.Discard
+	p.Progress = cmp.Or(p.Progress, io.Discard)
+	p.Logger = cmp.Or(p.Logger, slog.New(slog.DiscardHandler))
+	return nil
+}
+
+// check validates the configuration kind of a benchmark of worker
+// processes, p its Processes: it applies kind's defaults (setDefaults),
+// checks what every such benchmark has — 1–32 workers of 1–10,000 jobs
+// each — and then the benchmark's own fields (own, given the error maker
+// of kind's fields).
+func (p *Processes) check(kind string, setDefaults func() error, own func(bad badField) error) error {
+	if err := setDefaults(); err != nil {
+		return err
 	}
-	if *logger == nil {
-		*logger = slog.New(slog.DiscardHandler)
+	bad := invalidField(kind)
+	switch {
+	case p.Workers < 1 || p.Workers > 32:
+		return bad("Workers must be in [1, 32], got %d", p.Workers)
+	case p.Concurrency < 1 || p.Concurrency > 10_000:
+		return bad("Concurrency must be in [1, 10000], got %d", p.Concurrency)
+	}
+	return own(bad)
+}
+
+// emptyTables empties fleetpace's tables and River's for a run of worker
+// processes (CASCADE: and the tables that refer to them, the keys' limits
+// among them).
+func emptyTables(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
+		return fmt.Errorf("empty the tables: %w", err)
 	}
 	return nil
 }
@@ -153,23 +192,31 @@ func runWorkers(ctx context.Context, cfg workers.Config, d time.Duration, logger
 	return start, sum, nil
 }
 
+// processes is the configuration's Processes (the configurations of the
+// benchmarks of worker processes have it by embedding Processes).
+func (p *Processes) processes() *Processes { return p }
+
 // procConfig is the configuration of a benchmark of worker processes.
 type procConfig interface {
 	Validate() error
 	setDefaults() error
+	processes() *Processes
 }
 
 // prepare readies cfg, the configuration typ of a benchmark of worker
-// processes, for a run: valid, its defaults applied, with a database URL.
-func prepare(cfg procConfig, typ, databaseURL string) error {
+// processes, for a run (valid, its defaults applied, with a database URL)
+// and opens what the run needs (Processes.open: name names its temporary
+// directory).
+func prepare(ctx context.Context, cfg procConfig, typ, name string) (dir string, pool *pgxpool.Pool, release func(), err error) {
 	if err := cfg.Validate(); err != nil {
-		return err
+		return "", nil, nil, err
 	}
 	if err := cfg.setDefaults(); err != nil {
-		return err
+		return "", nil, nil, err
 	}
-	if databaseURL == "" {
-		return invalidField(typ)("DatabaseURL is required")
+	p := cfg.processes()
+	if p.DatabaseURL == "" {
+		return "", nil, nil, invalidField(typ)("DatabaseURL is required")
 	}
-	return nil
+	return p.open(ctx, name)
 }

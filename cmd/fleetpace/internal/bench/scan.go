@@ -6,7 +6,6 @@ package bench
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -138,9 +137,7 @@ func (c *ScanConfig) setDefaults() {
 	c.Select = cmp.Or(c.Select, DefaultScanSelect)
 	c.Runs = cmp.Or(c.Runs, DefaultScanRuns)
 	c.KeyRate = cmp.Or(c.KeyRate, DefaultScanKeyRate)
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
+	c.Progress = cmp.Or(c.Progress, io.Discard)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
@@ -633,11 +630,7 @@ func (r *ScanReport) WriteText(w io.Writer) error {
 }
 
 // WriteJSON prints the report as one JSON object.
-func (r *ScanReport) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *ScanReport) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
 
 // WriteText prints the result as a table with the targets.
 func (r *ScanResult) WriteText(w io.Writer) error {

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -26,16 +24,9 @@ import (
 // sources were fetched, and whether the workers' memory grew. The zero
 // value means defaults (but for DatabaseURL).
 type SoakConfig struct {
-	// DatabaseURL is a scratch database with the schema applied; the
-	// benchmark empties fleetpace's tables and River's jobs first. Required.
-	DatabaseURL string
-	// Executable is the fleetpace binary the workers run. Default: this
-	// process's own executable.
-	Executable string
-	// Workers is how many worker processes. Default 3.
-	Workers int
-	// Concurrency is each worker's --concurrency. Default 30.
-	Concurrency int
+	// Processes are the workers, 3 at concurrency 30 by default, and where
+	// the soak reports (Progress: a line a minute).
+	Processes
 	// Platforms is how many platforms. Default 5.
 	Platforms int
 	// Rate and Burst are every platform's. Default 40/s, burst 1.
@@ -48,12 +39,6 @@ type SoakConfig struct {
 	Interval time.Duration
 	// Duration is the soak's length. Default 6 minutes; at least 5.
 	Duration time.Duration
-	// Dir receives the workers' logs. Default: a temporary directory.
-	Dir string
-	// Progress receives a line a minute. Default: none.
-	Progress io.Writer
-	// Logger. Default: discard.
-	Logger *slog.Logger
 }
 
 // Defaults of SoakConfig.
@@ -72,38 +57,35 @@ const (
 )
 
 func (c *SoakConfig) setDefaults() error {
-	c.Workers = cmp.Or(c.Workers, DefaultSoakWorkers)
-	c.Concurrency = cmp.Or(c.Concurrency, DefaultSoakConcurrency)
 	c.Platforms = cmp.Or(c.Platforms, DefaultSoakPlatforms)
 	c.Rate = cmp.Or(c.Rate, DefaultSoakRate)
 	c.Burst = cmp.Or(c.Burst, DefaultSoakBurst)
 	c.Sources = cmp.Or(c.Sources, DefaultSoakSources)
 	c.Interval = cmp.Or(c.Interval, DefaultSoakInterval)
 	c.Duration = cmp.Or(c.Duration, DefaultSoakDuration)
-	return processDefaults("SoakConfig", &c.Executable, &c.Progress, &c.Logger)
+	return c.Processes.setDefaults("SoakConfig", DefaultSoakWorkers, DefaultSoakConcurrency)
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
 // ErrInvalidConfig. It does not check DatabaseURL.
 func (c SoakConfig) Validate() error {
-	bad, err := checkProcesses("SoakConfig", c.setDefaults, &c.Workers, &c.Concurrency)
-	switch {
-	case err != nil:
-		return err
-	case c.Platforms < 1 || c.Platforms > 100:
-		return bad("Platforms must be 1–100, got %d", c.Platforms)
-	case !(c.Rate > 0 && c.Rate <= 10_000):
-		return bad("Rate must be in (0, 10000], got %g", c.Rate)
-	case c.Burst < 1:
-		return bad("Burst must be ≥ 1, got %d", c.Burst)
-	case c.Sources < c.Platforms:
-		return bad("Sources must be ≥ Platforms (%d), got %d", c.Platforms, c.Sources)
-	case c.Interval < time.Second:
-		return bad("Interval must be ≥ 1s, got %s", c.Interval)
-	case c.Duration < MinSoakDuration:
-		return bad("Duration must be ≥ %s, got %s", MinSoakDuration, c.Duration)
-	}
-	return nil
+	return c.Processes.check("SoakConfig", c.setDefaults, func(bad badField) error {
+		switch {
+		case c.Platforms < 1 || c.Platforms > 100:
+			return bad("Platforms must be 1–100, got %d", c.Platforms)
+		case !(c.Rate > 0 && c.Rate <= 10_000):
+			return bad("Rate must be in (0, 10000], got %g", c.Rate)
+		case c.Burst < 1:
+			return bad("Burst must be ≥ 1, got %d", c.Burst)
+		case c.Sources < c.Platforms:
+			return bad("Sources must be ≥ Platforms (%d), got %d", c.Platforms, c.Sources)
+		case c.Interval < time.Second:
+			return bad("Interval must be ≥ 1s, got %s", c.Interval)
+		case c.Duration < MinSoakDuration:
+			return bad("Duration must be ≥ %s, got %s", MinSoakDuration, c.Duration)
+		}
+		return nil
+	})
 }
 
 // SoakPlatform is one platform's figures.
@@ -147,16 +129,13 @@ func (r *SoakResult) Met() bool {
 
 // Soak runs the soak benchmark.
 func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
-	if err := prepare(&cfg, "SoakConfig", cfg.DatabaseURL); err != nil {
-		return nil, err
-	}
-	dir, pool, release, err := procEnv(ctx, cfg.DatabaseURL, cfg.Dir, "soak")
+	dir, pool, release, err := prepare(ctx, &cfg, "SoakConfig", "soak")
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, fleetpace_worker, river_job, river_leader CASCADE`); err != nil {
-		return nil, fmt.Errorf("bench soak: empty the tables: %w", err)
+	if err := emptyTables(ctx, pool); err != nil {
+		return nil, fmt.Errorf("bench soak: %w", err)
 	}
 	dest, err := startDest(cfg.Logger, nil)
 	if err != nil {
@@ -290,13 +269,9 @@ func (r *SoakResult) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "%.1f → %.1f", start, r.RSSEnd[i])
 	}
-	fmt.Fprintf(w, "\ntarget: no platform's largest 1-s window above rate + burst: %s\n", map[bool]string{true: "met", false: "missed"}[r.Met()])
+	fmt.Fprintf(w, "\ntarget: no platform's largest 1-s window above rate + burst: %s\n", metOrMissed(r.Met()))
 	return nil
 }
 
 // WriteJSON prints the result as JSON.
-func (r *SoakResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
+func (r *SoakResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,12 +82,8 @@ func (c *WorkerConfig) setDefaults() {
 	c.Runs = cmp.Or(c.Runs, DefaultWorkerRuns)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, DefaultWorkerFetchCooldown)
 	c.Timeout = cmp.Or(c.Timeout, 5*time.Minute)
-	if c.Progress == nil {
-		c.Progress = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Progress = cmp.Or(c.Progress, io.Discard)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 }
 
 // Validate reports the first invalid field (defaults applied), wrapping
@@ -518,8 +513,8 @@ func (r *WorkerResult) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "worker benchmark: %d jobs × %d runs, %d workers, River FetchCooldown %s, database %s, checks recorded with %s\n",
 		r.Jobs, r.Runs, r.Workers, r.FetchCooldown, r.Database, commit)
 	fmt.Fprintf(tw, "\tmedian jobs/s\truns\n")
-	fmt.Fprintf(tw, "fleetpace fetch job (no-op fetcher)\t%.0f\t%s\n", r.FleetpaceJobsPerSec, workerRates(r.FleetpaceRuns))
-	fmt.Fprintf(tw, "bare River job (no-op worker)\t%.0f\t%s\n", r.RiverJobsPerSec, workerRates(r.RiverRuns))
+	fmt.Fprintf(tw, "fleetpace fetch job (no-op fetcher)\t%.0f\t%s\n", r.FleetpaceJobsPerSec, joinFloats(r.FleetpaceRuns, 0))
+	fmt.Fprintf(tw, "bare River job (no-op worker)\t%.0f\t%s\n", r.RiverJobsPerSec, joinFloats(r.RiverRuns, 0))
 	verdict := "meets"
 	if r.Ratio < WorkerTarget {
 		verdict = "below"
@@ -539,19 +534,4 @@ func (r *WorkerResult) WriteText(w io.Writer) error {
 }
 
 // WriteJSON writes the result as one JSON object.
-func (r *WorkerResult) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
-
-func workerRates(xs []float64) string {
-	out := ""
-	for i, x := range xs {
-		if i > 0 {
-			out += " "
-		}
-		out += fmt.Sprintf("%.0f", x)
-	}
-	return out
-}
+func (r *WorkerResult) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
