@@ -14,7 +14,11 @@ func (st *localState) degradedInterval(div float64) time.Duration {
 
 // reserveLocal paces one reservation locally at rate / (fleet size + 1). A
 // platform whose rate was never seen is denied with a wait of one latch
-// period: without a known rate the only safe answer is "not now". A slot
+// period: without a known rate the only safe answer is "not now". So is a
+// platform that caps its open requests (max_in_flight, its own or a key's):
+// the leases the other processes hold are counted in the database alone,
+// and a process pacing locally beside them put 9 requests open at a cap of
+// 4 in a fresh-clone run (TestMaxInFlightFleetAndKill). A slot
 // further ahead than the latch's horizon (half a period) is not booked: the
 // reservation is denied with the wait until it comes within it (Acquire
 // and Wait sleep and ask again), so a process's local slots end within a
@@ -27,7 +31,7 @@ func (p *Pacer) reserveLocal(platform string, maxWait time.Duration) Reservation
 	defer p.mu.Unlock()
 	res := Reservation{Platform: platform, Degraded: true}
 	st := p.local[platform]
-	if st == nil || st.rate <= 0 {
+	if st == nil || st.rate <= 0 || st.capped {
 		p.denied.Add(1)
 		res.Wait = p.cfg.Latch
 		return res

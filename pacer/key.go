@@ -180,6 +180,9 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, pI
 	}
 	st.noRespace = !respace
+	// A key's cap makes the platform capped for degraded pacing, which
+	// paces the platform alone (reserveLocal); it stays so.
+	st.capped = st.capped || lease > 0 || full
 	kst := p.state(rowName(platform, key))
 	if kst.last.seq < kSeq {
 		p.giveBackKey(kst)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
 // lockPlatformRow holds platform's pace row locked, as a reservation in
@@ -234,6 +236,52 @@ func TestKeyBatchDuringAnOutage(t *testing.T) {
 	for i, key := range keys {
 		if errs[i] != nil || !res[i].Degraded || !res[i].Granted {
 			t.Fatalf("%s with the database cut: %+v %v, want a degraded (local) slot", key, res[i], errs[i])
+		}
+	}
+}
+
+// A platform that caps its open requests, or whose keys are capped, gets
+// no local slot while the database is unreachable: the other processes'
+// leases are counted in the database alone. The control is a platform
+// without a cap, paced locally as usual.
+func TestCappedPlatformGetsNoLocalSlot(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := setup(t)
+	for _, spec := range []struct {
+		name                string
+		maxInFlight, keyCap int
+		keyed               bool
+	}{{"capped", 2, 0, false}, {"keycapped", 0, 2, true}, {"open", 0, 0, false}} {
+		addPlatform(t, pool, platformSpec{name: spec.name, rate: 100})
+		setKeyLimits(t, pool, spec.name, 0, 1, spec.maxInFlight, spec.keyCap)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.addr()
+	p := fakePacer(t, u.String(), clocktest.New(), func(c *Config) { c.PollOnly = true })
+	p.SetFleetSize(1)
+	reserve := func(platform string) (Reservation, error) {
+		if platform == "keycapped" {
+			return p.ReserveKey(context.Background(), platform, "k", time.Minute)
+		}
+		return p.Reserve(context.Background(), platform, time.Minute)
+	}
+	for _, platform := range []string{"capped", "keycapped", "open"} {
+		if r, err := reserve(platform); err != nil || !r.Granted || r.Degraded {
+			t.Fatalf("%s, shared: %+v %v", platform, r, err)
+		}
+	}
+	px.setCut(true)
+	for _, platform := range []string{"capped", "keycapped", "open"} {
+		r, err := reserve(platform)
+		if err != nil || !r.Degraded {
+			t.Fatalf("%s with the database cut: %+v %v, want a degraded answer", platform, r, err)
+		}
+		if want := platform == "open"; r.Granted != want {
+			t.Errorf("%s with the database cut: granted %v, want %v (%+v)", platform, r.Granted, want, r)
 		}
 	}
 }

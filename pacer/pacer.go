@@ -146,6 +146,7 @@ type localState struct {
 	hold      time.Time     // local-clock estimate of the shared hold and pause
 	held      time.Time     // this process holds until then: a Retry-After it received (holdLocally)
 	noRespace bool          // the platform's respace is off: slots stand as granted, no local hold either
+	capped    bool          // the row (or a key of it) caps open requests: no local slot while the database is unreachable (reserveLocal)
 	tat       time.Time     // local GCRA cursor (burst 1) for degraded pacing
 	sharedEnd time.Time     // a degraded period starts no earlier: after the slots the row may have granted (reserveShared)
 	block     []blockSlot   // slots reserved in a block, not handed out yet, in time order

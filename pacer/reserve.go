@@ -230,6 +230,11 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	keepBlock := st.last.seq <= seq
 	st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, interval
 	st.noRespace = !respace
+	if res.Granted {
+		st.capped = lease > 0 // a capped row's slot always takes a lease
+	} else if freeAt > 0 {
+		st.capped = true // denied at the cap
+	}
 	if !res.Granted {
 		// The earliest slot is as late as any hold (or later): a degraded
 		// period starting now must not go earlier.
