@@ -70,9 +70,7 @@ func (p *Pacer) ReserveKey(ctx context.Context, platform, key string, maxWait ti
 	}
 	shared, probe, recovering := p.latch.admit()
 	if !shared {
-		res := p.reserveLocal(platform, maxWait)
-		res.Key = key
-		return res, nil
+		return p.reserveLocal(platform, key, maxWait), nil
 	}
 	minWait := held
 	if probe || recovering {
@@ -183,6 +181,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 	// A key's cap makes the platform capped for degraded pacing, which
 	// paces the platform alone (reserveLocal); it stays so.
 	st.capped = st.capped || lease > 0 || full
+	st.keysLimited = st.keysLimited || kRate > 0
 	kst := p.state(rowName(platform, key))
 	if kst.last.seq < kSeq {
 		p.giveBackKey(kst)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fleetpace/fleetpace/clock"
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
@@ -212,14 +212,7 @@ func TestKeyBatchRollsBackAsOne(t *testing.T) {
 func TestKeyBatchDuringAnOutage(t *testing.T) {
 	t.Parallel()
 	dbURL, _, clk := keyed(t, "api", 100, 1)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	u.Host = px.addr()
-	p := fakePacer(t, u.String(), clk, func(c *Config) { c.PollOnly = true })
-	p.SetFleetSize(1)
+	p, px := proxiedPacer(t, dbURL, clk)
 	keys := []string{"k0", "k1", "k2", "k3", "k4"}
 	for _, key := range keys { // shared: the platform's rate is known locally
 		if r, err := p.ReserveKey(context.Background(), "api", key, time.Minute); err != nil || !r.Granted || r.Degraded {
@@ -255,14 +248,7 @@ func TestCappedPlatformGetsNoLocalSlot(t *testing.T) {
 		addPlatform(t, pool, platformSpec{name: spec.name, rate: 100})
 		setKeyLimits(t, pool, spec.name, 0, 1, spec.maxInFlight, spec.keyCap)
 	}
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u.Host)
-	u.Host = px.addr()
-	p := fakePacer(t, u.String(), clocktest.New(), func(c *Config) { c.PollOnly = true })
-	p.SetFleetSize(1)
+	p, px := proxiedPacer(t, dbURL, clocktest.New())
 	reserve := func(platform string) (Reservation, error) {
 		if platform == "keycapped" {
 			return p.ReserveKey(context.Background(), platform, "k", time.Minute)
@@ -284,4 +270,44 @@ func TestCappedPlatformGetsNoLocalSlot(t *testing.T) {
 			t.Errorf("%s with the database cut: granted %v, want %v (%+v)", platform, r.Granted, want, r)
 		}
 	}
+}
+
+// While the database is unreachable a key is paced locally at its own rate
+// ÷ (fleet size + 1), not only at its platform's: two local slots of a key
+// limited to 2/s, in a fleet of one, are 1 s apart (the platform's, 100/s,
+// would space them 20 ms). A key never seen of a platform that limits its
+// keys gets no local slot, as a platform never seen gets none.
+func TestDegradedKeyKeepsItsRate(t *testing.T) {
+	t.Parallel()
+	dbURL, _, clk := keyed(t, "api", 100, 2)
+	p, px := proxiedPacer(t, dbURL, clk)
+	ctx := context.Background()
+	if r, err := p.ReserveKey(ctx, "api", "k0", time.Minute); err != nil || !r.Granted || r.Degraded {
+		t.Fatalf("shared: %+v %v", r, err)
+	}
+	px.setCut(true)
+	var waits []time.Duration
+	for range 2 {
+		r, err := p.ReserveKey(ctx, "api", "k0", time.Minute)
+		if err != nil || !r.Granted || !r.Degraded {
+			t.Fatalf("with the database cut: %+v %v, want a degraded (local) slot", r, err)
+		}
+		waits = append(waits, r.Wait)
+	}
+	if gap := waits[1] - waits[0]; gap < time.Second-time.Millisecond {
+		t.Errorf("two local slots of a key at 2/s, fleet of one, %s apart; want 1 s (its rate ÷ 2)", gap)
+	}
+	if r, err := p.ReserveKey(ctx, "api", "never-seen", time.Minute); err != nil || r.Granted || !r.Degraded {
+		t.Errorf("a key never seen, with the database cut: %+v %v, want denied (degraded)", r, err)
+	}
+}
+
+// proxiedPacer is a pacer of a fleet of one on the fake clock clk that
+// reaches dbURL through a proxy the test can cut.
+func proxiedPacer(t *testing.T, dbURL string, clk clock.Clock) (*Pacer, *proxy) {
+	t.Helper()
+	px, proxied := behindProxy(t, dbURL)
+	p := fakePacer(t, proxied, clk, func(c *Config) { c.PollOnly = true })
+	p.SetFleetSize(1)
+	return p, px
 }

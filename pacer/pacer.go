@@ -137,23 +137,24 @@ type blockSlot struct {
 // used for degraded pacing, slots kept from blocks and the callers sleeping
 // until their slots.
 type localState struct {
-	rate      float64
-	burst     int
-	maxMult   float64
-	mult      float64
-	interval  float64       // effective spacing last seen, seconds
-	last      event         // the last slow-down applied (seq 0: none)
-	hold      time.Time     // local-clock estimate of the shared hold and pause
-	held      time.Time     // this process holds until then: a Retry-After it received (holdLocally)
-	noRespace bool          // the platform's respace is off: slots stand as granted, no local hold either
-	capped    bool          // the row (or a key of it) caps open requests: no local slot while the database is unreachable (reserveLocal)
-	tat       time.Time     // local GCRA cursor (burst 1) for degraded pacing
-	sharedEnd time.Time     // a degraded period starts no earlier: after the slots the row may have granted (reserveShared)
-	block     []blockSlot   // slots reserved in a block, not handed out yet, in time order
-	fetching  chan struct{} // a block statement is on its way (blockLeader); closed when it returns
-	gate      chan struct{} // reports that slow the platform down are on their way (closeGate); closed when the last returns
-	gates     int           // how many
-	waiters   map[*waiter]struct{}
+	rate        float64
+	burst       int
+	maxMult     float64
+	mult        float64
+	interval    float64       // effective spacing last seen, seconds
+	last        event         // the last slow-down applied (seq 0: none)
+	hold        time.Time     // local-clock estimate of the shared hold and pause
+	held        time.Time     // this process holds until then: a Retry-After it received (holdLocally)
+	noRespace   bool          // the platform's respace is off: slots stand as granted, no local hold either
+	capped      bool          // the row (or a key of it) caps open requests: no local slot while the database is unreachable (reserveLocal)
+	keysLimited bool          // a key of the platform was seen with a rate of its own: a key never seen gets no local slot (reserveLocal)
+	tat         time.Time     // local GCRA cursor (burst 1) for degraded pacing
+	sharedEnd   time.Time     // a degraded period starts no earlier: after the slots the row may have granted (reserveShared)
+	block       []blockSlot   // slots reserved in a block, not handed out yet, in time order
+	fetching    chan struct{} // a block statement is on its way (blockLeader); closed when it returns
+	gate        chan struct{} // reports that slow the platform down are on their way (closeGate); closed when the last returns
+	gates       int           // how many
+	waiters     map[*waiter]struct{}
 
 	maxReset   time.Duration // the longest quota Reset announced lately (announce)
 	maxResetAt time.Time

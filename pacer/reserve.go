@@ -38,7 +38,7 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	}
 	shared, probe, recovering := p.latch.admit()
 	if !shared {
-		return p.reserveLocal(platform, maxWait), nil
+		return p.reserveLocal(platform, "", maxWait), nil
 	}
 
 	minWait := held
@@ -123,9 +123,7 @@ func (p *Pacer) reserved(ctx context.Context, probe bool, platform, key string, 
 			return Reservation{}, fmt.Errorf("pacer: reserve %s: %w", platform, ctx.Err())
 		case unreachable(err):
 			p.fail(probe, err)
-			res := p.reserveLocal(platform, maxWait)
-			res.Key = key
-			return res, nil
+			return p.reserveLocal(platform, key, maxWait), nil
 		default:
 			p.succeed(probe)
 			if errors.Is(err, ErrUnknownPlatform) {
