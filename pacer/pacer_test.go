@@ -358,14 +358,16 @@ func TestConditionalReservation(t *testing.T) {
 }
 
 // burst slots go through back to back; idle time does not make it larger.
-// Judged on the slots' database times, so a slow machine cannot blur it:
-// after an idle second, the first burst slots are immediate and every later
-// one is a full interval after the one burst places before it.
+// On the fake clock (the statements take their time from it), so a slow
+// machine cannot blur it: after an idle second, the first burst slots are
+// immediate and every later one is a full interval after the one burst
+// places before it.
 func TestBurstDoesNotAccumulate(t *testing.T) {
 	url, pool := setup(t)
 	ctx := context.Background()
 	addPlatform(t, pool, platformSpec{name: "burst", rate: 20, burst: 3})
-	p := newPacer(t, url, nil)
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
 	const interval = 50 * time.Millisecond
 	for round := range 2 {
 		var rs []Reservation
@@ -386,7 +388,7 @@ func TestBurstDoesNotAccumulate(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(time.Second) // the idle time under test (the assertions are on database times)
+		clk.Advance(time.Second) // the idle time under test
 	}
 	states, err := p.States(ctx)
 	if err != nil || len(states) != 1 || states[0].Platform != "burst" || states[0].Rate != 20 || states[0].Burst != 3 {
