@@ -45,7 +45,11 @@ type Config struct {
 	Latch time.Duration
 
 	// MinFleetSize is the smallest fleet size degraded pacing assumes
-	// (rate / (max(fleet size, MinFleetSize) + 1)). Default 1.
+	// (rate / (max(fleet size, MinFleetSize) + 1)). Default 1. A fleetpace
+	// worker learns the fleet's size from its heartbeat (SetFleetSize); a
+	// library fleet (riverpace, Transport) must set it to its number of
+	// processes, or the processes together pace faster than the ceiling
+	// while the database is unreachable (three at the default: 1.5 ×).
 	MinFleetSize int
 
 	// Logger receives state changes (outage, resume). Default: discard.

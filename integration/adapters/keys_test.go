@@ -154,7 +154,7 @@ func transportChild() (childResult, error) {
 	var rt http.RoundTripper = http.DefaultTransport
 	naive := newNaive()
 	if paced {
-		p, err := pacer.New(ctx, pacer.Config{DatabaseURL: os.Getenv("KEYS_DATABASE_URL")})
+		p, err := pacer.New(ctx, pacer.Config{DatabaseURL: os.Getenv("KEYS_DATABASE_URL"), MinFleetSize: procs}) // a library fleet sets its size (pacer.Config.MinFleetSize)
 		if err != nil {
 			return childResult{}, err
 		}
@@ -276,7 +276,7 @@ func riverChild() (childResult, error) {
 	w := &callWorker{target: os.Getenv("KEYS_TARGET"), ua: pacetest.UserAgent(testproc.Index())}
 	var mws []rivertype.Middleware
 	if os.Getenv("KEYS_MODE") == pacetest.Paced {
-		p, err := pacer.New(ctx, pacer.Config{DatabaseURL: os.Getenv("KEYS_DATABASE_URL")})
+		p, err := pacer.New(ctx, pacer.Config{DatabaseURL: os.Getenv("KEYS_DATABASE_URL"), MinFleetSize: procs}) // a library fleet sets its size (pacer.Config.MinFleetSize)
 		if err != nil {
 			return childResult{}, err
 		}
