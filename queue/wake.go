@@ -61,10 +61,10 @@ const wakeTimeout = 10 * time.Second
 // scheduled: the pacer's River middleware lengthens a snooze of up to 5 s
 // by up to a tenth to spread the jobs out (riverpace), and River adds the
 // time from the job's return to its executor reading the clock, which is
-// hundreds of ms on a loaded machine. A wake bounded by the end alone left
-// those jobs behind every job queued during the hold: a key held 10 s came
-// back 22 s after its 429 in a loaded fresh-clone run. A job woken that
-// was snoozed for a wait of its own just waits again.
+// hundreds of ms on a loaded machine. A wake bounded by the end alone
+// leaves those jobs to River's scheduler, behind every job queued during
+// the hold. A job woken that was snoozed for a wait of its own just waits
+// again.
 const wakeSlack = 2 * time.Second
 
 // wakeRetry is how long a wake whose statement failed (the database did

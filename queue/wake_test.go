@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
+	"github.com/fleetpace/fleetpace/internal/pacetest"
 	"github.com/fleetpace/fleetpace/internal/testdb"
 	"github.com/fleetpace/fleetpace/queue"
 )
@@ -159,20 +160,13 @@ func TestWakeRetriesAFailedWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	pacetest.Poll(t, 30*time.Second, "the failed wake tried again (the job available)", func() bool {
 		var state string
 		if err := pool.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1`, res.Job.ID).Scan(&state); err != nil {
 			t.Fatal(err)
 		}
-		if state == "available" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job is %s 30 s after the retry: the failed wake was not tried again", state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return state == "available"
+	})
 }
 
 // insertClient returns a River client on pool that inserts fetch jobs (it
