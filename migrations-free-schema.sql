@@ -661,7 +661,12 @@ BEGIN
                 IF t[22] > 0 AND v_est < v_est_max THEN
                     v_est_max := sqrt(v_est * v_est_max);
                 END IF;
-                IF v_held THEN
+                IF s.acc_rate <= 0 THEN
+                    -- Nothing accepted was measured: a key's row, which
+                    -- hears of its answers only through the platform's.
+                    -- What it "accepted" over the hold is no reading.
+                    NULL;
+                ELSIF v_held THEN
                     -- Short holds (at most t[10]: a strict limiter's or a
                     -- bucket's penalty, a 1-s window's rest) cut at most to
                     -- t[7] of the upper reading: after a burst at the

@@ -426,6 +426,41 @@ func TestSlowdownRespacesGrantedSlots(t *testing.T) {
 	}
 }
 
+// HeldFor says how long a hold or a pause lasts, never how far a busy
+// platform's next slot is: a job snoozed because its slot lay beyond its
+// bound asked for the hold's wake, and the wake brought the platform's
+// snoozed jobs back every 200 ms, ahead of every other job, while they
+// snoozed again (an integration run: a platform back 16 s after a 5-s
+// pause, behind the churn).
+func TestHeldForIsAHoldNotABacklog(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t, platformSpec{name: "busy", rate: 1})
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	for i := range 4 {
+		if r, err := p.Reserve(ctx, "busy", 10*time.Second); err != nil || !r.Granted {
+			t.Fatalf("slot %d: %+v %v", i, r, err)
+		}
+	}
+	r, err := p.Reserve(ctx, "busy", time.Second)
+	if err != nil || r.Granted || r.Wait < 3*time.Second {
+		t.Fatalf("a slot beyond the bound: %+v %v, want denied, ~4 s away", r, err)
+	}
+	if held := p.HeldFor("busy"); held != 0 {
+		t.Fatalf("HeldFor of a platform whose next slot is %s away: %s, want 0 (no hold)", r.Wait, held)
+	}
+	if _, err := PauseFor(WithTime(ctx, clk.Now()), pool, "busy", 20*time.Second, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Reserve(ctx, "busy", time.Second); err != nil || r.Granted || !r.Paused {
+		t.Fatalf("paused: %+v %v, want denied", r, err)
+	}
+	if held := p.HeldFor("busy"); held < 19*time.Second || held > 20*time.Second {
+		t.Fatalf("HeldFor of a platform paused for 20 s: %s", held)
+	}
+}
+
 // A slot re-spaced beyond the caller's max wait is given back, and a pause
 // gives every waiting slot back; reservations are then denied as paused
 // until Resume.

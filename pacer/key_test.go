@@ -180,6 +180,45 @@ func TestKeyRetryAfterHoldsTheKey(t *testing.T) {
 	}
 }
 
+// After a key's lone Retry-After the key comes back at no less than half
+// its rate. A key's row hears of no accepted answer (they go to the
+// platform's row), so what it "accepted" over the refusal's hold is no
+// reading: read as a window's quota it put the key at the floor of its
+// adaptation (3/s → 0.2/s, a slot every 5 s) after its hold, and an
+// integration run's key came back 6 s late behind a snooze.
+func TestKeyLoneRetryAfterKeepsItsPace(t *testing.T) {
+	t.Parallel()
+	url, _, clk := keyed(t, "lr", 100, 3)
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	var last Reservation
+	for i := range 12 { // 4 s of the key at its rate, every answer clean
+		r, err := p.ReserveKey(ctx, "lr", "k", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("slot %d: %+v %v", i, r, err)
+		}
+		clk.Advance(r.Wait)
+		if _, err := p.Report(ctx, "lr", r, Feedback{Kind: Clean}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second / 3)
+		last = r
+	}
+	if _, err := p.Report(ctx, "lr", last, Feedback{Kind: Pressure, RetryAfter: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10*time.Second + 100*time.Millisecond)
+	r, err := p.ReserveKey(ctx, "lr", "k", time.Minute)
+	if err != nil || !r.Granted {
+		t.Fatalf("the key at its hold's end: %+v %v, want a slot", r, err)
+	}
+	clk.Advance(r.Wait)
+	next, err := p.ReserveKey(ctx, "lr", "k", 0)
+	if err != nil || next.Granted || next.Wait > 700*time.Millisecond {
+		t.Fatalf("the key's next slot after its hold: %+v %v, want within 700 ms (half its rate of 3/s or more)", next, err)
+	}
+}
+
 // A key is at most MaxKeyLen bytes of UTF-8.
 func TestBadKey(t *testing.T) {
 	t.Parallel()
