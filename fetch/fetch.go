@@ -113,6 +113,11 @@ type Result struct {
 	// whatever its status; zero when there was no response. Every duration
 	// in it is capped at ratelimit.MaxWait.
 	RateLimit ratelimit.Info
+	// Sent is when the request was written (zero: unknown): the HTTP
+	// fetcher's time of the write its send-by check let through, for the
+	// pacer to move the schedule after a write that went late
+	// (pacer.Feedback.Sent).
+	Sent time.Time
 	// Reason says in words what happened. Always set for Failed and
 	// RateLimited (and by the HTTP fetcher for RatePressure), e.g. "HTTP
 	// 404 Not Found", "HTTP 429 Too Many Requests, Retry-After 10s" or

@@ -271,6 +271,7 @@ func (h *HTTP) fetch(ctx context.Context, req Request) Result {
 	gctx, gate, cancel := sendby.Arm(hreq.Context(), req.SendBy, h.cfg.Clock)
 	defer cancel()
 	resp, err := h.client.Do(hreq.WithContext(gctx))
+	res.Sent = gate.Sent()
 	if err != nil {
 		if gate.Refused() {
 			res.Err = fmt.Errorf("%w (%s after it)", ErrLate, h.cfg.Clock.Since(req.SendBy).Round(time.Millisecond))

@@ -261,3 +261,69 @@ func TestMissedSlotGivesItsLeaseBack(t *testing.T) {
 	}
 	t.Fatal("Acquire did not return within 20 s of fake time")
 }
+
+// A request written past its slot's guarantee (SendBy + overrunSlack: the
+// process was paused between the send-by check and the write) moves the
+// platform's schedule later by the overrun, fleet-wide: the cursor, so the
+// next slot comes that much later, and a slot another process sleeps on
+// (moved by the event its notification brings). A write within the
+// guarantee moves nothing. Without the move a window that starts at the
+// late arrival ends on slots it never counted: 43 in a 1-s window at 40/s
+// + burst 2 on a loaded machine.
+func TestOverrunMovesTheSchedule(t *testing.T) {
+	t.Parallel()
+	url, _ := setup(t, platformSpec{name: "ov", rate: 10})
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	q := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	reserve := func(pc *Pacer) Reservation {
+		t.Helper()
+		r, err := pc.Reserve(ctx, "ov", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		return r
+	}
+	near := func(got, want time.Duration) bool { return got > want-time.Millisecond && got < want+time.Millisecond }
+
+	r0 := reserve(p)
+	r0.SendBy = clk.Now() // as Sleep sets it
+	if _, err := p.Report(ctx, "ov", r0, Feedback{Kind: Clean, Sent: r0.SendBy.Add(overrunSlack)}); err != nil {
+		t.Fatal(err)
+	}
+	r1 := reserve(p)
+	if gap := r1.Slot.Sub(r0.Slot); !near(gap, 100*time.Millisecond) {
+		t.Fatalf("after a write within its guarantee the next slot is %s later, want the spacing (100 ms)", gap)
+	}
+	if n := p.Stats().Overruns; n != 0 {
+		t.Fatalf("%d overruns after a write within its guarantee", n)
+	}
+
+	reserve(q)
+	reserve(q)
+	far := reserve(q) // 400 ms ahead
+	waitFor(t, "q's listener", func() bool { return q.Stats().Listening })
+	sctx, cancel := context.WithCancel(ctx)
+	slept := make(chan error, 1)
+	go func() { slept <- q.Sleep(sctx, &far) }()
+	t.Cleanup(func() {
+		cancel()
+		<-slept
+	})
+	clocktest.WaitSleepers(t, clk, 1)
+
+	const over = 40 * time.Millisecond
+	r1.SendBy = clk.Now()
+	if _, err := p.Report(ctx, "ov", r1, Feedback{Kind: Clean, Sent: r1.SendBy.Add(overrunSlack + over)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Stats().Overruns; n != 1 {
+		t.Fatalf("%d overruns, want 1", n)
+	}
+	next := reserve(p)
+	if gap := next.Slot.Sub(far.Slot); !near(gap, 100*time.Millisecond+over) {
+		t.Fatalf("after a write %s past its guarantee the next slot is %s after the last granted, want the spacing + %s", over, gap, over)
+	}
+	waitFor(t, "the sleeping slot of the other process to move", func() bool { return q.Stats().Respaced == 1 })
+}

@@ -51,6 +51,13 @@ type Feedback struct {
 	// ratelimit.Parse reads them). A platform with use_headers paces the
 	// whole fleet by it: see spacing for the rule.
 	Quota ratelimit.Info
+	// Sent is when the request was written (local clock; zero: unknown). A
+	// request written more than half of SendSlack after its reservation's
+	// SendBy (a process paused between the send-by check and the write)
+	// moves the platform's schedule later by as much, fleet-wide, so that
+	// the destination's windows stay within rate + burst (Stats.Overruns).
+	// fetch.Result.Sent and Transport fill it in (sendby.Gate.Sent).
+	Sent time.Time
 	// Scope says whose limit the answer speaks of, for a request reserved
 	// for a key: the key's (its row holds and slows down) or the
 	// platform's. Default ScopeAuto.
@@ -273,6 +280,7 @@ type Stats struct {
 	Respaced        uint64 // granted slots moved later by a slow-down before they were used
 	GivenBack       uint64 // granted slots given back: re-spaced beyond the caller's max wait
 	Late            uint64 // granted slots given up because the caller woke too late for them
+	Overruns        uint64 // requests written past their slot's guarantee (Feedback.Sent): the schedule moved later by as much
 	Down            bool   // shared pacing currently unavailable
 	Listening       bool   // the slow-down listener is connected
 	FleetSize       int    // fleet size last set

@@ -97,7 +97,7 @@ type Pacer struct {
 	reports, dropped, deferred              atomic.Uint64
 	attempts, failures                      atomic.Uint64
 	events, notifications                   atomic.Uint64
-	respaced, givenBack, late               atomic.Uint64
+	respaced, givenBack, late, overruns     atomic.Uint64
 	// succeeded counts round trips that reached the database; slowConnects
 	// the calls that went again after a slow connect (see slowConnect).
 	succeeded, slowConnects atomic.Uint64
@@ -345,6 +345,7 @@ func (p *Pacer) Stats() Stats {
 		Respaced:        p.respaced.Load(),
 		GivenBack:       p.givenBack.Load(),
 		Late:            p.late.Load(),
+		Overruns:        p.overruns.Load(),
 		Down:            p.latch.isDown(),
 		Listening:       p.listening.Load(),
 		FleetSize:       int(p.fleet.Load()),

@@ -77,6 +77,9 @@ func (a *announcement) holdFor() time.Duration {
 func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, out Feedback) (ReportResult, error) {
 	p.reports.Add(1)
 	p.release(ctx, res)
+	if d := res.overrun(out.Sent); d > 0 {
+		p.shiftForOverrun(ctx, platform, d)
+	}
 	if res.Key != "" && out.scope(res) == ScopeKey {
 		return p.reportKey(ctx, platform, res, out)
 	}

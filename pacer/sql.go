@@ -318,6 +318,27 @@ FROM u`
 // speeds the platform up.
 const resumeSQL = `UPDATE fleetpace_pace SET paused_until = 0, pause_reason = '' WHERE platform = $1 AND key = ''`
 
+// overrunSQL moves platform $1's schedule $2 seconds later after one of
+// its requests went that far past its slot's guarantee (overrun.go): the
+// cursor (from now at least), and every granted slot due after the pivot
+// through an event with that shift and no horizon (nothing given back for
+// it). Spacing, hold and adaptation are left as they are. $3 is the time
+// (NULL: the database's clock).
+var overrunSQL = `
+WITH u AS (
+UPDATE fleetpace_pace AS s SET
+    cursor_at = GREATEST(s.cursor_at, n.now) + $2::float8,
+    event_seq = s.event_seq + 1, event_at = n.now, event_interval = s.last_interval,
+    event_shift = $2::float8, event_horizon = 'Infinity', last_respaced = true
+FROM (SELECT COALESCE($3::float8, date_part('epoch', clock_timestamp())) AS now) AS n
+WHERE s.platform = $1 AND s.key = ''
+RETURNING s.platform, s.event_seq, s.event_at, s.last_interval, s.event_shift, s.event_horizon,
+          GREATEST(s.hold_until, s.paused_until) AS hold_at
+)
+SELECT u.event_seq, u.event_at, u.last_interval, u.event_shift, u.event_horizon, u.hold_at
+FROM u, LATERAL (SELECT pg_notify('` + NotifyChannel + `', u.platform || '|' || u.event_seq || '|' || u.event_at || '|' || u.last_interval
+                 || '|' || u.event_shift || '|Infinity|' || u.hold_at)) AS notified`
+
 // clearHoldSQL ends a platform's fleet-wide hold (Retry-After, quota or
 // cooldown) at once, and the backoff with it: the platform runs at its
 // configured pace again (an operator who clears a cooldown says "go"; a

@@ -137,6 +137,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		res  Reservation
 		resp *http.Response
 		err  error
+		sent time.Time // when the request was written (sendby)
 	)
 	for late := 0; ; late++ {
 		res, err = t.slot(ctx, req, platform, key, maxWait)
@@ -150,6 +151,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		sctx, gate, cancel := sendby.Arm(ctx, by, p.clock)
 		resp, err = base.RoundTrip(req.WithContext(sctx))
+		sent = gate.Sent()
 		if err == nil {
 			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 			break
@@ -172,7 +174,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req = again
 	}
-	out := Feedback{Kind: Neutral, NoAnswer: err != nil}
+	out := Feedback{Kind: Neutral, NoAnswer: err != nil, Sent: sent}
 	if err == nil {
 		classify := t.Classify
 		if classify == nil {

@@ -43,6 +43,23 @@ type Gate struct {
 	// refused: a write was refused; passed: a request was written in time
 	// (a redirect's request that follows is not checked).
 	refused, passed atomic.Bool
+	// sent is when the first write the gate let through returned (on
+	// clock; nil: none).
+	sent atomic.Pointer[time.Time]
+}
+
+// Sent is when the request's first write returned, on the Gate's clock:
+// later than the check by however long the process was paused between the
+// two. Zero when nothing was written through an armed connection (a nil
+// Gate, a refused write, a connection Dial did not make).
+func (g *Gate) Sent() time.Time {
+	if g == nil {
+		return time.Time{}
+	}
+	if t := g.sent.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
 }
 
 // Refused reports whether the gate refused a write: the request (or the
@@ -127,8 +144,15 @@ type gatedConn struct {
 }
 
 func (c *gatedConn) Write(p []byte) (int, error) {
-	if g := c.gate.Swap(nil); g != nil && !g.open() {
+	g := c.gate.Swap(nil)
+	if g == nil {
+		return c.Conn.Write(p)
+	}
+	if !g.open() {
 		return 0, ErrLate
 	}
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	now := g.clock.Now()
+	g.sent.CompareAndSwap(nil, &now)
+	return n, err
 }

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // nothing when it is late: at the write on a connection of a Dial-wrapped
 // dialer, when the connection is given on any other (the request is
 // cancelled with ErrLate as its cause). A zero send-by time arms nothing.
+// Gate.Sent is the time of a write the gate let through.
 func TestArm(t *testing.T) {
 	t.Parallel()
 	hits := atomic.Int32{}
@@ -68,6 +69,10 @@ func TestArm(t *testing.T) {
 			sent := hits.Load() > before
 			if sent != tc.sent || gate.Refused() == tc.sent || (err == nil) != tc.sent {
 				t.Fatalf("sent %v, refused %v, err %v; want sent %v", sent, gate.Refused(), err, tc.sent)
+			}
+			// The write's time is known where the gate checked the write.
+			if written := tc.sent && tc.wrapped && tc.by != 0; gate.Sent().IsZero() == written {
+				t.Fatalf("Sent %v; want a time: %v", gate.Sent(), written)
 			}
 			if !tc.sent && !tc.wrapped && !errors.Is(context.Cause(ctx), sendby.ErrLate) {
 				t.Fatalf("cause %v, want ErrLate", context.Cause(ctx))

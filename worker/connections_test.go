@@ -163,7 +163,7 @@ func TestReadyzFollowsDatabase(t *testing.T) {
 		"fleetpace_pacer_degraded_reservations_total", "fleetpace_pacer_reservations_total",
 		"fleetpace_cooldowns_active", "fleetpace_database_up 1", "fleetpace_fleet_size",
 		"fleetpace_record_checks_total", "fleetpace_pacer_block_reservations_total",
-		"fleetpace_pacer_slowdowns_total", "fleetpace_pacer_slots_given_back_total", "fleetpace_pacer_listening",
+		"fleetpace_pacer_slowdowns_total", "fleetpace_pacer_slots_given_back_total", "fleetpace_pacer_overruns_total", "fleetpace_pacer_listening",
 	} {
 		if !strings.Contains(metrics, name) {
 			t.Errorf("/metrics lacks %s", name)

@@ -238,7 +238,7 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	// unreachable the pacer drops reports and counts them).
 	// What the destination announced in its rate-limit headers goes with
 	// every outcome (a 404 can carry a quota too).
-	out := pacer.Feedback{Kind: pacer.Neutral, NoAnswer: r.Status == 0, Quota: r.RateLimit}
+	out := pacer.Feedback{Kind: pacer.Neutral, NoAnswer: r.Status == 0, Quota: r.RateLimit, Sent: r.Sent}
 	switch r.Outcome {
 	case fetch.OK, fetch.NotModified:
 		out.Kind = pacer.Clean

@@ -237,6 +237,7 @@ var (
 	descRespaced     = prometheus.NewDesc("fleetpace_pacer_slots_respaced_total", "Granted slots moved later by a slow-down before they were used.", nil, nil)
 	descGivenBack    = prometheus.NewDesc("fleetpace_pacer_slots_given_back_total", "Granted slots given back: a slow-down moved them beyond the job's wait (the job snoozes).", nil, nil)
 	descLate         = prometheus.NewDesc("fleetpace_pacer_slots_late_total", "Granted slots given up because the job woke too late for them.", nil, nil)
+	descOverruns     = prometheus.NewDesc("fleetpace_pacer_overruns_total", "Requests written past their slot's guarantee (the process was paused between the send-by check and the write): the platform's schedule moved later by as much.", nil, nil)
 	descListening    = prometheus.NewDesc("fleetpace_pacer_listening", "1 while the pacer's slow-down listener is connected.", nil, nil)
 
 	descRecBatches = prometheus.NewDesc("fleetpace_record_statements_total", "Statements that wrote checks (group commit).", nil, nil)
@@ -265,7 +266,7 @@ type pacerCollector struct{ p *pacer.Pacer }
 
 func (c pacerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReservations, descDegraded, descDropped, descAttempts, descSlowConnect, descDown, descFleet,
-		descFromBlock, descBlockWaste, descDeferred, descEvents, descRespaced, descGivenBack, descLate, descListening} {
+		descFromBlock, descBlockWaste, descDeferred, descEvents, descRespaced, descGivenBack, descLate, descOverruns, descListening} {
 		ch <- d
 	}
 }
@@ -292,6 +293,7 @@ func (c pacerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRespaced, prometheus.CounterValue, float64(s.Respaced))
 	ch <- prometheus.MustNewConstMetric(descGivenBack, prometheus.CounterValue, float64(s.GivenBack))
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(s.Late))
+	ch <- prometheus.MustNewConstMetric(descOverruns, prometheus.CounterValue, float64(s.Overruns))
 	listening := 0.0
 	if s.Listening {
 		listening = 1
