@@ -189,7 +189,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 	}
 	kst.rate, kst.burst, kst.interval, kst.noRespace = kRate, int(kBurst), kI, !respace
 	if !granted && !res.Retry && kFirst > pFirst {
-		// Denied for the key's hold or pause: HeldForKey says so.
+		// Denied for the key's hold or pause: HoldLeft says so.
 		kst.hold = maxTime(kst.hold, received.Add(res.Wait))
 	}
 	return res, nil

@@ -75,10 +75,12 @@ func (p *Pacer) heldLocally(platform string) time.Duration {
 	return max(st.held.Sub(p.clock.Now()), 0)
 }
 
-// HeldFor is how long platform is still held or paused as far as this
-// process knows — a Retry-After it received or heard of, a cooldown, an
-// operator's pause; 0: not held. riverpace.Config.MaxSleepers acts only
-// while a platform is held.
+// HeldFor is how long platform is still held, paused or backlogged as far
+// as this process knows: a hold or a pause (HoldLeft), or, after a
+// reservation was denied for a slot beyond its bound, until that slot; 0:
+// none of them. riverpace.Config.MaxSleepers acts only then: a platform
+// whose jobs wait longer than their bound would otherwise take every
+// worker of the process, one sleeper after the other.
 func (p *Pacer) HeldFor(platform string) time.Duration {
 	now := p.clock.Now()
 	p.mu.Lock()
@@ -87,18 +89,30 @@ func (p *Pacer) HeldFor(platform string) time.Duration {
 	if st == nil {
 		return 0
 	}
-	return max(st.hold.Sub(now), st.held.Sub(now), 0)
+	return max(st.hold.Sub(now), st.held.Sub(now), st.far.Sub(now), 0)
 }
 
-// HeldForKey is HeldFor for key of platform: the longer of the platform's
-// hold and the key's (a key's own Retry-After holds the key alone). Key ""
-// is HeldFor.
-func (p *Pacer) HeldForKey(platform, key string) time.Duration {
-	held := p.HeldFor(platform)
-	if key == "" {
-		return held
+// HoldLeft is how long platform's key (the platform itself for key "") is
+// still held or paused as far as this process knows — a Retry-After it
+// received or heard of, a cooldown, an operator's pause; the longer of the
+// platform's and the key's. Never a backlog: the worker wakes the jobs
+// snoozed for a hold when it ends (queue.Waker), and a job snoozed because
+// its slot lay beyond its bound, woken early, would only snooze again ahead
+// of every other platform's jobs.
+func (p *Pacer) HoldLeft(platform, key string) time.Duration {
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	left := time.Duration(0)
+	for _, name := range []string{platform, rowName(platform, key)} {
+		if st := p.local[name]; st != nil {
+			left = max(left, st.hold.Sub(now), st.held.Sub(now))
+		}
+		if key == "" {
+			break
+		}
 	}
-	return max(held, p.HeldFor(rowName(platform, key)))
+	return left
 }
 
 // While a report that slows a platform down is on its way to the database

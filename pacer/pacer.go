@@ -145,6 +145,7 @@ type localState struct {
 	last        event         // the last slow-down applied (seq 0: none)
 	hold        time.Time     // local-clock estimate of the shared hold and pause
 	held        time.Time     // this process holds until then: a Retry-After it received (holdLocally)
+	far         time.Time     // a reservation was denied for a slot beyond its bound: backlogged until that slot (HeldFor)
 	noRespace   bool          // the platform's respace is off: slots stand as granted, no local hold either
 	capped      bool          // the row (or a key of it) caps open requests: no local slot while the database is unreachable (reserveLocal)
 	keysLimited bool          // a key of the platform was seen with a rate of its own: a key never seen gets no local slot (reserveLocal)

@@ -233,11 +233,15 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	} else if freeAt > 0 {
 		st.capped = true // denied at the cap
 	}
-	if !res.Granted && hold > at {
-		// Denied for a hold or a pause: HeldFor says so, and a degraded
-		// period starting now must not go earlier. (A slot beyond maxWait
-		// is no hold: sharedEnd keeps a degraded period after it.)
-		st.hold = maxTime(st.hold, localNow.Add(clampDuration(secondsToDuration(hold-at))))
+	if !res.Granted {
+		// Backlogged until the slot (HeldFor); held, only when denied for a
+		// hold or a pause (HoldLeft), and a degraded period starting now
+		// must not go earlier (after a slot beyond maxWait, sharedEnd keeps
+		// it later).
+		st.far = maxTime(st.far, localNow.Add(res.Wait))
+		if hold > at {
+			st.hold = maxTime(st.hold, localNow.Add(clampDuration(secondsToDuration(hold-at))))
+		}
 	}
 	// Slot 0 is first (when nothing was granted, the earliest one there is);
 	// slot k of a block is max(first, cursor - tau - (count - k)·interval).

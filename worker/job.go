@@ -115,7 +115,7 @@ type JobConfig struct {
 	// snoozed for a hold (a Retry-After, a cooldown, a timed pause) when it
 	// ends, in due order (queue.Waker), instead of at River's scheduler's
 	// next run behind the jobs queued meanwhile. The Pacer says how long a
-	// platform or key is held by a method HeldForKey(platform, key string)
+	// platform or key is held by a method HoldLeft(platform, key string)
 	// time.Duration, as *pacer.Pacer does. Default nil: River's scheduler
 	// brings them back.
 	Waker *queue.Waker
@@ -381,7 +381,7 @@ func (w *FetchWorker) slotAndFetch(ctx context.Context, job *river.Job[queue.Fet
 // keyHolder is a Pacer that says how long a platform or its key is held
 // (*pacer.Pacer).
 type keyHolder interface {
-	HeldForKey(platform, key string) time.Duration
+	HoldLeft(platform, key string) time.Duration
 }
 
 // wakeAfterHold asks the Waker to wake the jobs of args' platform (or of
@@ -392,7 +392,7 @@ func (w *FetchWorker) wakeAfterHold(args queue.FetchArgs) {
 	if w.waker == nil || !ok {
 		return
 	}
-	platform, both := h.HeldForKey(args.Platform, ""), h.HeldForKey(args.Platform, args.Key)
+	platform, both := h.HoldLeft(args.Platform, ""), h.HoldLeft(args.Platform, args.Key)
 	key := ""
 	if both > platform {
 		key = args.Key

@@ -143,14 +143,15 @@ type Config struct {
 	// MaxSleepers, if above 0, is how many jobs of one platform (of one
 	// key, for jobs with a key) a process lets sleep for slots at once
 	// while the platform is held (a Retry-After under MaxWait, a cooldown,
-	// a pause; the Pacer says so with a method HeldFor(platform)
-	// time.Duration, as *pacer.Pacer does); a job that comes while that
+	// a pause) or backlogged (a reservation was lately denied for a slot
+	// beyond MaxWait); the Pacer says so with a method HeldFor(platform)
+	// time.Duration, as *pacer.Pacer does. A job that comes while that
 	// many sleep takes a slot only within MinSnooze (a snooze could not
 	// bring it back sooner) and otherwise snoozes, giving its worker to the
 	// other platforms. Without it, jobs of a platform held for a few
 	// seconds take every worker one after the other while they sleep
 	// through the hold, and the other platforms stop. (A platform that is
-	// not held is left alone: its jobs sleeping a few seconds for their
+	// neither is left alone: its jobs sleeping a few seconds for their
 	// slots is the pace, and snoozing them would leave gaps.) Set it to
 	// about half of the River client's MaxWorkers. Default 0: no limit.
 	MaxSleepers int
@@ -340,7 +341,7 @@ func (m *Middleware) acquire(ctx context.Context, platform, key string) (pacer.R
 	return res, err
 }
 
-// holder is a Pacer that knows how long a platform is held
+// holder is a Pacer that knows how long a platform is held or backlogged
 // (*pacer.Pacer): Config.MaxSleepers acts only then.
 type holder interface {
 	HeldFor(platform string) time.Duration
