@@ -666,12 +666,15 @@ BEGIN
                     -- hears of its answers only through the platform's.
                     -- What it "accepted" over the hold is no reading.
                     NULL;
-                ELSIF v_held THEN
+                ELSIF v_held AND (s.meas_window > t[10] OR v_share < 1 - t[3] / 2) THEN
                     -- Short holds (at most t[10]: a strict limiter's or a
                     -- bucket's penalty, a 1-s window's rest) cut at most to
                     -- t[7] of the upper reading: after a burst at the
                     -- ceiling the holds themselves pull the accepted rate
-                    -- far under what the destination allows.
+                    -- far under what the destination allows. A lone refusal
+                    -- after a short hold (nearly everything accepted since
+                    -- the last decrease: a second jitter) cuts to what was
+                    -- accepted, not to the rate the hold itself pulled down.
                     v_est := LEAST(v_est, CASE WHEN s.meas_window > t[10] THEN v_acc ELSE GREATEST(v_acc, v_est_max * t[7]) END);
                     IF s.meas_window > t[10] THEN
                         v_est_max := v_est;

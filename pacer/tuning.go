@@ -37,7 +37,9 @@ type tuning struct {
 	// share of its upper reading: after a burst at the ceiling a strict
 	// limiter's penalty holds pull the accepted rate far under what it
 	// allows. The same as beta: a cut of the one kind compounded with the
-	// other (0.35) took a strict bucket of 8/s 12 s to reach.
+	// other (0.35) took a strict bucket of 8/s 12 s to reach. A lone
+	// refusal (nearly every answer since the last decrease accepted) is
+	// no burst: it is not cut by the accepted rate.
 	heldFloor float64
 	// bisect: a refusal right after a decrease, or at a start, is a bound
 	// on the limit, not a reading: the approach aims at the geometric mean
