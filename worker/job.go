@@ -256,15 +256,16 @@ func (w *FetchWorker) Work(ctx context.Context, job *river.Job[queue.FetchArgs])
 	if outcome == fetch.RatePressure && r.Reason == "" {
 		r.Reason = pressureReason(r)
 	}
-	if !out.NoAnswer || out.Quota.Announced() {
-		rr, err := w.pacer.Report(ctx, args.Platform, res, out)
-		if err != nil {
-			w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
-		}
-		if outcome == fetch.RatePressure && rr.AtMax {
-			outcome, cause = fetch.RateLimited, sources.CauseSlowestPace
-			r.Reason = fmt.Sprintf("%s at the slowest pace (ceiling ÷ %g, the maximum multiplier)", r.Reason, rr.MaxMultiplier)
-		}
+	// Every fetch is reported, answered or not: the report gives the
+	// request's open-request lease back and moves the schedule for a late
+	// write (a fetch without an answer counts for nothing else).
+	rr, err := w.pacer.Report(ctx, args.Platform, res, out)
+	if err != nil {
+		w.logger.Warn("pacer report failed", "platform", args.Platform, "err", err)
+	}
+	if outcome == fetch.RatePressure && rr.AtMax {
+		outcome, cause = fetch.RateLimited, sources.CauseSlowestPace
+		r.Reason = fmt.Sprintf("%s at the slowest pace (ceiling ÷ %g, the maximum multiplier)", r.Reason, rr.MaxMultiplier)
 	}
 	w.metrics.fetched(args.Platform, outcome)
 

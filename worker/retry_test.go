@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +166,44 @@ func TestLateSendTakesANewSlot(t *testing.T) {
 	}
 	if st := p.Stats(); st.Reports < 3 {
 		t.Errorf("the pacer had %d reports; want the slots given up reported too", st.Reports)
+	}
+}
+
+// A fetch the destination never answered (a network error, a timeout) gives
+// its open-request lease back at once, like every other: on a platform of
+// one open request at a time the next job fetches at once instead of
+// waiting for the lease to expire (LeaseTTL).
+func TestNoAnswerGivesTheLeaseBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.Pool(t, sources.Platform{Name: "p", RatePerSec: 1000, MaxInFlight: 1})
+	p, err := pacer.New(ctx, pacer.Config{DatabaseURL: pool.Config().ConnString(), MaxBlock: 1, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var fetches atomic.Int32
+	fw, err := worker.NewFetchWorker(worker.JobConfig{Pool: pool, Pacer: p,
+		Fetcher: fetch.FetcherFunc(func(_ context.Context, r fetch.Request) fetch.Result {
+			if fetches.Add(1) == 1 {
+				return fetch.Result{Outcome: fetch.Failed, Reason: "connection reset", Sent: time.Now()}
+			}
+			return fetch.Result{Outcome: fetch.OK, Status: 200, Sent: time.Now()}
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		id := storetest.Source(t, pool, sources.NewSource{Platform: "p", URL: fmt.Sprintf("https://p.example/feed/%d", i)})
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := fw.Work(wctx, &river.Job[queue.FetchArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: 1},
+			Args: queue.FetchArgs{SourceID: id, Platform: "p", URL: fmt.Sprintf("https://p.example/feed/%d", i)}})
+		cancel()
+		if err != nil {
+			t.Fatalf("job %d: Work: %v (the first fetch's lease was not given back)", i+1, err)
+		}
+	}
+	if n := fetches.Load(); n != 2 {
+		t.Fatalf("%d fetches, want 2", n)
 	}
 }
