@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"testing"
@@ -128,6 +129,44 @@ func TestDegradedStartsAfterTheRowsSlots(t *testing.T) {
 	px.setCut(true)
 	for {
 		r, err := p.Reserve(ctx, "gone", time.Minute)
+		if err != nil || !r.Degraded {
+			t.Fatalf("reservation with the database gone: %+v %v, want degraded", r, err)
+		}
+		if r.Granted {
+			if at := clk.Now().Add(r.Wait).Sub(start); (at - 1100*time.Millisecond).Abs() > time.Millisecond {
+				t.Fatalf("the first local slot at %s, want at 1.1 s, after the row's slots and as many more", at)
+			}
+			return
+		}
+		clk.Advance(r.Wait)
+	}
+}
+
+// The same for keyed reservations: a process whose last slots from the row
+// were a key's starts pacing locally after every slot the row had granted
+// the others (and as many more), not at once.
+func TestDegradedKeyStartsAfterTheRowsSlots(t *testing.T) {
+	ctx := context.Background()
+	dbURL, pool := setup(t, platformSpec{name: "gone", rate: 20, burst: 1})
+	setKeyLimits(t, pool, "gone", 100, 1, 0, 0)
+	px, proxied := behindProxy(t, dbURL)
+	clk := clocktest.New()
+	p := fakePacer(t, proxied, clk, func(c *Config) { c.PollOnly = true; c.Latch = time.Second })
+	p.SetFleetSize(3)
+	start := clk.Now()
+	other := fakePacer(t, dbURL, clk, nil)
+	for i := range 10 { // the row's slots 0–450 ms, each of a key of its own
+		if r, err := other.ReserveKey(ctx, "gone", fmt.Sprintf("k%d", i), time.Minute); err != nil || !r.Granted {
+			t.Fatalf("another process's reservation: %+v %v", r, err)
+		}
+	}
+	r, err := p.ReserveKey(ctx, "gone", "mine", time.Minute)
+	if err != nil || !r.Granted || r.Degraded || (r.Wait-500*time.Millisecond).Abs() > time.Millisecond {
+		t.Fatalf("shared reservation: %+v %v, want the slot at 500 ms", r, err)
+	}
+	px.setCut(true)
+	for {
+		r, err := p.ReserveKey(ctx, "gone", "mine", time.Minute)
 		if err != nil || !r.Degraded {
 			t.Fatalf("reservation with the database gone: %+v %v, want degraded", r, err)
 		}
