@@ -199,7 +199,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 	}
 	// ... and after every slot the row had granted, and as many more (see
 	// reserveShared): a keyed process that paced locally from now put its
-	// first local slot before the others' (TestDegradedKeyStartsAfterTheRowsSlots).
+	// first local slot before the others' (TestDegradedStartsAfterTheRowsSlots/keyed=true).
 	st.sharedEnd = received.Add(2 * secondsToDuration(max(cursor-at, 0)))
 	if !granted && !res.Retry && kFirst > pFirst {
 		// Denied for the key's hold or pause: HoldLeft says so.

@@ -111,72 +111,52 @@ func behindProxy(t *testing.T, dbURL string) (*proxy, string) {
 // slot instead, a process put 22 requests in a 1-s window under a bound of
 // 21 (TestDegradedProcessesKeepTheCeiling, under load).
 func TestDegradedStartsAfterTheRowsSlots(t *testing.T) {
-	ctx := context.Background()
-	dbURL, px, clk, p := outageFleet(t, "gone") // local spacing 200 ms, horizon 500 ms
-	start := clk.Now()
-	other := fakePacer(t, dbURL, clk, nil)
-	for range 10 { // the row's slots 0–450 ms
-		if r, err := other.Reserve(ctx, "gone", time.Minute); err != nil || !r.Granted {
-			t.Fatalf("another process's reservation: %+v %v", r, err)
-		}
-	}
-	r, err := p.Reserve(ctx, "gone", time.Minute)
-	if err != nil || !r.Granted || r.Degraded || (r.Wait-500*time.Millisecond).Abs() > time.Millisecond {
-		t.Fatalf("shared reservation: %+v %v, want the slot at 500 ms", r, err)
-	}
-	// The row's cursor was 550 ms ahead: no local slot before 1.1 s (its
-	// own last slot + the local spacing would be 700 ms).
-	px.setCut(true)
-	for {
-		r, err := p.Reserve(ctx, "gone", time.Minute)
-		if err != nil || !r.Degraded {
-			t.Fatalf("reservation with the database gone: %+v %v, want degraded", r, err)
-		}
-		if r.Granted {
-			if at := clk.Now().Add(r.Wait).Sub(start); (at - 1100*time.Millisecond).Abs() > time.Millisecond {
-				t.Fatalf("the first local slot at %s, want at 1.1 s, after the row's slots and as many more", at)
+	// keyed: the same for a key's reservations, each of the others' of a
+	// key of its own (a keyed process once set no start and granted its
+	// first local slot at once).
+	for _, keyed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keyed=%v", keyed), func(t *testing.T) {
+			ctx := context.Background()
+			dbURL, pool := setup(t, platformSpec{name: "gone", rate: 20, burst: 1})
+			setKeyLimits(t, pool, "gone", 100, 1, 0, 0)
+			px, proxied := behindProxy(t, dbURL)
+			clk := clocktest.New()
+			p := fakePacer(t, proxied, clk, func(c *Config) { c.PollOnly = true; c.Latch = time.Second })
+			p.SetFleetSize(3) // local spacing 200 ms, horizon 500 ms
+			reserve := func(p *Pacer, i int) (Reservation, error) {
+				if keyed {
+					return p.ReserveKey(ctx, "gone", fmt.Sprintf("k%d", i), time.Minute)
+				}
+				return p.Reserve(ctx, "gone", time.Minute)
 			}
-			return
-		}
-		clk.Advance(r.Wait)
-	}
-}
-
-// The same for keyed reservations: a process whose last slots from the row
-// were a key's starts pacing locally after every slot the row had granted
-// the others (and as many more), not at once.
-func TestDegradedKeyStartsAfterTheRowsSlots(t *testing.T) {
-	ctx := context.Background()
-	dbURL, pool := setup(t, platformSpec{name: "gone", rate: 20, burst: 1})
-	setKeyLimits(t, pool, "gone", 100, 1, 0, 0)
-	px, proxied := behindProxy(t, dbURL)
-	clk := clocktest.New()
-	p := fakePacer(t, proxied, clk, func(c *Config) { c.PollOnly = true; c.Latch = time.Second })
-	p.SetFleetSize(3)
-	start := clk.Now()
-	other := fakePacer(t, dbURL, clk, nil)
-	for i := range 10 { // the row's slots 0–450 ms, each of a key of its own
-		if r, err := other.ReserveKey(ctx, "gone", fmt.Sprintf("k%d", i), time.Minute); err != nil || !r.Granted {
-			t.Fatalf("another process's reservation: %+v %v", r, err)
-		}
-	}
-	r, err := p.ReserveKey(ctx, "gone", "mine", time.Minute)
-	if err != nil || !r.Granted || r.Degraded || (r.Wait-500*time.Millisecond).Abs() > time.Millisecond {
-		t.Fatalf("shared reservation: %+v %v, want the slot at 500 ms", r, err)
-	}
-	px.setCut(true)
-	for {
-		r, err := p.ReserveKey(ctx, "gone", "mine", time.Minute)
-		if err != nil || !r.Degraded {
-			t.Fatalf("reservation with the database gone: %+v %v, want degraded", r, err)
-		}
-		if r.Granted {
-			if at := clk.Now().Add(r.Wait).Sub(start); (at - 1100*time.Millisecond).Abs() > time.Millisecond {
-				t.Fatalf("the first local slot at %s, want at 1.1 s, after the row's slots and as many more", at)
+			start := clk.Now()
+			other := fakePacer(t, dbURL, clk, nil)
+			for i := range 10 { // the row's slots 0–450 ms
+				if r, err := reserve(other, i); err != nil || !r.Granted {
+					t.Fatalf("another process's reservation: %+v %v", r, err)
+				}
 			}
-			return
-		}
-		clk.Advance(r.Wait)
+			r, err := reserve(p, 10)
+			if err != nil || !r.Granted || r.Degraded || (r.Wait-500*time.Millisecond).Abs() > time.Millisecond {
+				t.Fatalf("shared reservation: %+v %v, want the slot at 500 ms", r, err)
+			}
+			// The row's cursor was 550 ms ahead: no local slot before 1.1 s
+			// (its own last slot + the local spacing would be 700 ms).
+			px.setCut(true)
+			for {
+				r, err := reserve(p, 10)
+				if err != nil || !r.Degraded {
+					t.Fatalf("reservation with the database gone: %+v %v, want degraded", r, err)
+				}
+				if r.Granted {
+					if at := clk.Now().Add(r.Wait).Sub(start); (at - 1100*time.Millisecond).Abs() > time.Millisecond {
+						t.Fatalf("the first local slot at %s, want at 1.1 s, after the row's slots and as many more", at)
+					}
+					return
+				}
+				clk.Advance(r.Wait)
+			}
+		})
 	}
 }
 
