@@ -188,9 +188,13 @@ func (p *Pacer) applyEvent(platform string, ev event) {
 	p.events.Add(1)
 	st.last = ev
 	p.dropBlock(st) // spaced for less, or (ClearHold) placed after a hold that is gone
-	if ev.hold <= ev.at {
-		// No hold in force fleet-wide (an operator cleared it): neither here.
-		st.held = time.Time{}
+	if ev.hold <= ev.at && math.IsInf(ev.shift, 1) {
+		// An operator cleared the fleet-wide hold (every slot given back,
+		// no hold in force): neither here. Another event without a hold
+		// (another process's slow-down or late write) leaves this process's
+		// own Retry-After, whose report may still be on its way
+		// (TestOwnHoldOutlivesOtherEvents).
+		st.held, st.hold = time.Time{}, time.Time{}
 	}
 	if isKeyRow(platform) {
 		// A key's slots are booked on its platform's schedule too: they are
