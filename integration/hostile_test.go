@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -183,17 +182,7 @@ var ticksRE = regexp.MustCompile(`fleetpace_scan_ticks_total\{result="ran"\} (\d
 // scanTicks reads the worker's count of scan ticks that ran.
 func scanTicks(t *testing.T, p *proc) int {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(p.http() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ticksRE.FindSubmatch(b)
+	m := ticksRE.FindSubmatch(metricsOf(t, p))
 	if m == nil {
 		return 0
 	}

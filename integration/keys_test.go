@@ -119,6 +119,7 @@ func TestKeysNestedCeiling(t *testing.T) {
 		steady, skip = 12 * time.Second, 6 * time.Second
 	)
 	classes := []keyClass{{"hot", hot, 40}, {"warm", 30, 40}, {"cold", 165, 1}}
+	var overrunsSeen int
 	run := func(t *testing.T, naive bool) (reqs []fakedest.Request, arrivals []time.Time, byKey map[string][]time.Time, limited int, first time.Time) {
 		url := newURL(t)
 		rules := map[string]fakedest.Rule{}
@@ -158,6 +159,7 @@ func TestKeysNestedCeiling(t *testing.T) {
 			length = 3 * time.Second // it passes the ceiling in its first second
 		}
 		waitUntil(t, d, "/k/", first.Add(length), 30*time.Second)
+		overrunsSeen = workerCounter(t, ws, "fleetpace_pacer_overruns_total")
 		stopAll(ws)
 		byKey = map[string][]time.Time{}
 		reqs = d.Requests()
@@ -191,6 +193,7 @@ func TestKeysNestedCeiling(t *testing.T) {
 	t.Logf("nested: 3 workers, platform %.0f/s burst %d, per key %.0f/s burst 1 (hot keys %.1f/s), %d keys: %d requests; goodput %.2f/s = %.3f × %.0f/s; max in a 1-s window %d (bound %d); worst key %s %d in a 1-s window (bound 3), worst hot key %d (bound 2); hot keys %.2f/s each (limit %.1f); refused by a key's bucket %d; per second %s",
 		rate, burst, keyRate, hotRate, len(byKey), len(arrivals), goodput, goodput/rate, rate, maxWin, int(rate)+burst, worstKey, worst, worstHot,
 		float64(hotSent)/hot/steady.Seconds(), hotRate, limited, perSecond(rateSeries(arrivals, first, time.Second)))
+	t.Logf("overruns the workers counted: %d", overrunsSeen)
 	if maxWin > int(rate)+burst {
 		logWorstWindow(t, reqs, time.Second)
 		t.Errorf("a 1-s window held %d requests; the platform allows %.0f/s + burst %d", maxWin, rate, burst)

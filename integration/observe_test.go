@@ -122,12 +122,7 @@ func TestSteady429sAreVisible(t *testing.T) {
 	gauge := regexp.MustCompile(`(?m)^fleetpace_fetches_in_flight\{platform="hanging"\} (\d+)`)
 	sum, all := 0, ""
 	for _, w := range []*proc{w1, w2} {
-		res, err := http.Get(w.http() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		metrics, _ := io.ReadAll(res.Body)
-		res.Body.Close()
+		metrics := metricsOf(t, w)
 		if m := gauge.FindSubmatch(metrics); m != nil {
 			n, _ := strconv.Atoi(string(m[1]))
 			sum += n
@@ -224,4 +219,35 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// workerCounter is the sum of the unlabelled counter name over the
+// workers' /metrics.
+func workerCounter(t *testing.T, ws []*proc, name string) int {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)`)
+	sum := 0
+	for _, w := range ws {
+		if m := re.FindSubmatch(metricsOf(t, w)); m != nil {
+			v, _ := strconv.ParseFloat(string(m[1]), 64)
+			sum += int(v)
+		}
+	}
+	return sum
+}
+
+// metricsOf is w's /metrics page.
+func metricsOf(t *testing.T, w *proc) []byte {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	res, err := c.Get(w.http() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	metrics, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metrics
 }
