@@ -188,19 +188,15 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		kst.last = event{seq: kSeq, at: at, hold: kHold}
 	}
 	kst.rate, kst.burst, kst.interval, kst.noRespace = kRate, int(kBurst), kI, !respace
-	if granted {
-		// A degraded period starting now continues after this slot, for
-		// the platform and the key (reserveShared).
-		due := received.Add(res.Wait)
-		st.tat = maxTime(st.tat, due.Add(st.degradedInterval(p.divisor())))
-		if kRate > 0 {
-			kst.tat = maxTime(kst.tat, due.Add(kst.degradedInterval(p.divisor())))
-		}
+	// A degraded period starting now continues after this slot, for the
+	// platform and the key, and after the row's slots: a keyed process
+	// that paced locally from now put its first local slot before the
+	// others' (TestDegradedStartsAfterTheRowsSlots/keyed=true).
+	due := received.Add(res.Wait)
+	p.startDegradedAfter(st, granted, due, received, cursor-at)
+	if granted && kRate > 0 {
+		kst.tat = maxTime(kst.tat, due.Add(kst.degradedInterval(p.divisor())))
 	}
-	// ... and after every slot the row had granted, and as many more (see
-	// reserveShared): a keyed process that paced locally from now put its
-	// first local slot before the others' (TestDegradedStartsAfterTheRowsSlots/keyed=true).
-	st.sharedEnd = received.Add(2 * secondsToDuration(max(cursor-at, 0)))
 	if !granted && !res.Retry && kFirst > pFirst {
 		// Denied for the key's hold or pause: HoldLeft says so.
 		kst.hold = maxTime(kst.hold, received.Add(res.Wait))

@@ -258,19 +258,28 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		// Blocks taken concurrently by two calls may interleave.
 		slices.SortFunc(st.block, func(a, b blockSlot) int { return a.at.Compare(b.at) })
 	}
-	if res.Granted {
-		// A degraded period starting now continues from this block.
-		st.tat = maxTime(st.tat, localNow.Add(last).Add(st.degradedInterval(p.divisor())))
-	}
-	// ... and after every slot the row had granted (its cursor), and as many
-	// more as were then ahead of now: other processes may reserve after this
+	// A degraded period starting now goes after this block, and after every
+	// slot the row had granted (its cursor), and as many more as were then
+	// ahead of now: other processes may reserve after this
 	// one last reached the row, until the database goes. A process that
 	// paced locally from its own last slot on, while slots the row had
 	// granted the others still went out, put 22 requests in a 1-s window
 	// under a bound of 21 (TestDegradedProcessesKeepTheCeiling, under load).
 	// (As of the latest reservation: a pause's cursor may be long past.)
-	st.sharedEnd = localNow.Add(2 * secondsToDuration(max(cursor-at, 0)))
+	p.startDegradedAfter(st, res.Granted, localNow.Add(last), localNow, cursor-at)
 	return res, nil
+}
+
+// startDegradedAfter sets where a degraded period starting now may begin
+// for st: after its latest slot due (when granted: a degraded period
+// continues from this block) and after every slot the row had granted,
+// and as many more (lead: how far the row's cursor was ahead of the
+// database's time; see reserveShared). Call with p.mu held.
+func (p *Pacer) startDegradedAfter(st *localState, granted bool, due, now time.Time, lead float64) {
+	if granted {
+		st.tat = maxTime(st.tat, due.Add(st.degradedInterval(p.divisor())))
+	}
+	st.sharedEnd = now.Add(2 * secondsToDuration(max(lead, 0)))
 }
 
 // answered takes in a reservation's answer: the clock offset its round
