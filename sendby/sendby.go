@@ -44,14 +44,25 @@ type Gate struct {
 	// (a redirect's request that follows is not checked).
 	refused, passed atomic.Bool
 	// sent is when the first write the gate let through returned (on
-	// clock; nil: none).
-	sent atomic.Pointer[time.Time]
+	// clock; nil: none). checked is when that write passed the check;
+	// written is closed once sent is stored. The transport writes on its
+	// own goroutine and may hand over the response before that write has
+	// returned, so Sent waits for written when a write is under way.
+	sent, checked atomic.Pointer[time.Time]
+	written       chan struct{}
 }
+
+// sentWait bounds how long Sent waits for a write under way to return: a
+// write blocked on a peer that stopped reading is not waited for.
+const sentWait = time.Second
 
 // Sent is when the request's first write returned, on the Gate's clock:
 // later than the check by however long the process was paused between the
 // two. Zero when nothing was written through an armed connection (a nil
-// Gate, a refused write, a connection Dial did not make).
+// Gate, a refused write, a connection Dial did not make). The transport
+// writes on a goroutine of its own and can return the response before that
+// write has returned; Sent then waits for it (up to a second, then gives
+// the check's time).
 func (g *Gate) Sent() time.Time {
 	if g == nil {
 		return time.Time{}
@@ -59,7 +70,19 @@ func (g *Gate) Sent() time.Time {
 	if t := g.sent.Load(); t != nil {
 		return *t
 	}
-	return time.Time{}
+	checked := g.checked.Load()
+	if checked == nil {
+		return time.Time{}
+	}
+	timer := time.NewTimer(sentWait)
+	defer timer.Stop()
+	select {
+	case <-g.written:
+		return *g.sent.Load()
+	case <-timer.C:
+		// Still writing: the check's time is the best known.
+		return *checked
+	}
 }
 
 // Refused reports whether the gate refused a write: the request (or the
@@ -87,7 +110,7 @@ func Arm(ctx context.Context, by time.Time, clk clock.Clock) (_ context.Context,
 	if by.IsZero() {
 		return ctx, nil, func() {}
 	}
-	g := &Gate{by: by, clock: clk}
+	g := &Gate{by: by, clock: clk, written: make(chan struct{})}
 	cctx, cancelCause := context.WithCancelCause(ctx)
 	return httptrace.WithClientTrace(cctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
@@ -151,8 +174,13 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 	if !g.open() {
 		return 0, ErrLate
 	}
+	checked := g.clock.Now()
+	first := g.checked.CompareAndSwap(nil, &checked)
 	n, err := c.Conn.Write(p)
-	now := g.clock.Now()
-	g.sent.CompareAndSwap(nil, &now)
+	if first {
+		now := g.clock.Now()
+		g.sent.Store(&now)
+		close(g.written)
+	}
 	return n, err
 }

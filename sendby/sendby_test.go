@@ -80,3 +80,54 @@ func TestArm(t *testing.T) {
 		})
 	}
 }
+
+// holdingConn returns from a write only once release is closed (after the
+// bytes are on the wire): the transport can hand over the response first.
+type holdingConn struct {
+	net.Conn
+	release <-chan struct{}
+}
+
+func (c holdingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	<-c.release
+	return n, err
+}
+
+// Gate.Sent knows the write's time even when the transport returned the
+// response before its write goroutine's Write returned: it waits for that
+// write rather than reporting none (which read as a request never sent and
+// hid a late send from the overrun count).
+func TestSentWaitsForTheWrite(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	release := make(chan struct{})
+	inner := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return holdingConn{Conn: c, release: release}, nil
+	}
+	tr := &http.Transport{DialContext: sendby.Dial(inner), DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	clk := clocktest.New()
+	ctx, gate, cancel := sendby.Arm(context.Background(), clk.Now().Add(time.Second), clk)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tr.RoundTrip(req) // the write is still under way
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// Let the write return a moment after Sent is asked.
+	timer := time.AfterFunc(50*time.Millisecond, func() { close(release) })
+	defer timer.Stop()
+	if gate.Sent().IsZero() {
+		t.Fatal("Sent is zero for a request that was written")
+	}
+}
