@@ -98,11 +98,11 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		granted, full, respace                                          bool
 		burst, kBurst                                                   int32
 		seq, kSeq                                                       int64
-		rtt                                                             time.Duration
+		rt                                                              trip
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		rtt, err = p.reserveKeyRow(ctx, platform,
+		rt, err = p.reserveKeyRow(ctx, platform,
 			[]any{platform, key, maxWait.Seconds(), minWait.Seconds(), p.stmtNow(), p.tune, p.cfg.LeaseTTL.Seconds()},
 			[]any{&at, &granted, &pFirst, &kFirst, &full, &freeAt, &pI, &kI,
 				&cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused, &eventAt, &eventShift, &eventHorizon, &eventInterval,
@@ -136,7 +136,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 		break
 	}
 	received := p.clock.Now()
-	p.observeRTT(rtt)
+	p.observeRTT(rt.rtt)
 	p.lastUse.Store(received.UnixNano())
 	p.maybeListen()
 	res := Reservation{
@@ -172,7 +172,7 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.answered(&res, at, p.sentAt(received, rtt), received, pFirst,
+	st := p.answered(&res, at, rt, pFirst,
 		event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}, received)
 	if st.rate == 0 {
 		st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, pI

@@ -47,15 +47,15 @@ type keyRequest struct {
 	sent      bool // in a batch (keyMu)
 	abandoned bool // the caller left before it was sent (keyMu)
 
-	rtt  time.Duration
+	trip trip
 	err  error
-	done chan struct{} // closed when rtt and err (and dest) are set
+	done chan struct{} // closed when trip and err (and dest) are set
 }
 
 // reserveKeyRow runs reserveKeySQL with args, into dest, in a batch with
 // the platform's other keyed reservations of this process. It returns the
 // round trip of the batch.
-func (p *Pacer) reserveKeyRow(ctx context.Context, platform string, args, dest []any) (time.Duration, error) {
+func (p *Pacer) reserveKeyRow(ctx context.Context, platform string, args, dest []any) (trip, error) {
 	if p.cfg.MaxKeyBatch <= 1 {
 		return p.reserveKeyAlone(ctx, args, dest)
 	}
@@ -83,7 +83,7 @@ func (p *Pacer) reserveKeyRow(ctx context.Context, platform string, args, dest [
 		if !r.sent {
 			r.abandoned = true
 			p.keyMu.Unlock()
-			return 0, ctx.Err()
+			return trip{}, ctx.Err()
 		}
 		p.keyMu.Unlock()
 		<-r.done // sent: its slot may be booked; the answer says
@@ -91,12 +91,12 @@ func (p *Pacer) reserveKeyRow(ctx context.Context, platform string, args, dest [
 	if errors.Is(r.err, errKeyBatch) {
 		return p.reserveKeyAlone(ctx, args, dest)
 	}
-	return r.rtt, r.err
+	return r.trip, r.err
 }
 
 // reserveKeyAlone runs reserveKeySQL as a statement and transaction of its
 // own.
-func (p *Pacer) reserveKeyAlone(ctx context.Context, args, dest []any) (time.Duration, error) {
+func (p *Pacer) reserveKeyAlone(ctx context.Context, args, dest []any) (trip, error) {
 	p.keyStatements.Add(1)
 	p.keyBatches.Add(1)
 	return p.queryRow(ctx, reserveKeySQL, args, dest...)
@@ -130,6 +130,9 @@ func (p *Pacer) drainKeys(platform string, q *keyQueue) {
 		}
 		p.keyMu.Unlock()
 		p.sendKeyBatch(batch)
+		if p.batchAnswered != nil {
+			p.batchAnswered()
+		}
 		for _, r := range batch {
 			close(r.done)
 		}
@@ -145,7 +148,7 @@ func (p *Pacer) sendKeyBatch(batch []*keyRequest) {
 	defer cancel()
 	if len(batch) == 1 {
 		r := batch[0]
-		r.rtt, r.err = p.queryRow(ctx, reserveKeySQL, r.args, r.dest...)
+		r.trip, r.err = p.queryRow(ctx, reserveKeySQL, r.args, r.dest...)
 		return
 	}
 	fail := func(err error) {
@@ -160,8 +163,8 @@ func (p *Pacer) sendKeyBatch(batch []*keyRequest) {
 	}
 	defer c.Release()
 	nc := c.Conn().PgConn().Conn()
-	t0 := time.Now()
-	if err := nc.SetDeadline(t0.Add(p.cfg.StatementTimeout)); err != nil {
+	tr := p.startTrip()
+	if err := nc.SetDeadline(time.Now().Add(p.cfg.StatementTimeout)); err != nil {
 		fail(err)
 		return
 	}
@@ -180,7 +183,7 @@ func (p *Pacer) sendKeyBatch(batch []*keyRequest) {
 	if err := br.Close(); err != nil && failed == nil {
 		failed = err // the commit
 	}
-	rtt := time.Since(t0)
+	tr.end(p.clock)
 	_ = nc.SetDeadline(time.Time{}) // a closed connection's error does not matter
 	switch {
 	case failed != nil && unreachable(failed):
@@ -191,7 +194,7 @@ func (p *Pacer) sendKeyBatch(batch []*keyRequest) {
 		fail(fmt.Errorf("%w: %w", errKeyBatch, failed))
 	default:
 		for _, r := range batch {
-			r.rtt = rtt
+			r.trip = tr
 		}
 	}
 }

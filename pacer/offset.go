@@ -2,6 +2,8 @@ package pacer
 
 import (
 	"time"
+
+	"github.com/fleetpace/fleetpace/clock"
 )
 
 // clockOffset maps database times (the slots) to the local clock (what a
@@ -51,13 +53,38 @@ func (o *clockOffset) uncertainty() time.Duration {
 	return secondsToDuration(max(o.hi-o.lo, 0))
 }
 
-// sentAt is when a statement whose reply came at received left: rtt
-// before, measured from the write (a connection's setup is not part of
-// it). A statement given this pacer's clock (Config.TimeFromClock) read
-// the local clock itself: no bracket.
-func (p *Pacer) sentAt(received time.Time, rtt time.Duration) time.Time {
+// trip is one statement's round trip: rtt on the monotonic system clock
+// (blocks are sized by network time, whatever Config.Clock is), sent and
+// received on the pacer's clock, read where the statement is written and
+// where its reply has been read. The bracket must be read there: a caller
+// that reads the clock when it runs again, after a goroutine handed it the
+// reply late on a loaded machine, brackets an offset that excludes the
+// true one, and maps every slot of the next minute that much later than
+// it is (a key's requests 35 ms past their slots, a 1-s window of 44 at
+// 40/s + burst 2).
+type trip struct {
+	rtt            time.Duration
+	sent, received time.Time
+	mono           time.Time
+}
+
+// startTrip is a round trip starting now.
+func (p *Pacer) startTrip() trip {
+	return trip{sent: p.clock.Now(), mono: time.Now()}
+}
+
+// end ends t now.
+func (t *trip) end(clk clock.Clock) {
+	t.received = clk.Now()
+	t.rtt = time.Since(t.mono)
+}
+
+// sentAt is when the statement of rt left, for the offset's bracket. A
+// statement given this pacer's clock (Config.TimeFromClock) read the local
+// clock itself: no bracket.
+func (p *Pacer) sentAt(rt trip) time.Time {
 	if p.cfg.TimeFromClock {
-		return received
+		return rt.received
 	}
-	return received.Add(-rtt)
+	return rt.sent
 }

@@ -1,8 +1,12 @@
 package pacer
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
 // The offset bracket: a slow first round trip leaves a wide bracket, whose
@@ -43,5 +47,83 @@ func TestClockOffsetBracket(t *testing.T) {
 	o.observe(db(2*time.Minute+time.Millisecond), base.Add(2*time.Minute-10*time.Millisecond), base.Add(2*time.Minute+30*time.Millisecond))
 	if u := o.uncertainty(); !near(u, 40*time.Millisecond) {
 		t.Fatalf("a minute later: uncertainty %s, want 40ms (restarted)", ms(u))
+	}
+}
+
+// A slot is mapped to the local clock with the bracket Sleep counts its
+// lateness with: when the bracket moved after the reservation (a slow first
+// round trip left it wide and later ones narrowed it, or a clock stepped),
+// the caller wakes at the slot's newest local time and its SendBy is that
+// plus the tolerance. Mapped with the reservation's bracket, the caller
+// woke and sent up to the bracket's change past its true slot (46 ms after
+// a slot at 40/s + burst 2, SendBy 65 ms after it, in a 1-s window of 43).
+func TestSleepMapsTheSlotWithTheNewestBracket(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "eight", rate: 8, burst: 1}) // spacing 125 ms, tolerance 62 ms
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	t0 := clk.Now()
+	first, err := p.Reserve(ctx, "eight", time.Minute)
+	if err != nil || !first.Granted {
+		t.Fatalf("%+v %v", first, err)
+	}
+	second, err := p.Reserve(ctx, "eight", time.Minute)
+	if err != nil || !second.Granted || second.Wait != 125*time.Millisecond {
+		t.Fatalf("%+v %v", second, err)
+	}
+	// The database's clock is now known to be 100 ms ahead of the local
+	// one: the slots are 100 ms earlier in local time than mapped.
+	const ahead = 100 * time.Millisecond
+	p.mu.Lock()
+	p.offset.lo, p.offset.hi = ahead.Seconds(), ahead.Seconds()
+	p.mu.Unlock()
+	tol := p.tuning.lateTolerance(8, 1, 0.125)
+
+	// The first slot is 100 ms past at t0: later than its tolerance.
+	if err := p.Sleep(ctx, &first); !errors.Is(err, ErrLate) {
+		t.Fatalf("a slot 100 ms past (tolerance %s): Sleep %v, SendBy %s after the true slot; want ErrLate",
+			tol, err, first.SendBy.Sub(t0.Add(-ahead)))
+	}
+	// The second is due at 25 ms local: 5 ms after it, it goes, by 25 ms +
+	// the tolerance.
+	clk.Advance(30 * time.Millisecond)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a caller asleep on the old mapping never wakes on the fake clock
+	defer cancel()
+	if err := p.Sleep(sctx, &second); err != nil {
+		t.Fatalf("5 ms after the slot's true local time: %v", err)
+	}
+	if want := t0.Add(125*time.Millisecond - ahead + tol); second.SendBy.Sub(want).Abs() > time.Microsecond { // the database keeps microseconds
+		t.Fatalf("SendBy %s after t0, want %s", second.SendBy.Sub(t0), want.Sub(t0))
+	}
+}
+
+// The clock bracket of a reservation is read where its statement is
+// written and its reply read, not where the caller runs again: a caller
+// woken late after a key batch's reply (a loaded machine; here the clock
+// moves 50 ms in between) would bracket an offset that excludes the true
+// one and map its slot, and every slot of the next minute, 50 ms late.
+func TestBracketIsReadAtTheReply(t *testing.T) {
+	t.Parallel()
+	url, _, clk := keyed(t, "api", 40, 1000)
+	// The database's own clock: the bracket maps it to clk.
+	p := newPacer(t, url, func(c *Config) { c.Clock, c.MaxBlock = clk, 1 })
+	ctx := context.Background()
+	if _, err := p.ReserveKey(ctx, "api", "k", time.Minute); err != nil { // the key's row
+		t.Fatal(err)
+	}
+	p.batchAnswered = func() { clk.Advance(50 * time.Millisecond) }
+	for i := range 3 {
+		sent := clk.Now()
+		r, err := p.ReserveKey(ctx, "api", "k", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		// The slot's local time: its distance from the database's reading,
+		// from when the statement left (the fake clock stood still while it ran).
+		if got, want := r.due, sent.Add(r.Slot.Sub(r.ReservedAt)); got.Sub(want).Abs() > time.Millisecond {
+			t.Fatalf("reservation %d: slot mapped %s from where it is", i, got.Sub(want))
+		}
 	}
 }

@@ -66,12 +66,15 @@ type Pacer struct {
 	turns map[string]*keyTurn // per key row: its callers' turnstile (AcquireKey)
 
 	keyMu     sync.Mutex
-	keyQueues map[string]*keyQueue     // per platform: keyed reservations waiting to go out (keybatch.go)
-	keyDrain  sync.WaitGroup           // drainKeys goroutines running
-	pending   map[string]*pendingClean // clean reports not sent yet
-	closing   bool                     // Close has begun: no new clean-report timers
-	closed    bool                     // Close has flushed: nothing more is sent
-	timers    sync.WaitGroup           // clean-report timer callbacks scheduled or running
+	keyQueues map[string]*keyQueue // per platform: keyed reservations waiting to go out (keybatch.go)
+	keyDrain  sync.WaitGroup       // drainKeys goroutines running
+	// batchAnswered, when set (tests), runs between a key batch's reply
+	// and the wake-up of its callers: where a loaded machine delays them.
+	batchAnswered func()
+	pending       map[string]*pendingClean // clean reports not sent yet
+	closing       bool                     // Close has begun: no new clean-report timers
+	closed        bool                     // Close has flushed: nothing more is sent
+	timers        sync.WaitGroup           // clean-report timer callbacks scheduled or running
 
 	rtt    atomic.Int64 // moving average of a reservation's round trip, ns
 	offset clockOffset  // database clock minus local clock (mu)

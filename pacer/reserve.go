@@ -155,12 +155,12 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		count, burst                                                   int32
 		seq                                                            int64
 		respace                                                        bool
-		rtt                                                            time.Duration
+		rt                                                             trip
 		received                                                       time.Time
 	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		rtt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune,
+		rt, err = p.queryRow(ctx, reserveSQL, []any{platform, maxWait.Seconds(), minWait.Seconds(), n, p.stmtNow(), p.tune,
 			p.cfg.LeaseTTL.Seconds()},
 			&at, &count, &first, &interval, &cursor, &rate, &burst, &maxMult, &mult, &seq, &hold, &paused,
 			&eventAt, &eventShift, &eventHorizon, &tau, &eventInterval, &lease, &freeAt, &respace)
@@ -172,7 +172,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 			return Reservation{}, err
 		}
 		received = p.clock.Now()
-		p.observeRTT(rtt)
+		p.observeRTT(rt.rtt)
 		if rate > 0 {
 			break
 		}
@@ -221,7 +221,7 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := p.answered(&res, at, p.sentAt(received, rtt), received, first,
+	st := p.answered(&res, at, rt, first,
 		event{seq: seq, at: eventAt, interval: eventInterval, shift: eventShift, horizon: eventHorizon, hold: hold}, localNow)
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
@@ -286,8 +286,8 @@ func (p *Pacer) startDegradedAfter(st *localState, granted bool, due, now time.T
 // trip brackets, the local time of its first slot (res's due) and a
 // slow-down it found (catchUp). It returns the platform's local state. Call
 // with p.mu held.
-func (p *Pacer) answered(res *Reservation, at float64, sent, received time.Time, first float64, ev event, now time.Time) *localState {
-	p.offset.observe(at, sent, received)
+func (p *Pacer) answered(res *Reservation, at float64, rt trip, first float64, ev event, now time.Time) *localState {
+	p.offset.observe(at, p.sentAt(rt), rt.received)
 	res.due = p.offset.local(first)
 	st := p.state(res.Platform)
 	p.catchUp(st, ev, now)
@@ -321,22 +321,21 @@ func (p *Pacer) catchUp(st *localState, ev event, now time.Time) {
 // several per cent of a reservation. ctx bounds the acquisition only (a new
 // connection is bounded by Config.ConnectTimeout); once sent, the statement
 // runs to its end or to the deadline, which closes the connection. It
-// returns the statement's round trip, measured on the monotonic system
-// clock (whatever Config.Clock is) from after the connection was acquired:
-// blocks are sized by network time, not by a queue for the pool.
-func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...any) (time.Duration, error) {
+// returns the statement's round trip (trip), from after the connection was
+// acquired: blocks are sized by network time, not by a queue for the pool.
+func (p *Pacer) queryRow(ctx context.Context, sql string, args []any, dest ...any) (trip, error) {
 	c, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return 0, err
+		return trip{}, err
 	}
 	defer c.Release()
 	nc := c.Conn().PgConn().Conn()
-	t0 := time.Now()
-	if err := nc.SetDeadline(t0.Add(p.cfg.StatementTimeout)); err != nil {
-		return 0, err
+	tr := p.startTrip()
+	if err := nc.SetDeadline(time.Now().Add(p.cfg.StatementTimeout)); err != nil {
+		return trip{}, err
 	}
 	err = c.QueryRow(context.Background(), sql, args...).Scan(dest...)
-	rtt := time.Since(t0)
+	tr.end(p.clock)
 	_ = nc.SetDeadline(time.Time{}) // a closed connection's error does not matter
-	return rtt, err
+	return tr, err
 }

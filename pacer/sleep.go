@@ -30,6 +30,7 @@ type waiter struct {
 	platform   string
 	key        string    // the key's row also holds the slot ("": none)
 	shared     bool      // from the shared row (degraded slots are not re-spaced)
+	mapped     bool      // shared and reserved (not built by hand): due is slot mapped by the clock offset
 	slot       float64   // database time of the slot
 	interval   float64   // spacing it was granted at (seconds)
 	reservedAt float64   // database time of the reservation or of the last re-spacing
@@ -59,11 +60,22 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	}
 	if w.due.IsZero() { // built by hand, not by Reserve
 		w.due = p.clock.Now().Add(res.Wait)
+	} else {
+		w.mapped = w.shared
 	}
 	p.register(w)
 	defer p.unregister(w)
 	for {
 		p.mu.Lock()
+		if w.mapped {
+			// The slot in local time with the newest clock bracket, the one
+			// the lateness below counts with: a bracket that narrowed since
+			// the reservation (its first round trip was slow) would leave
+			// the slot mapped later than it may truly be, and the request
+			// sent that much past its tolerance (a 1-s window of 43 at 40/s
+			// + burst 2).
+			w.due = p.offset.local(w.slot)
+		}
 		due, gone, gate := w.due, w.givenBack, p.gateOf(w)
 		d := due.Sub(p.clock.Now())
 		if !gone && d <= 0 && gate == nil && p.heldAt(w, due) {
@@ -106,7 +118,8 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	res.Interval, res.spacing = secondsToDuration(w.interval), w.interval
 	interval, due := w.interval, w.due
 	var unsure time.Duration
-	if w.shared {
+	if w.mapped {
+		due = p.offset.local(w.slot)
 		unsure = p.offset.uncertainty()
 	}
 	p.mu.Unlock()
