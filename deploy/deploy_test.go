@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,7 +18,11 @@ import (
 
 const installedBinary = "/usr/local/bin/fleetpace"
 
-var binary string // fleetpace built for these tests, version testVersion
+// binary is fleetpace built for these tests: as deploy/build-image builds
+// it, version testVersion; under -short, as the other packages' tests
+// build it (a static build of every package is most of a fresh clone's
+// short run, and only the image's tests, skipped there, need it).
+var binary string
 
 const (
 	buildinfoPkg = "github.com/fleetpace/fleetpace/internal/buildinfo"
@@ -28,6 +33,11 @@ const (
 // -trimpath, stripped, version stamped), so the image test's run of that
 // script finds every package compiled and only links.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		testbin.Main(testdb.M(m), &binary)
+		return
+	}
 	testbin.MainWith(testdb.M(m), &binary, testbin.Options{
 		Env:  []string{"CGO_ENABLED=0"},
 		Args: []string{"-trimpath", "-ldflags", "-s -w -X " + buildinfoPkg + ".version=" + testVersion},
