@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -299,4 +301,48 @@ func TestRunReportsShutdownErrors(t *testing.T) {
 		t.Fatalf("Run after a shutdown without the database = %v, want the row's delete failing as unavailable", err)
 	}
 	t.Logf("Run: %v", err)
+}
+
+// A worker whose database is unreachable when River starts waits for it,
+// as for any outage, and starts working when it is back: it does not exit
+// (an embedded cluster stopped while a worker was starting ended the
+// worker with "start river: terminating connection").
+func TestWorkerStartsWhenTheDatabaseComesBack(t *testing.T) {
+	t.Parallel()
+	c := testdb.Private(t, pgembed.Config{Settings: nil})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	retrying := make(chan struct{})
+	ready := make(chan struct{})
+	cfg := worker.Config{DatabaseURL: c.URL("postgres"), ConnectTimeout: time.Second,
+		Logger: slog.New(&signalHandler{msg: "worker: the database is unavailable; River starts when it is back", ch: retrying}),
+		Ready:  func(net.Addr) { close(ready) }}
+	cfg.Poll.StartupJitter = poller.NoStartupJitter
+	cfg.Poll.Base, cfg.Poll.Max = 100*time.Millisecond, 500*time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, cfg) }()
+	select {
+	case <-retrying:
+	case err := <-done:
+		t.Fatalf("the worker exited while the database was down: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no retry within 60 s")
+	}
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the worker exited: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the worker did not start within 60 s of the database's return")
+	}
+	cancel()
+	if err := await(t, done, "the worker to stop"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"time"
@@ -75,10 +76,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	poll.StartupJitter = poller.NoStartupJitter
 
-	// The client lives until we stop it: cancelling Start's context would be
-	// a hard stop, and we want a soft one first.
-	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("worker: start river: %w", err)
+	if started, err := startClient(ctx, cfg, client, log); !started {
+		return err // nil: stopped before the database came back
 	}
 	log.Info("worker started", "id", cfg.ID, "concurrency", cfg.Concurrency)
 
@@ -111,6 +110,37 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	cancelBye()
 	log.Info("worker stopped")
 	return errors.Join(fatal, loopErr, stopErr, recErr, byeErr)
+}
+
+// startClient starts River. A database unreachable while River starts
+// (down when the worker starts, or gone between its first connection and
+// River's) is waited out as any outage is: River starts again on the scan
+// loop's backoff schedule, jittered, a warning each time, until the
+// database is back (started) or ctx ends (not started, nil). Any other
+// error is returned. The client lives until it is stopped: cancelling
+// Start's context would be a hard stop, and the worker wants a soft one
+// first.
+func startClient(ctx context.Context, cfg Config, client *queue.Client, log *slog.Logger) (started bool, err error) {
+	sched := poller.NewSchedule(cmp.Or(cfg.Poll.Base, poller.DefaultBase), cmp.Or(cfg.Poll.Max, poller.DefaultMax))
+	ratio := cmp.Or(cfg.Poll.JitterRatio, poller.DefaultJitterRatio)
+	for {
+		err := client.Start(context.WithoutCancel(ctx))
+		if err == nil {
+			return true, nil
+		}
+		if !dbconn.IsUnavailable(err) {
+			return false, fmt.Errorf("worker: start river: %w", err)
+		}
+		d := poller.Jitter(sched.Next(false), ratio, rand.Float64())
+		log.Warn("worker: the database is unavailable; River starts when it is back", "retry_in", d.Round(time.Millisecond), "error", err)
+		t := cfg.Clock.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, nil
+		case <-t.Chan():
+		}
+	}
 }
 
 // stopClient stops River softly within soft, then, if jobs still run,
