@@ -62,40 +62,45 @@ func TestSleepMapsTheSlotWithTheNewestBracket(t *testing.T) {
 	url, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "eight", rate: 8, burst: 1}) // spacing 125 ms, tolerance 62 ms
 	clk := clocktest.New()
-	p := fakePacer(t, url, clk, nil)
+	// The database's own clock: the bracket maps it to clk.
+	p := newPacer(t, url, func(c *Config) { c.Clock, c.MaxBlock = clk, 1 })
 	ctx := context.Background()
-	t0 := clk.Now()
 	first, err := p.Reserve(ctx, "eight", time.Minute)
 	if err != nil || !first.Granted {
 		t.Fatalf("%+v %v", first, err)
 	}
 	second, err := p.Reserve(ctx, "eight", time.Minute)
-	if err != nil || !second.Granted || second.Wait != 125*time.Millisecond {
+	if err != nil || !second.Granted || second.Slot.Sub(first.Slot) != 125*time.Millisecond {
 		t.Fatalf("%+v %v", second, err)
 	}
-	// The database's clock is now known to be 100 ms ahead of the local
-	// one: the slots are 100 ms earlier in local time than mapped.
+	// The bracket now says the database's clock is 100 ms further ahead
+	// than it said: the slots are 100 ms earlier in local time than mapped.
 	const ahead = 100 * time.Millisecond
 	p.mu.Lock()
-	p.offset.lo, p.offset.hi = ahead.Seconds(), ahead.Seconds()
+	p.offset.lo += ahead.Seconds()
+	p.offset.hi += ahead.Seconds()
+	unsure := p.offset.uncertainty()
 	p.mu.Unlock()
 	tol := p.tuning.lateTolerance(8, 1, 0.125)
 
-	// The first slot is 100 ms past at t0: later than its tolerance.
+	// The first slot is 100 ms past at its old mapping: later than its
+	// tolerance.
+	clk.Advance(max(first.due.Sub(clk.Now()), 0))
 	if err := p.Sleep(ctx, &first); !errors.Is(err, ErrLate) {
-		t.Fatalf("a slot 100 ms past (tolerance %s): Sleep %v, SendBy %s after the true slot; want ErrLate",
-			tol, err, first.SendBy.Sub(t0.Add(-ahead)))
+		t.Fatalf("a slot 100 ms past (tolerance %s): Sleep %v, SendBy %s after the slot; want ErrLate",
+			tol, err, first.SendBy.Sub(first.due.Add(-ahead)))
 	}
-	// The second is due at 25 ms local: 5 ms after it, it goes, by 25 ms +
-	// the tolerance.
-	clk.Advance(30 * time.Millisecond)
+	// The second goes 5 ms after its new local time, by that time + the
+	// tolerance (less the bracket's width).
+	due := second.due.Add(-ahead)
+	clk.Advance(max(due.Add(5*time.Millisecond).Sub(clk.Now()), 0))
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a caller asleep on the old mapping never wakes on the fake clock
 	defer cancel()
 	if err := p.Sleep(sctx, &second); err != nil {
-		t.Fatalf("5 ms after the slot's true local time: %v", err)
+		t.Fatalf("5 ms after the slot's new local time: %v", err)
 	}
-	if want := t0.Add(125*time.Millisecond - ahead + tol); second.SendBy.Sub(want).Abs() > time.Microsecond { // the database keeps microseconds
-		t.Fatalf("SendBy %s after t0, want %s", second.SendBy.Sub(t0), want.Sub(t0))
+	if want := due.Add(tol - unsure); second.SendBy.Sub(want).Abs() > time.Microsecond {
+		t.Fatalf("SendBy %s after the slot, want %s", second.SendBy.Sub(due), tol-unsure)
 	}
 }
 

@@ -30,7 +30,7 @@ type waiter struct {
 	platform   string
 	key        string    // the key's row also holds the slot ("": none)
 	shared     bool      // from the shared row (degraded slots are not re-spaced)
-	mapped     bool      // shared and reserved (not built by hand): due is slot mapped by the clock offset
+	mapped     bool      // shared, reserved (not built by hand), on the database's clock: due is slot mapped by the clock offset
 	slot       float64   // database time of the slot
 	interval   float64   // spacing it was granted at (seconds)
 	reservedAt float64   // database time of the reservation or of the last re-spacing
@@ -61,7 +61,9 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	if w.due.IsZero() { // built by hand, not by Reserve
 		w.due = p.clock.Now().Add(res.Wait)
 	} else {
-		w.mapped = w.shared
+		// With Config.TimeFromClock the statements read this clock: there
+		// is no offset to follow, and the reservation's mapping stands.
+		w.mapped = w.shared && !p.cfg.TimeFromClock
 	}
 	p.register(w)
 	defer p.unregister(w)
