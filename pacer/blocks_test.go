@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
@@ -45,7 +47,10 @@ func TestBlocksHandOutExactSlots(t *testing.T) {
 	url, pool := setup(t, platformSpec{name: "fast", rate: 1e5})
 	// The injected clock stands still: no kept slot turns late (10 µs apart,
 	// a loaded machine would otherwise discard some; TestLateBlockSlotsDiscarded).
+	// No refill: the blocks are taken where the kept slots run out
+	// (TestBlockRefilledAhead).
 	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
+	p.noRefill = true
 
 	// 1 (block size unknown: one slot) + 8 + 8 slots from three statements.
 	rs := reserveN(t, p, "fast", 17)
@@ -59,26 +64,99 @@ func TestBlocksHandOutExactSlots(t *testing.T) {
 			t.Fatalf("reservation %d made a round trip", i)
 		}
 	}
-	sort.Float64s(slots)
-	// Epoch seconds as float64 resolve about 0.25 µs.
-	const interval, eps = 1e-5, 5e-7
-	for i := 1; i < len(slots); i++ {
-		if gap := slots[i] - slots[i-1]; gap < interval-eps {
-			t.Fatalf("slots %d and %d %.3gs apart, closer than the %gs interval", i-1, i, gap, interval)
-		}
-	}
-	// Nothing reserved was lost or booked twice: the cursor is one interval
-	// past the last slot handed out.
-	if row := readRow(t, pool, "fast"); row.cursor < slots[len(slots)-1]+interval-eps ||
-		row.cursor > slots[len(slots)-1]+interval+eps {
-		t.Fatalf("cursor %.6f, last slot %.6f: want one interval after it", row.cursor, slots[len(slots)-1])
-	}
+	checkExactSlots(t, pool, "fast", slots, 1e-5)
 
 	// MaxBlock 1: every reservation is its own statement.
 	one := newPacer(t, url, func(c *Config) { c.MaxBlock = 1 })
 	reserveN(t, one, "fast", 5)
 	if st := one.Stats(); st.FromBlock != 0 {
 		t.Fatalf("MaxBlock 1: %d grants from blocks", st.FromBlock)
+	}
+}
+
+// A process takes its next block while half of the one kept is left, in
+// the background, so that callers at a high rate do not wait for a round
+// trip each time a block runs out; the slots are still exactly the row's,
+// none handed out twice or lost. Without the refill every eighth call made
+// a round trip.
+func TestBlockRefilledAhead(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t, platformSpec{name: "fast", rate: 1e5}, platformSpec{name: "naive", rate: 1e5})
+	for _, refill := range []bool{true, false} {
+		platform := "fast"
+		if !refill {
+			platform = "naive"
+		}
+		p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
+		p.noRefill = !refill
+		var trips []int
+		var slots []float64
+		for i := range 40 {
+			r := reserveN(t, p, platform, 1)[0]
+			if !r.FromBlock {
+				trips = append(trips, i)
+			}
+			slots = append(slots, timeToEpoch(r.Slot))
+			refillLanded(t, p, platform)
+		}
+		if !refill {
+			if len(trips) < 5 {
+				t.Fatalf("control without refill: round trips at calls %v, want every eighth", trips)
+			}
+			continue
+		}
+		// The first call takes one slot, the second a block; the rest come
+		// from blocks taken ahead.
+		if len(trips) != 2 {
+			t.Fatalf("round trips at calls %v, want only the first two", trips)
+		}
+		if st := p.Stats(); st.Refills == 0 {
+			t.Fatalf("stats %+v: no refill", st)
+		}
+		// Handed out and kept: every slot the row granted, none twice.
+		p.mu.Lock()
+		for _, b := range p.local["fast"].block {
+			slots = append(slots, b.slot)
+		}
+		p.mu.Unlock()
+		checkExactSlots(t, pool, "fast", slots, 1e-5)
+	}
+}
+
+// checkExactSlots checks that slots (sorted here) are spaced at least
+// interval apart and that the platform's cursor stands one interval past
+// the last: nothing reserved was lost or booked twice.
+func checkExactSlots(t *testing.T, pool *pgxpool.Pool, platform string, slots []float64, interval float64) {
+	t.Helper()
+	sort.Float64s(slots)
+	const eps = 5e-7 // epoch seconds as float64 resolve about 0.25 µs
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i] - slots[i-1]; gap < interval-eps {
+			t.Fatalf("slots %d and %d %.3gs apart, closer than the %gs interval", i-1, i, gap, interval)
+		}
+	}
+	if row := readRow(t, pool, platform); row.cursor < slots[len(slots)-1]+interval-eps ||
+		row.cursor > slots[len(slots)-1]+interval+eps {
+		t.Fatalf("cursor %.6f, last slot %.6f: want one interval after it", row.cursor, slots[len(slots)-1])
+	}
+}
+
+// refillLanded waits until no block statement of platform is on its way.
+func refillLanded(t *testing.T, p *Pacer, platform string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		st := p.local[platform]
+		busy := st != nil && st.fetching != nil
+		p.mu.Unlock()
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a block refill did not land in 10 s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -60,8 +60,9 @@ type Config struct {
 	// unlimited rate), a statement reserves ⌈round trip / interval⌉ slots (at
 	// most MaxBlock) and hands the rest out to later callers of this process
 	// without a round trip. The slots are exactly those single reservations
-	// would have got, so the ceiling holds as before. Default 32; 1 turns
-	// blocks off.
+	// would have got, so the ceiling holds as before. The next block is
+	// taken in the background once half a block is left, so such callers do
+	// not wait for a round trip. Default 32; 1 turns blocks off.
 	MaxBlock int
 
 	// MaxKeyBatch is the most keyed reservations (ReserveKey) of one

@@ -266,6 +266,7 @@ type Stats struct {
 	Denied          uint64 // reservations not granted (wait > max wait, paused, or no rate known)
 	Degraded        uint64 // reservations decided locally because the database was unreachable
 	FromBlock       uint64 // granted reservations served from a block, without a round trip
+	Refills         uint64 // block statements sent ahead, before the block kept ran out (statements of no Reserve call)
 	BlockDiscarded  uint64 // slots of blocks that went unused (too late, or dropped on a slow-down)
 	KeyStatements   uint64 // keyed reservation statements sent (ReserveKey)
 	KeyBatches      uint64 // round trips (transactions) that carried them

@@ -96,7 +96,8 @@ type Pacer struct {
 
 	reservations, granted, denied, degraded atomic.Uint64
 	keyStatements, keyBatches               atomic.Uint64
-	fromBlock, blockDiscarded               atomic.Uint64
+	fromBlock, blockDiscarded, refilled     atomic.Uint64
+	refills                                 sync.WaitGroup // block refills on their way (refill)
 	reports, dropped, deferred              atomic.Uint64
 	attempts, failures                      atomic.Uint64
 	events, notifications                   atomic.Uint64
@@ -110,6 +111,9 @@ type Pacer struct {
 	// noGate, set by tests, lets slots go while a report that slows their
 	// platform down is on its way (the naive rule; see closeGate).
 	noGate bool
+	// noRefill, set by tests, takes a block only when the one kept has
+	// run out (the naive rule; see refill).
+	noRefill bool
 	// gated counts callers that reached their slot behind a gate.
 	gated atomic.Uint64
 }
@@ -264,6 +268,7 @@ func (p *Pacer) Close() {
 	p.Flush(ctx)
 	p.timers.Wait() // a batch already being sent by its timer
 	p.keyDrain.Wait()
+	p.refills.Wait()
 	p.stopListen()
 	p.listenDone.Wait()
 	p.mu.Lock()
@@ -335,6 +340,7 @@ func (p *Pacer) Stats() Stats {
 		Denied:          p.denied.Load(),
 		Degraded:        p.degraded.Load(),
 		FromBlock:       p.fromBlock.Load(),
+		Refills:         p.refilled.Load(),
 		BlockDiscarded:  p.blockDiscarded.Load(),
 		KeyStatements:   p.keyStatements.Load(),
 		KeyBatches:      p.keyBatches.Load(),

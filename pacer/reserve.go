@@ -33,6 +33,7 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 		if res, ok := p.takeFromBlock(platform, maxWait); ok {
 			p.granted.Add(1)
 			p.fromBlock.Add(1)
+			p.refill(platform, maxWait)
 			return res, nil
 		}
 	}
@@ -82,6 +83,7 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 				p.latch.endProbe(probe)
 				p.granted.Add(1)
 				p.fromBlock.Add(1)
+				p.refill(platform, maxWait)
 				return res, nil
 			}
 		} else {
@@ -90,7 +92,7 @@ func (p *Pacer) Reserve(ctx context.Context, platform string, maxWait time.Durat
 	}
 
 	res, err := retrySlowConnect(ctx, p, func() (Reservation, error) {
-		return p.reserveShared(ctx, platform, maxWait, minWait, n)
+		return p.reserveShared(ctx, platform, maxWait, minWait, n, false)
 	})
 	return p.reserved(ctx, probe, platform, "", maxWait, res, err)
 }
@@ -145,9 +147,9 @@ func (p *Pacer) reserved(ctx context.Context, probe bool, platform, key string, 
 }
 
 // reserveShared runs reserveSQL for up to n slots, keeps the slots after the
-// first for later calls, catches up with slow-downs it missed, and updates
-// the degraded-mode cache.
-func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int) (Reservation, error) {
+// first for later calls (the first too when keepFirst: a refill's), catches
+// up with slow-downs it missed, and updates the degraded-mode cache.
+func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, minWait time.Duration, n int, keepFirst bool) (Reservation, error) {
 	var (
 		at, first, interval, cursor, rate, maxMult, mult, hold, paused float64
 		eventAt, eventShift, eventHorizon, tau, eventInterval          float64
@@ -247,6 +249,11 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// slot k of a block is max(first, cursor - tau - (count - k)·interval).
 	base := cursor - tau - float64(count)*interval
 	last := res.Wait
+	if keepFirst && res.Granted && keepBlock {
+		st.block = append(st.block, blockSlot{at: p.offset.local(first), slot: first, reservedAt: at,
+			mult: mult, interval: interval, seq: seq, maxWait: maxWait})
+		p.blockSlots.Add(1)
+	}
 	for k := 1; k < int(count) && keepBlock; k++ {
 		slot := math.Max(first, base+float64(k)*interval)
 		st.block = append(st.block, blockSlot{at: p.offset.local(slot), slot: slot, reservedAt: at,
@@ -254,8 +261,8 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 		p.blockSlots.Add(1)
 		last = secondsToDuration(slot - at)
 	}
-	if count > 1 {
-		// Blocks taken concurrently by two calls may interleave.
+	if count > 1 || keepFirst {
+		// Blocks taken concurrently by two calls (or a refill's) may interleave.
 		slices.SortFunc(st.block, func(a, b blockSlot) int { return a.at.Compare(b.at) })
 	}
 	// A degraded period starting now goes after this block, and after every

@@ -340,7 +340,7 @@ func Worker(ctx context.Context, cfg WorkerConfig) (*WorkerResult, error) {
 	}
 	res.Load = loadAverage()
 	st := pc.Stats()
-	res.Reservations, res.ReservationStatements = st.Reservations, st.Reservations-st.FromBlock-st.Degraded
+	res.Reservations, res.ReservationStatements = st.Reservations, st.Reservations-st.FromBlock-st.Degraded+st.Refills
 	res.FleetpaceJobsPerSec = workerMedian(res.FleetpaceRuns)
 	res.RiverJobsPerSec = workerMedian(res.RiverRuns)
 	if res.RiverJobsPerSec > 0 {
