@@ -1,6 +1,7 @@
 package pacer
 
 import (
+	"math"
 	"time"
 
 	"github.com/fleetpace/fleetpace/clock"
@@ -11,27 +12,48 @@ import (
 // local): the database read its clock at some instant between sending and
 // receiving, so at − received ≤ offset ≤ at − sent. The tightest bracket
 // is kept. A slot is mapped with the lower bound — the latest local instant
-// it can be, so nothing is sent early — and the bracket's width is how much
-// later than its true slot a caller woken on time may be: Sleep counts it
-// as lateness (a process whose first round trip took 50 ms on a loaded
-// machine would otherwise send up to 50 ms after its slot, beyond the late
-// budget, and no one would know). The bracket restarts from the newest
-// sample every offsetWindow, to follow clock drift and steps. Call its
-// methods with the pacer's mutex held.
+// it can be, so nothing is sent early. The bracket restarts from the newest
+// sample every offsetWindow, to follow clock drift and steps.
+//
+// How much later than its true slot a caller woken on time may then be is
+// the return part of the bracket's round trip. The part of it that is the
+// network's — the floor, the narrowest round trip of the last 5–10
+// minutes — delays every process at the database's distance alike: the
+// whole schedule moves later, no window gets more. What a process must count
+// as lateness is the bracket's width beyond that floor (uncertainty): a
+// process whose round trips were slow on a loaded machine (a 50-ms first
+// round trip where the network takes 0.3 ms) would otherwise send up to
+// 50 ms after its slot, beyond the late budget, while the others send on
+// time. Counting the whole width made every request of a fleet whose
+// database is 20 ms away late (a third of its slots used: each fetch gave
+// two slots back and sent on the third; `bench fleet --rtt 20ms`, goodput
+// 0.32). Processes at unequal distances from the database are apart by
+// half the difference of their floors, uncounted. Call its methods with the
+// pacer's mutex held.
 type clockOffset struct {
 	lo, hi float64   // seconds: database clock minus local clock, lower and upper bound
 	since  time.Time // local time the bracket was restarted
 	set    bool
+
+	// The network's floor: the narrowest round trip (seconds) since
+	// floorSince and in the period before it (floorPeriod each).
+	floor, prevFloor float64
+	floorSince       time.Time
 }
 
 // offsetWindow is how long a bracket is kept before it restarts.
 const offsetWindow = time.Minute
+
+// floorPeriod is how long a period of the floor is: it remembers the
+// narrowest round trip of the last 5–10 minutes.
+const floorPeriod = 5 * time.Minute
 
 // observe folds one round trip into the bracket: at is the database's
 // clock read during the statement, sent and received the local times the
 // statement left and its reply came.
 func (o *clockOffset) observe(at float64, sent, received time.Time) {
 	lo, hi := at-timeToEpoch(received), at-timeToEpoch(sent)
+	o.observeFloor(hi-lo, received)
 	if !o.set || received.Sub(o.since) > offsetWindow || lo > o.hi || hi < o.lo {
 		// New, old, or inconsistent with this one (a clock stepped).
 		o.lo, o.hi, o.since, o.set = lo, hi, received, true
@@ -40,17 +62,32 @@ func (o *clockOffset) observe(at float64, sent, received time.Time) {
 	o.lo, o.hi = max(o.lo, lo), min(o.hi, hi)
 }
 
+// observeFloor folds a round trip of width seconds into the floor.
+func (o *clockOffset) observeFloor(width float64, at time.Time) {
+	width = max(width, 0)
+	switch d := at.Sub(o.floorSince); {
+	case o.floorSince.IsZero() || d < 0 || d > 2*floorPeriod:
+		o.floor, o.prevFloor, o.floorSince = width, math.Inf(1), at
+	case d > floorPeriod:
+		o.prevFloor, o.floor, o.floorSince = o.floor, width, at
+	default:
+		o.floor = min(o.floor, width)
+	}
+}
+
 // local maps a database time to the local clock.
 func (o *clockOffset) local(db float64) time.Time {
 	return epochToTime(db - o.lo)
 }
 
-// uncertainty is how much earlier than local maps it a slot may truly be.
+// uncertainty is how much earlier than local maps it a slot may truly be,
+// beyond what delays every process at the database's distance alike: the
+// bracket's width beyond the network's floor.
 func (o *clockOffset) uncertainty() time.Duration {
 	if !o.set {
 		return 0
 	}
-	return secondsToDuration(max(o.hi-o.lo, 0))
+	return secondsToDuration(max(o.hi-o.lo-min(o.floor, o.prevFloor), 0))
 }
 
 // trip is one statement's round trip: rtt on the monotonic system clock

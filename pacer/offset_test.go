@@ -9,10 +9,13 @@ import (
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 )
 
-// The offset bracket: a slow first round trip leaves a wide bracket, whose
-// width is lateness a caller woken on time may have (the slot is mapped at
-// its latest); a tight round trip narrows it; a sample outside the bracket
-// (a clock stepped) or a minute later restarts it.
+// The offset bracket: a slow round trip leaves a wide bracket, whose width
+// beyond the network's floor (the narrowest round trip of the last minutes)
+// is lateness a caller woken on time may have (the slot is mapped at its
+// latest); a tight round trip narrows it; a sample outside the bracket (a
+// clock stepped) or a minute later restarts it. A database far away widens
+// every round trip alike: that is the floor, no lateness (counted, every
+// request of a fleet 20 ms from its database was late).
 func TestClockOffsetBracket(t *testing.T) {
 	t.Parallel()
 	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -21,32 +24,66 @@ func TestClockOffsetBracket(t *testing.T) {
 	ms := func(d time.Duration) string { return d.Round(time.Microsecond).String() }
 	near := func(d, want time.Duration) bool { return (d - want).Abs() < time.Microsecond }
 
-	// Sent at 0, read by the database at 1 ms (local), received at 50 ms.
-	o.observe(db(11*time.Millisecond), base, base.Add(50*time.Millisecond))
-	if u := o.uncertainty(); !near(u, 50*time.Millisecond) {
-		t.Fatalf("after a 50-ms round trip: uncertainty %s, want 50ms", ms(u))
+	// A 2-ms round trip: the network's floor, no lateness.
+	o.observe(db(11*time.Millisecond), base, base.Add(2*time.Millisecond))
+	if u := o.uncertainty(); !near(u, 0) {
+		t.Fatalf("after a 2-ms round trip: uncertainty %s, want 0", ms(u))
 	}
-	if got := o.local(db(100 * time.Millisecond)); got.Before(base.Add(90 * time.Millisecond)) {
-		t.Fatalf("a slot mapped to %s before its true local time (90ms): early", got.Sub(base))
+	// A minute later, sent at 0, read by the database at 1 ms, received at
+	// 50 ms (a loaded machine): the bracket restarts, 48 ms wider than the
+	// floor.
+	m := time.Minute + time.Second
+	o.observe(db(m+11*time.Millisecond), base.Add(m), base.Add(m+50*time.Millisecond))
+	if u := o.uncertainty(); !near(u, 48*time.Millisecond) {
+		t.Fatalf("after a 50-ms round trip: uncertainty %s, want 48ms", ms(u))
+	}
+	if got := o.local(db(m + 100*time.Millisecond)); got.Before(base.Add(m + 90*time.Millisecond)) {
+		t.Fatalf("a slot mapped to %s before its true local time (90ms): early", got.Sub(base.Add(m)))
 	}
 	// A 2-ms round trip a second later narrows it to 2 ms around the truth.
-	o.observe(db(time.Second+11*time.Millisecond), base.Add(time.Second), base.Add(time.Second+2*time.Millisecond))
-	if u := o.uncertainty(); !near(u, 2*time.Millisecond) {
-		t.Fatalf("after a 2-ms round trip: uncertainty %s, want 2ms", ms(u))
+	m += time.Second
+	o.observe(db(m+11*time.Millisecond), base.Add(m), base.Add(m+2*time.Millisecond))
+	if u := o.uncertainty(); !near(u, 0) {
+		t.Fatalf("after a 2-ms round trip: uncertainty %s, want 0", ms(u))
 	}
-	if got := o.local(db(100 * time.Millisecond)).Sub(base); got < 90*time.Millisecond-time.Microsecond || got > 92*time.Millisecond+time.Microsecond {
+	if got := o.local(db(m + 100*time.Millisecond)).Sub(base.Add(m)); got < 90*time.Millisecond-time.Microsecond || got > 92*time.Millisecond+time.Microsecond {
 		t.Fatalf("a slot mapped to %s, want within [90ms, 92ms]", ms(got))
 	}
 	// The local clock steps 1 s back: the sample is outside the bracket and
 	// restarts it.
-	o.observe(db(2*time.Second+10*time.Millisecond), base.Add(time.Second), base.Add(time.Second+time.Millisecond))
-	if got := o.local(db(2*time.Second + 10*time.Millisecond)).Sub(base); got < time.Second-time.Microsecond || got > time.Second+time.Millisecond+time.Microsecond {
-		t.Fatalf("after a step: mapped to %s, want within [1s, 1.001s]", ms(got))
+	o.observe(db(m+time.Second+10*time.Millisecond), base.Add(m), base.Add(m+time.Millisecond))
+	if got := o.local(db(m + time.Second + 10*time.Millisecond)).Sub(base.Add(m)); got < -time.Microsecond || got > time.Millisecond+time.Microsecond {
+		t.Fatalf("after a step: mapped to %s, want within [0, 1ms]", ms(got))
 	}
-	// A minute later, a slow sample restarts it too.
-	o.observe(db(2*time.Minute+time.Millisecond), base.Add(2*time.Minute-10*time.Millisecond), base.Add(2*time.Minute+30*time.Millisecond))
-	if u := o.uncertainty(); !near(u, 40*time.Millisecond) {
-		t.Fatalf("a minute later: uncertainty %s, want 40ms (restarted)", ms(u))
+
+	// A database 20 ms away (10 ms each way): every round trip is 20 ms,
+	// the floor; nothing counts as lateness, and the slot is mapped at
+	// most the return's 10 ms after its true local time, never before it.
+	var far clockOffset
+	for i := range 5 {
+		at := base.Add(time.Duration(i) * 10 * time.Second)
+		far.observe(db(at.Sub(base)+20*time.Millisecond), at, at.Add(20*time.Millisecond))
+		if u := far.uncertainty(); !near(u, 0) {
+			t.Fatalf("far database, round trip %d: uncertainty %s, want 0 (the floor)", i, ms(u))
+		}
+	}
+	if got := far.local(db(time.Second)).Sub(base); got < 990*time.Millisecond || got > time.Second {
+		t.Fatalf("far database: a slot mapped to %s, want within [990ms, 1s]", ms(got))
+	}
+	// The floor remembers 5–10 minutes: after a 2-ms era, 20-ms round trips
+	// count 18 ms for a while, then are the network's new floor.
+	var moved clockOffset
+	moved.observe(db(11*time.Millisecond), base, base.Add(2*time.Millisecond))
+	for i := 1; i <= 12; i++ {
+		at := base.Add(time.Duration(i) * time.Minute)
+		moved.observe(db(at.Sub(base)+20*time.Millisecond), at, at.Add(20*time.Millisecond))
+		want := 18 * time.Millisecond
+		if i > 10 {
+			want = 0
+		}
+		if u := moved.uncertainty(); !near(u, want) {
+			t.Fatalf("minute %d of 20-ms round trips after 2-ms ones: uncertainty %s, want %s", i, ms(u), ms(want))
+		}
 	}
 }
 
