@@ -147,24 +147,24 @@ func (p *Pacer) refill(platform string, maxWait time.Duration) {
 	}
 	p.mu.Lock()
 	st := p.local[platform]
-	if p.closing || st == nil || st.fetching != nil || st.capped || st.gate != nil ||
-		len(st.block) > n/2 || st.held.After(p.clock.Now()) || st.hold.After(p.clock.Now()) {
-		p.mu.Unlock()
+	skip := p.closing || st == nil || st.fetching != nil || st.capped || st.gate != nil ||
+		len(st.block) > n/2 || st.held.After(p.clock.Now()) || st.hold.After(p.clock.Now())
+	if !skip {
+		p.refills.Add(1) // under p.mu: Close sets closing under it, then waits
+	}
+	p.mu.Unlock()
+	if skip {
 		return
 	}
-	done := make(chan struct{})
-	st.fetching = done
-	p.refills.Add(1)
-	p.mu.Unlock()
+	wait, release := p.blockLeader(platform)
+	if wait != nil { // a caller's block statement came first
+		p.refills.Done()
+		return
+	}
 	p.refilled.Add(1)
 	go func() {
 		defer p.refills.Done()
-		defer func() {
-			p.mu.Lock()
-			st.fetching = nil
-			p.mu.Unlock()
-			close(done)
-		}()
+		defer release()
 		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StatementTimeout)
 		defer cancel()
 		if _, err := p.reserveShared(ctx, platform, maxWait, 0, n, true); err != nil {

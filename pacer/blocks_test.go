@@ -144,19 +144,19 @@ func checkExactSlots(t *testing.T, pool *pgxpool.Pool, platform string, slots []
 // refillLanded waits until no block statement of platform is on its way.
 func refillLanded(t *testing.T, p *Pacer, platform string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		p.mu.Lock()
-		st := p.local[platform]
-		busy := st != nil && st.fetching != nil
-		p.mu.Unlock()
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a block refill did not land in 10 s")
-		}
-		time.Sleep(time.Millisecond)
+	p.mu.Lock()
+	var fetching chan struct{}
+	if st := p.local[platform]; st != nil {
+		fetching = st.fetching
+	}
+	p.mu.Unlock()
+	if fetching == nil {
+		return
+	}
+	select {
+	case <-fetching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a block refill did not land in 10 s")
 	}
 }
 
