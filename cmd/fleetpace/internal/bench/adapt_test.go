@@ -151,7 +151,8 @@ func TestAdaptModels(t *testing.T) {
 	}
 }
 
-// The oracle's worker flag follows the model's steps; the AWS mode's caps
+// The oracle's worker flag follows the model's steps at OracleShare of the
+// allowance; the AWS mode's caps
 // each process at its share of the ceiling.
 func TestAdaptLocalPacers(t *testing.T) {
 	t.Parallel()
@@ -162,7 +163,7 @@ func TestAdaptLocalPacers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []localpace.Step{{Rate: 4}, {From: t0.Add(30 * time.Second), Rate: 1.5}, {From: t0.Add(60 * time.Second), Rate: 4}}
+	want := []localpace.Step{{Rate: 4 * OracleShare}, {From: t0.Add(30 * time.Second), Rate: 1.5 * OracleShare}, {From: t0.Add(60 * time.Second), Rate: 4 * OracleShare}}
 	if len(sp.Steps) != 3 || sp.Phase != 0.75 {
 		t.Fatalf("steps %+v, phase %g; want %+v, 0.75 (the fourth process of four)", sp.Steps, sp.Phase, want)
 	}

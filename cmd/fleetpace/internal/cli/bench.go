@@ -329,8 +329,9 @@ platform per schedule side by side, each on a destination of its own:
   aws      the AWS SDKs' adaptive retry mode in each process on its own (a
            token bucket whose rate follows CUBIC over the measured send
            rate), each process capped at ceiling ÷ processes
-  oracle   each process paced at exactly allowance ÷ processes, the
-           processes in turn, no adaptation: the physical reference
+  oracle   each process paced at 0.97 × allowance ÷ processes (3 % for
+           jitter), the processes in turn, no adaptation, a caller for
+           every slot: the physical reference
 
 Models (fake destinations; --models takes names or patterns such as
 'window*'): token buckets (strict-40, strict-70, bucket10-50, with

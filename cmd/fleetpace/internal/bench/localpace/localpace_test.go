@@ -235,3 +235,49 @@ func TestOraclePhases(t *testing.T) {
 		t.Errorf("phase 1: %v, want ErrInvalidSpec", err)
 	}
 }
+
+// An oracle's caller sleeps for a slot beyond its own max wait (up to
+// OracleMaxWait) instead of being denied: a denied job snoozes, and the
+// slots of the grid would go unused meanwhile.
+func TestOracleAcquireWaitsPastMaxWait(t *testing.T) {
+	t.Parallel()
+	c := clocktest.New()
+	t0 := c.Now()
+	r, err := NewRouter(nil, c, []Spec{{Platform: "o", Kind: KindOracle, Steps: []Step{{Rate: 1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 3 { // the slots of the next 3 s are taken
+		if res, err := r.Reserve(ctx, "o", time.Hour); err != nil || !res.Granted {
+			t.Fatalf("reserve: %+v, %v", res, err)
+		}
+	}
+	if res, _ := r.Reserve(ctx, "o", time.Second); res.Granted {
+		t.Fatalf("Reserve granted a slot %s away under a max wait of 1 s", res.Wait)
+	}
+	type result struct {
+		res pacer.Reservation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := r.Acquire(ctx, "o", time.Second)
+		done <- result{res, err}
+	}()
+	clocktest.WaitSleepers(t, c, 1)
+	c.Advance(3 * time.Second)
+	got := <-done
+	if got.err != nil || !got.res.Granted || !got.res.Slot.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("Acquire with a max wait of 1 s: %+v, %v; want the slot at +3 s", got.res, got.err)
+	}
+	// Beyond OracleMaxWait it is denied, as any pacer's wait.
+	for range int(OracleMaxWait / time.Second) {
+		if _, err := r.Reserve(ctx, "o", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Acquire(ctx, "o", time.Second); err == nil {
+		t.Fatalf("Acquire granted a slot more than %s away", OracleMaxWait)
+	}
+}

@@ -1,7 +1,7 @@
 // Package localpace paces platforms inside one worker process, with no
 // shared state, for the baselines of `fleetpace bench adapt`: "oracle"
-// (every process paced at exactly the destination's allowance ÷ processes,
-// no adaptation: the physical reference) and "aws" (the AWS SDKs' adaptive
+// (every process paced at a fixed share of the destination's allowance ÷
+// processes, no adaptation: the physical reference) and "aws" (the AWS SDKs' adaptive
 // retry mode, per process: a token bucket whose rate follows CUBIC over the
 // measured send rate). A Router puts them in front of the shared pacer for
 // the platforms named by the worker's hidden --bench-local-pacer flag; every
