@@ -166,6 +166,10 @@ type localState struct {
 
 	maxReset   time.Duration // the longest quota Reset announced lately (announce)
 	maxResetAt time.Time
+	// annInterval is the spacing this process's last announcement asked
+	// for (seconds), in force until annUntil (announce).
+	annInterval float64
+	annUntil    time.Time
 }
 
 // New creates a Pacer with its own small pool. It does not connect: the

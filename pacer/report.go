@@ -51,6 +51,9 @@ type announcement struct {
 	// if the requests the fleet sent in the last window had been spaced by
 	// it.
 	window, limit float64
+	// paced: this process's own last announcement still spaced the
+	// platform for this quota (see quotaHold).
+	paced bool
 }
 
 // holdFor is how long a (the destination said its quota is exhausted) asks
@@ -60,6 +63,23 @@ func (a *announcement) holdFor() time.Duration {
 		return 0
 	}
 	return secondsToDuration(*a.hold)
+}
+
+// quotaHold is how long this process holds itself for an exhausted quota
+// (a's hold), by the rule the report's statement holds the fleet by: when
+// the quota was paced already (a.paced: ceil(window / spacing) + burst - 1
+// <= limit, no window of the destination got more than its quota but for
+// jitter), the answer came near the window's end and a reset in whole
+// seconds is rounded up by up to a second, so the hold is a second
+// shorter. Held for the rounded reset, the process that read a 1-s
+// window's t=1 lost most of the next window while the fleet went on
+// (0.76 of an announced window of 7 per second, each process in turn).
+func quotaHold(a *announcement) time.Duration {
+	d := a.holdFor()
+	if d <= 0 || d%time.Second != 0 || !a.paced {
+		return d
+	}
+	return d - time.Second
 }
 
 // Report tells the pacer how a request reserved by res ended, and what the
@@ -126,7 +146,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 		open := p.closeGate(platform)
 		defer open()
 	}
-	if hold := max(holdFor(out), rep.announce.holdFor()); hold > 0 {
+	if hold := max(holdFor(out), quotaHold(rep.announce)); hold > 0 {
 		p.holdLocally(platform, hold)
 	}
 	r, err := p.send(ctx, platform, rep)
@@ -160,7 +180,7 @@ func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation,
 			return ReportResult{}, err
 		}
 	}
-	if hold := max(holdFor(out), rep.announce.holdFor()); hold > 0 {
+	if hold := max(holdFor(out), quotaHold(rep.announce)); hold > 0 {
 		p.holdLocally(name, hold)
 	}
 	if !rep.pressure && (rep.announce == nil || !p.slowsDown(name, rep.announce)) {
@@ -219,6 +239,15 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
 		a.limit = q.Limit
 	}
+	p.mu.Lock()
+	// As the report's statement decides for the fleet: the spacing in
+	// force before this answer put no more than the quota in a window.
+	a.paced = a.limit > 0 && a.window > 0 && st.annInterval > 0 && now.Before(st.annUntil) &&
+		math.Ceil(a.window/st.annInterval-1e-9)+float64(max(st.burst, 1))-1 <= a.limit
+	if interval > 0 {
+		st.annInterval, st.annUntil = interval.Seconds(), now.Add(ttl)
+	}
+	p.mu.Unlock()
 	if hold > 0 {
 		s := hold.Seconds()
 		a.hold = &s
