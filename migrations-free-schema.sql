@@ -465,7 +465,7 @@ DECLARE
     v_mp        float8;
     v_streak    integer;
     v_steps     integer := 0;
-    v_effect    smallint := 0;    -- 3 slowed, 4 at the slowest, 5 stale, 6 relaxed, 7 jitter (pacer's effect* codes)
+    v_effect    smallint := 0;    -- 3 slowed, 4 at the slowest, 5 stale, 6 relaxed, 7 jitter, 8 quota (pacer's effect* codes)
     v_est       float8;
     v_est_at    float8;
     v_est_max   float8;
@@ -487,6 +487,7 @@ DECLARE
     v_ann_i     float8;           -- the announced spacing in force after
     v_ann_until float8;
     v_quota_paced boolean;        -- the fleet paced the announced quota already
+    v_quota_refused boolean;      -- a refusal the exhausted quota explains
     v_i_old     float8;
     v_i_new     float8;
     v_ratio     float8;
@@ -610,7 +611,16 @@ BEGIN
         -- refusal does not count against itself).
         s.acc_cut := s.acc_cut + GREATEST(p_fresh, 0);
         v_share := COALESCE(s.acc_cut::float8 / NULLIF(s.acc_cut + s.ref_cut, 0), 1);
-        IF p_pressure AND NOT v_stale THEN
+        -- A refusal whose answer says the announced quota ran out (a
+        -- request in flight when it did, one more than the quota in a
+        -- window by jitter, the start's requests before the first
+        -- announcement) is the quota's: its hold until the reset answers
+        -- it, and the announcement paces the fleet. It reads nothing of
+        -- the limit. Cut like an unexplained refusal, the estimate held
+        -- the fleet under the announced quota for half a minute (0.54 of
+        -- an announced 1-s window of 7 after one refusal at the start).
+        v_quota_refused := p_pressure AND s.use_headers AND p_quota_hold IS NOT NULL;
+        IF p_pressure AND NOT v_stale AND NOT v_quota_refused THEN
             s.ref_cut := s.ref_cut + 1;
         END IF;
         s.acc_at := v_now;
@@ -618,6 +628,8 @@ BEGIN
 
         IF p_pressure AND v_stale THEN
             v_effect := 5;
+        ELSIF v_quota_refused THEN
+            v_effect := 8;
         ELSIF p_pressure THEN
             v_sent := 1.0 / COALESCE(NULLIF(p_sent_interval, 0), v_i_old);
             v_hurried := s.est > 0 AND v_now - s.est_at < t[8];

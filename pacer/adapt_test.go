@@ -319,6 +319,69 @@ func TestPacedQuotaExhaustionHoldsToTheTrueReset(t *testing.T) {
 	}
 }
 
+// A refusal whose answer says the announced quota ran out is the quota's
+// (a request in flight when it ran out, the start's requests sent before
+// the first announcement): the hold until its reset answers it, and after
+// it the fleet goes on at the announced pace — the estimate stays unset.
+// The control, the same refusal without the quota's headers, reads the
+// limit: the estimate is cut and the pace falls under the announced one.
+// (Cut, a fleet under an announced 1-s window of 7 ran at 0.54 of it for
+// half a minute after one refusal at its start, in a simulation.)
+func TestQuotaRefusalKeepsTheAnnouncedPace(t *testing.T) {
+	t.Parallel()
+	url, _ := setup(t, platformSpec{name: "quota", rate: 20, adapt: "estimate"},
+		platformSpec{name: "bare", rate: 20, adapt: "estimate"})
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	quota := func(remaining float64) ratelimit.Info {
+		return ratelimit.Info{Limit: 7, Window: time.Second, Remaining: remaining, HasRemaining: true,
+			Reset: 400 * time.Millisecond, HasReset: true, Form: ratelimit.IETF}
+	}
+	announce := func(name string) {
+		t.Helper()
+		r, err := p.Reserve(ctx, name, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Report(ctx, name, r, Feedback{Kind: Clean, Quota: quota(5)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gap := func(name string) time.Duration {
+		t.Helper()
+		a, err := p.Reserve(ctx, name, time.Minute)
+		if err != nil || !a.Granted {
+			t.Fatalf("%s: %+v %v", name, a, err)
+		}
+		b, err := p.Reserve(ctx, name, time.Minute)
+		if err != nil || !b.Granted {
+			t.Fatalf("%s: %+v %v", name, b, err)
+		}
+		return b.Slot.Sub(a.Slot)
+	}
+	announced := secondsToDuration(1 / (7 * announcedShare))
+	for _, name := range []string{"quota", "bare"} {
+		announce(name)
+	}
+	if rep := pressure(t, p, "quota", Feedback{Quota: quota(0)}); !rep.Quota || rep.Increased || rep.Estimate != 0 || rep.Hold <= 0 {
+		t.Fatalf("refused with the quota exhausted: %+v, want held, the estimate unset", rep)
+	}
+	if rep := pressure(t, p, "bare", Feedback{RetryAfter: time.Second}); rep.Quota || !rep.Increased || rep.Estimate <= 0 {
+		t.Fatalf("the control, refused without the quota's headers: %+v, want a cut", rep)
+	}
+	clk.Advance(2 * time.Second) // both holds are over
+	for _, name := range []string{"quota", "bare"} {
+		announce(name)
+	}
+	if g := gap("quota"); g < announced-time.Millisecond || g > announced+time.Millisecond {
+		t.Fatalf("after the quota's refusal, slots %v apart, want the announced %v", g, announced)
+	}
+	if g := gap("bare"); g < announced*3/2 {
+		t.Fatalf("the control: after a refusal without headers, slots %v apart, want the estimate's cut under the announced %v", g, announced)
+	}
+}
+
 // A destination's hostile values cannot hold the fleet beyond MaxHold, nor
 // overflow anything.
 func TestHostileHoldsAreCapped(t *testing.T) {

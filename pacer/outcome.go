@@ -239,6 +239,10 @@ type ReportResult struct {
 	// Jitter: a lone refusal below the destination's estimated limit,
 	// taken for jitter: the estimate stands ("estimate" adaptation).
 	Jitter bool
+	// Quota: rate pressure whose answer said the announced quota was
+	// exhausted (headers on, "estimate" adaptation): the hold until its
+	// reset answers it and the estimate stands.
+	Quota bool
 	// Estimate is the destination's limit as the fleet measured it,
 	// requests/s ("estimate" adaptation; 0: none yet).
 	Estimate float64

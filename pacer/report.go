@@ -463,6 +463,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	r.Stale = effect == effectStale
 	r.Relaxed = effect == effectRelaxed
 	r.Jitter = effect == effectJitter
+	r.Quota = effect == effectQuota
 	if r.Respaced {
 		p.applyEvent(rowName(platform, rep.key), event{seq: seq, at: eventAt, interval: interval, shift: shift, horizon: horizon, hold: holdAt})
 	}

@@ -18,6 +18,7 @@ const (
 	effectStale     = 5 // pressure for a request reserved before the latest slow-down
 	effectRelaxed   = 6 // clean streaks divided the multiplier ('multiplier' mode)
 	effectJitter    = 7 // a lone refusal below the estimate: kept, the approach started again
+	effectQuota     = 8 // a refusal whose answer said the announced quota ran out: held until its reset, the estimate kept
 )
 
 // NotifyChannel is the PostgreSQL channel every slow-down is announced on
