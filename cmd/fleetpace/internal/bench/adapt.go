@@ -19,9 +19,9 @@ type AdaptConfig struct {
 	// and where the benchmark reports: Dir receives nginx's logs too,
 	// Progress a line every 10 s and one per run. Workers defaults to
 	// DefaultAdaptWorkers; Concurrency to enough job slots that no
-	// platform waits for one — every platform's jobs sleep on the pacer at
-	// once, each up to the workers' --max-pacer-wait (1 s): 1.5 × platforms
-	// of a run × ceiling × 1 s / workers, at least 50.
+	// platform waits for one — every source's job can sleep on the pacer at
+	// once (the oracle's up to 30 s): the run's sources / workers, at
+	// least 50.
 	Processes
 	// Ceiling is every platform's configured rate, requests/s. Default 20.
 	Ceiling float64
@@ -128,6 +128,31 @@ type cell struct {
 	platform string
 }
 
+// adaptConcurrency is each worker's default concurrency: enough for every
+// source's job of a run to sleep on the pacer at once, at least
+// DefaultAdaptConcurrency.
+func adaptConcurrency(schedules []Schedule, ceiling float64, workers int) int {
+	jobs := 0
+	for _, sc := range schedules {
+		jobs += cell{schedule: sc}.sources(adaptSources(ceiling), workers)
+	}
+	return max(DefaultAdaptConcurrency, (jobs+workers-1)/workers)
+}
+
+// sources is how many sources the cell polls: n, or n per worker for the
+// oracle. Its processes pace fixed shares, and River hands a process the
+// jobs it fetches first, unevenly (25–31 of a platform's 60 sleeping in
+// one process, 0–3 in another, seen in river_job): with the jobs the other
+// schedules get, the slots of a process short of jobs went unused and the
+// oracle read 0.75–0.90 at 7–14/s with nothing refused. A shared pace has
+// no such loss: a slot goes to whichever process asks.
+func (c cell) sources(n, workers int) int {
+	if c.schedule.Name == ScheduleOracle {
+		return n * workers
+	}
+	return n
+}
+
 // prefix is the cell's path prefix at its destination.
 func (c cell) prefix() string { return "/" + c.platform + "/" }
 
@@ -155,8 +180,7 @@ func Adapt(ctx context.Context, cfg AdaptConfig) (*AdaptResult, error) {
 
 	schedules := cfg.schedules()
 	if cfg.Concurrency == 0 {
-		cfg.Concurrency = max(DefaultAdaptConcurrency,
-			int(math.Ceil(1.5*float64(len(schedules))*cfg.Ceiling*adaptMaxPacerWait.Seconds()/float64(cfg.Workers))))
+		cfg.Concurrency = adaptConcurrency(schedules, cfg.Ceiling, cfg.Workers)
 	}
 	res := &AdaptResult{Workers: cfg.Workers, Concurrency: cfg.Concurrency, Ceiling: cfg.Ceiling,
 		Duration: cfg.Duration.String(), Runs: cfg.Runs, Sweep: cfg.Sweep, Nginx: cfg.Nginx, Schedules: schedules,

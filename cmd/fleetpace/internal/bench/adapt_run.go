@@ -117,6 +117,12 @@ func openDestination(ctx context.Context, cfg AdaptConfig, cells []cell, dir str
 	return fakeDestination{srv}, nil
 }
 
+// adaptSources is how many sources a platform polls (the oracle: that
+// many per worker): 1.5 × what the ceiling takes at adaptSourceInterval.
+func adaptSources(ceiling float64) int {
+	return int(math.Ceil(ceiling * adaptSourceInterval.Seconds() * 1.5))
+}
+
 // adaptRun runs one model's cells once, side by side, on fresh tables with
 // a fresh fleet, for d, and returns each cell's figures.
 func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []cell, d time.Duration, dir string, run int) ([]RunFigures, error) {
@@ -126,8 +132,8 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 	if _, err := pool.Exec(ctx, `TRUNCATE fleetpace_source, fleetpace_cooldown, fleetpace_pace, fleetpace_platform, river_job CASCADE`); err != nil {
 		return nil, fmt.Errorf("empty the tables: %w", err)
 	}
-	perPlatform := int(math.Ceil(cfg.Ceiling * adaptSourceInterval.Seconds() * 1.5))
-	dest, err := openDestination(ctx, cfg, cells, dir, perPlatform)
+	perPlatform := adaptSources(cfg.Ceiling)
+	dest, err := openDestination(ctx, cfg, cells, dir, perPlatform*cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +145,7 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 		if _, err := sources.SetPlatform(ctx, pool, c.schedule.platform(c.platform, cfg.Ceiling)); err != nil {
 			return nil, err
 		}
-		for i := range perPlatform {
+		for i := range c.sources(perPlatform, cfg.Workers) {
 			fmt.Fprintf(&csv, "%s,%s%s%d,%s\n", c.platform, dest.url(), c.prefix(), i, adaptSourceInterval)
 		}
 	}

@@ -230,3 +230,28 @@ func TestPickNever(t *testing.T) {
 		}
 	}
 }
+
+// The oracle's platform polls as many sources per worker as another
+// platform polls in all: its processes pace fixed shares and River hands
+// jobs to processes unevenly (with 60 sources, 25–31 slept in one process
+// and 0–3 in another, and the oracle read 0.78 of strict-70 with nothing
+// refused; 0.97 with 180). The default concurrency holds every source's
+// job at once, so the oracle's sleepers take no slot from the others.
+func TestAdaptOracleHasACallerForEverySlot(t *testing.T) {
+	n := adaptSources(DefaultAdaptCeiling)
+	if got := (cell{schedule: OracleSchedule}).sources(n, 3); got != 3*n {
+		t.Errorf("oracle polls %d sources, want %d (3 workers × %d)", got, 3*n, n)
+	}
+	if got := (cell{schedule: DefaultSchedule()}).sources(n, 3); got != n {
+		t.Errorf("default polls %d sources, want %d", got, n)
+	}
+	cfg := AdaptConfig{}
+	schedules := cfg.schedules()
+	all := 0
+	for _, sc := range schedules {
+		all += cell{schedule: sc}.sources(n, 3)
+	}
+	if c := adaptConcurrency(schedules, DefaultAdaptCeiling, 3); 3*c < all {
+		t.Errorf("3 workers × concurrency %d hold fewer jobs than the run's %d sources", c, all)
+	}
+}

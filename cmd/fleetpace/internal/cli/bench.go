@@ -331,7 +331,9 @@ platform per schedule side by side, each on a destination of its own:
            rate), each process capped at ceiling ÷ processes
   oracle   each process paced at 0.97 × allowance ÷ processes (3 % for
            jitter), the processes in turn, no adaptation, a caller for
-           every slot: the physical reference
+           every slot (its platform has as many sources per worker as the
+           others have in all: River hands jobs to processes unevenly):
+           the physical reference
 
 Models (fake destinations; --models takes names or patterns such as
 'window*'): token buckets (strict-40, strict-70, bucket10-50, with
