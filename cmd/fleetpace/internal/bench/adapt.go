@@ -20,7 +20,7 @@ type AdaptConfig struct {
 	// Progress a line every 10 s and one per run. Workers defaults to
 	// DefaultAdaptWorkers; Concurrency to enough job slots that no
 	// platform waits for one — every source's job can sleep on the pacer at
-	// once (the oracle's up to 30 s): the run's sources / workers, at
+	// once (the oracle's up to 5 s): the run's sources / workers, at
 	// least 50.
 	Processes
 	// Ceiling is every platform's configured rate, requests/s. Default 20.

@@ -65,11 +65,18 @@ func (r *Router) Acquire(ctx context.Context, platform string, maxWait time.Dura
 }
 
 // OracleMaxWait is the longest an oracle's caller sleeps for its slot,
-// whatever its own max wait (but never past its context's deadline): a
-// denied job snoozes and comes back through River's scheduler, and the
-// oracle's slots went unused meanwhile (at 10/s it delivered 7.8/s, with
-// nothing refused). A reference has a caller for every slot.
-const OracleMaxWait = 30 * time.Second
+// whatever its own max wait (but never past its context's deadline). With
+// the workers' 1 s, a denied job snoozed and came back through River's
+// scheduler while the oracle's slots went unused (at 10/s it delivered
+// 7.8/s, with nothing refused). With 30 s, one process took more of the
+// platform's jobs than its share of slots could serve in time, while
+// another ran short of jobs and left its share unused (0.78–0.84 of
+// strict-40 in two runs of three, with three times the others' sources).
+// With 5 s, a process holds at most 5 s of its share: the rest goes back
+// to River, to whichever process fetches next (0.96–0.97 of strict-40,
+// 0.92–0.96 of bucket10-50, 2 runs each). A reference has a caller for
+// every slot.
+const OracleMaxWait = 5 * time.Second
 
 // Reserve reserves a slot of a local platform.
 func (r *Router) Reserve(ctx context.Context, platform string, maxWait time.Duration) (pacer.Reservation, error) {
