@@ -56,26 +56,21 @@ type announcement struct {
 	paced bool
 }
 
-// holdFor is how long a (the destination said its quota is exhausted) asks
-// the fleet to hold from now; 0 for none.
-func (a *announcement) holdFor() time.Duration {
+// quotaHold is how long this process holds itself for an exhausted quota
+// (a's hold; 0 for none), by the rule the report's statement holds the
+// fleet by: when the quota was paced already (a.paced: ceil(window /
+// spacing) + burst - 1 <= limit, no window of the destination got more
+// than its quota but for jitter), the answer came near the window's end
+// and a reset in whole seconds is rounded up by up to a second, so the
+// hold is a second shorter. Held for the rounded reset, the process that
+// read a 1-s window's t=1 lost most of the next window while the fleet
+// went on (0.76 of an announced window of 7 per second, each process in
+// turn).
+func (a *announcement) quotaHold() time.Duration {
 	if a == nil || a.hold == nil {
 		return 0
 	}
-	return secondsToDuration(*a.hold)
-}
-
-// quotaHold is how long this process holds itself for an exhausted quota
-// (a's hold), by the rule the report's statement holds the fleet by: when
-// the quota was paced already (a.paced: ceil(window / spacing) + burst - 1
-// <= limit, no window of the destination got more than its quota but for
-// jitter), the answer came near the window's end and a reset in whole
-// seconds is rounded up by up to a second, so the hold is a second
-// shorter. Held for the rounded reset, the process that read a 1-s
-// window's t=1 lost most of the next window while the fleet went on
-// (0.76 of an announced window of 7 per second, each process in turn).
-func quotaHold(a *announcement) time.Duration {
-	d := a.holdFor()
+	d := secondsToDuration(*a.hold)
 	if d <= 0 || d%time.Second != 0 || !a.paced {
 		return d
 	}
@@ -146,7 +141,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 		open := p.closeGate(platform)
 		defer open()
 	}
-	if hold := max(holdFor(out), quotaHold(rep.announce)); hold > 0 {
+	if hold := max(holdFor(out), rep.announce.quotaHold()); hold > 0 {
 		p.holdLocally(platform, hold)
 	}
 	r, err := p.send(ctx, platform, rep)
@@ -180,7 +175,7 @@ func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation,
 			return ReportResult{}, err
 		}
 	}
-	if hold := max(holdFor(out), quotaHold(rep.announce)); hold > 0 {
+	if hold := max(holdFor(out), rep.announce.quotaHold()); hold > 0 {
 		p.holdLocally(name, hold)
 	}
 	if !rep.pressure && (rep.announce == nil || !p.slowsDown(name, rep.announce)) {
