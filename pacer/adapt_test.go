@@ -583,8 +583,16 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 	if err := Resume(ctx, pool, "pause"); err != nil {
 		t.Fatal(err)
 	}
+	if d := p.HoldLeft("pause", ""); d < time.Hour {
+		t.Fatalf("HoldLeft while paused until resumed: %s", d)
+	}
 	if r, err := p.Reserve(ctx, "pause", time.Minute); err != nil || !r.Granted || r.Paused {
 		t.Fatalf("after resume: %+v %v", r, err)
+	}
+	// Resume sends no event: the granted reservation tells this process
+	// the pause it heard of is over.
+	if d := p.HoldLeft("pause", ""); d != 0 {
+		t.Fatalf("HoldLeft after resume and a granted reservation: %s, want 0", d)
 	}
 	until := time.Now().Add(3 * time.Second)
 	if err := Pause(ctx, pool, "pause", until, ""); err != nil {

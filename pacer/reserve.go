@@ -228,6 +228,14 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
+	if res.Granted && keepBlock && hold <= at {
+		// The row holds nothing now and this process knows no newer event:
+		// a fleet-wide hold or pause it heard of is over (Resume sends no
+		// event; a notification may be missed). Its own Retry-After stands.
+		// Kept, a pause heard of left the platform without blocks (refill)
+		// and held for ever in degraded pacing after a resume.
+		st.hold = st.held
+	}
 	st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, interval
 	st.noRespace = !respace
 	if res.Granted {
