@@ -609,6 +609,42 @@ func TestPauseGivesSlotsBackAndDenies(t *testing.T) {
 	}
 }
 
+// A process that heard a pause until resumed knows it is over at its next
+// granted reservation, plain or a key's (Resume sends no event): HoldLeft
+// is 0 again. Kept, the pause left the platform without blocks and held
+// for ever in degraded pacing (HoldLeft 2562047 h).
+func TestResumeEndsThePauseHeardOf(t *testing.T) {
+	t.Parallel()
+	url, pool := setup(t, platformSpec{name: "resumed", rate: 100})
+	ctx := context.Background()
+	for _, key := range []string{"", "k"} {
+		p := newPacer(t, url, nil)
+		reserve := func() (Reservation, error) {
+			if key == "" {
+				return p.Reserve(ctx, "resumed", time.Minute)
+			}
+			return p.ReserveKey(ctx, "resumed", key, time.Minute)
+		}
+		if r, err := reserve(); err != nil || !r.Granted {
+			t.Fatalf("key %q: %+v %v", key, r, err)
+		}
+		waitFor(t, "listener", func() bool { return p.Stats().Listening })
+		if err := Pause(ctx, pool, "resumed", time.Time{}, ""); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the pause heard of", func() bool { return p.HoldLeft("resumed", key) > time.Hour })
+		if err := Resume(ctx, pool, "resumed"); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := reserve(); err != nil || !r.Granted {
+			t.Fatalf("key %q after resume: %+v %v", key, r, err)
+		}
+		if d := p.HoldLeft("resumed", key); d != 0 {
+			t.Fatalf("key %q: HoldLeft after resume and a granted reservation: %s, want 0", key, d)
+		}
+	}
+}
+
 // Notifications from another process's report are parsed strictly.
 func TestParseEvent(t *testing.T) {
 	t.Parallel()
