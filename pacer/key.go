@@ -182,13 +182,8 @@ func (p *Pacer) reserveKeyShared(ctx context.Context, platform, key string, maxW
 	// paces the platform alone (reserveLocal); it stays so.
 	st.capped = st.capped || lease > 0 || full
 	st.keysLimited = st.keysLimited || kRate > 0
-	if granted && st.last.seq <= seq && hold <= at {
-		st.hold = st.held // the platform holds nothing now (reserve's rule)
-	}
 	kst := p.state(rowName(platform, key))
-	if granted && kst.last.seq <= kSeq && kHold <= at {
-		kst.hold = kst.held // nor does the key
-	}
+	kst.holdEnded(granted, kSeq, kHold, at)
 	if kst.last.seq < kSeq {
 		p.giveBackKey(kst)
 		kst.last = event{seq: kSeq, at: at, hold: kHold}

@@ -228,14 +228,6 @@ func (p *Pacer) reserveShared(ctx context.Context, platform string, maxWait, min
 	// Slots of a block granted before a slow-down this process already
 	// applied were spaced for less: keep none of them.
 	keepBlock := st.last.seq <= seq
-	if res.Granted && keepBlock && hold <= at {
-		// The row holds nothing now and this process knows no newer event:
-		// a fleet-wide hold or pause it heard of is over (Resume sends no
-		// event; a notification may be missed). Its own Retry-After stands.
-		// Kept, a pause heard of left the platform without blocks (refill)
-		// and held for ever in degraded pacing after a resume.
-		st.hold = st.held
-	}
 	st.rate, st.burst, st.maxMult, st.mult, st.interval = rate, int(burst), maxMult, mult, interval
 	st.noRespace = !respace
 	if res.Granted {
@@ -306,7 +298,21 @@ func (p *Pacer) answered(res *Reservation, at float64, rt trip, first float64, e
 	res.due = p.offset.local(first)
 	st := p.state(res.Platform)
 	p.catchUp(st, ev, now)
+	st.holdEnded(res.Granted, ev.seq, ev.hold, at)
 	return st
+}
+
+// holdEnded ends the fleet-wide hold this process heard of when a granted
+// reservation found its row holding nothing at its time and no event newer
+// than the row's is known here: the hold or pause is over (Resume sends no
+// event; a notification may be missed). The process's own Retry-After
+// (held) stands. Kept, a pause heard of left the platform without blocks
+// (refill skips a held one) and held for ever in degraded pacing after a
+// resume. Call with p.mu held.
+func (st *localState) holdEnded(granted bool, seq int64, hold, at float64) {
+	if granted && st.last.seq <= seq && hold <= at {
+		st.hold = st.held
+	}
 }
 
 // catchUp applies ev, a slow-down a reservation found that this process
