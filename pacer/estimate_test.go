@@ -340,24 +340,27 @@ func TestEstimateDoesNotRatchet(t *testing.T) {
 // (4 % under 8/s is 5 ms). A refusal within calm of a decrease reads as
 // the decrease not being enough (a deeper cut, or a limit that dropped:
 // half), so within calm of a reading the fleet settles `guard` × the
-// margin under it: over three seeds no cut after the start goes below
-// 0.75 × the limit, and goodput over 20–120 s holds ≥ 0.75 (0.81–0.85 in
-// single runs: each refusal still costs its hold). The control, without
-// the guard, cut to half at least once (goodput 0.64–0.75 in seed 1: 20 s
-// at half each time; an integration test on a loaded machine read
-// 0.67–0.69 the same way).
+// margin under it: over three seeds at most one cut after the start goes
+// below 0.75 × the limit, and goodput over 20–120 s holds ≥ 0.75
+// (0.79–0.85 in single runs: each refusal still costs its hold). The
+// guard makes such a cut rare, not impossible: a probe's reading can lie
+// over the limit (8.5 of 8), and a request 10 ms late under the guard's
+// pace of it is refused within the calm (0 in 16 seeds on a quiet and a
+// loaded machine, 1 in 3 in one CI run). The control, without the guard,
+// cut to half 1–8 times per seed (13–16 times in five seeds; goodput
+// 0.28–0.86; an integration test on a loaded machine read 0.67–0.69 the
+// same way).
 func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
 	}
 	t.Parallel()
-	// The guard runs three seeds; the control stops at its first deep cut
-	// and tries up to six (it cut deep in seed 1 or 2 in each of 3 runs,
-	// but a seed's run is not the same twice: the database's timing moves
-	// it).
+	// The guard runs three seeds; the control stops at its third deep cut
+	// and tries up to six (a seed's run is not the same twice: the
+	// database's timing moves it).
 	run := func(guard float64, seeds uint64) (deep int, worst float64) {
 		worst = 1
-		for seed := uint64(1); seed <= seeds && (guard > 1 || deep == 0); seed++ {
+		for seed := uint64(1); seed <= seeds && (guard > 1 || deep < 3); seed++ {
 			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: fakedest.Rule{Rate: 8, Burst: 1},
 				duration: 120 * time.Second, latency: 5 * time.Millisecond, seed: seed,
 				late: func(rng *randSource) time.Duration {
@@ -379,10 +382,10 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 		return deep, worst
 	}
 	deep, worst := run(defaultTuning(DefaultLateBudget).guard, 3)
-	if deep > 0 || worst < 0.75 {
-		t.Errorf("with the guard: %d cuts under 0.75 × the limit after the start, worst goodput %.3f; want none and ≥ 0.75", deep, worst)
+	if deep > 1 || worst < 0.75 {
+		t.Errorf("with the guard: %d cuts under 0.75 × the limit after the start in three seeds, worst goodput %.3f; want at most one and ≥ 0.75", deep, worst)
 	}
-	if deep, worst := run(1, 6); deep == 0 {
-		t.Errorf("the control (no guard) made no deep cut either (worst goodput %.3f): the test proves nothing", worst)
+	if deep, worst := run(1, 6); deep < 3 {
+		t.Errorf("the control (no guard) made %d deep cuts in six seeds (worst goodput %.3f), not 3: the test proves nothing", deep, worst)
 	}
 }

@@ -288,18 +288,15 @@ func (k *keySlotter) Reserve(ctx context.Context, platform string, maxWait time.
 			k.p.denied.Add(1)
 			return Reservation{Platform: platform, Key: k.key, Wait: w - maxWait, behind: true}, nil
 		}
-		t := k.p.clock.NewTimer(maxWait)
 		select {
 		case k.turn.turn <- struct{}{}:
-			t.Stop()
+			// Nobody's turn: no timer (a test counting the clock's
+			// sleepers would take one for a caller in line).
 			k.held, k.since = true, k.p.clock.Now()
-		case <-t.Chan():
-			k.p.denied.Add(1)
-			w, _ := k.queueWait(row)
-			return Reservation{Platform: platform, Key: k.key, Wait: max(w-maxWait, 0), behind: true}, nil
-		case <-ctx.Done():
-			t.Stop()
-			return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, ctx.Err())
+		default:
+			if res, err := k.await(ctx, row, platform, maxWait); err != nil || !k.held {
+				return res, err
+			}
 		}
 	}
 	res, err := k.p.ReserveKey(ctx, platform, k.key, maxWait)
@@ -313,6 +310,23 @@ func (k *keySlotter) Reserve(ctx context.Context, platform string, maxWait time.
 	}
 	k.release() // granted, or denied for longer: the next caller's turn
 	return res, err
+}
+
+// await waits in line for the turn, at most maxWait: k.held when it came.
+func (k *keySlotter) await(ctx context.Context, row, platform string, maxWait time.Duration) (Reservation, error) {
+	t := k.p.clock.NewTimer(maxWait)
+	defer t.Stop()
+	select {
+	case k.turn.turn <- struct{}{}:
+		k.held, k.since = true, k.p.clock.Now()
+		return Reservation{}, nil
+	case <-t.Chan():
+		k.p.denied.Add(1)
+		w, _ := k.queueWait(row)
+		return Reservation{Platform: platform, Key: k.key, Wait: max(w-maxWait, 0), behind: true}, nil
+	case <-ctx.Done():
+		return Reservation{}, fmt.Errorf("pacer: reserve %s key: %w", platform, ctx.Err())
+	}
 }
 
 // queueWait is how long the callers ahead of this one will take: a turn's
