@@ -401,7 +401,11 @@ $$;
 -- clock runs slower in proportion, so a slow destination is probed past
 -- its limit after as many requests as one at t[19], not after as many
 -- seconds: each probe costs a refusal (a fixed window of 2/s, climbing on
--- the clock of 8/s, refused 5 %). Where the estimate is a reading (not a
+-- the clock of 8/s, refused 5 %). The approach to a bound (est_max above
+-- est: a start's bisection, a cut right after a decrease) runs on the
+-- clock: it climbs to what is likely accepted, and slowed, a start at 2/s
+-- took 48 s to reach its limit; the plateau at a reading and every climb
+-- past the target are the probes. Where the estimate is a reading (not a
 -- bound: est_max no higher), within t[8] of its setting (the refusal's
 -- hold and the calm after it, seconds on the real clock) the margin is
 -- t[25] times wider: a refusal in that time is read as the decrease not
@@ -415,7 +419,9 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 THEN GREATEST(c * (1 - t[3]) / GREATEST(1 - t[3] * t[25], 0.5), 1.0 / NULLIF(rate, 0))
                 ELSE c END
     FROM fleetpace_pace_climb(adapt, rate, multiplier, est, est_max,
-                              since * LEAST(1.0, GREATEST(est_max, est) / NULLIF(t[19], 0)), t) AS c
+                              CASE WHEN est_max > est * 1.0001
+                                   THEN LEAST(since, t[1]) + GREATEST(since - t[1], 0) * LEAST(1.0, est_max / NULLIF(t[19], 0))
+                                   ELSE since * LEAST(1.0, est / NULLIF(t[19], 0)) END, t) AS c
 $$;
 
 -- fleetpace_pace_interval is a platform's effective spacing at now: the

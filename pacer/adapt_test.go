@@ -968,7 +968,25 @@ func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 // destination at 2/s or 1/s is probed after as many requests as one at
 // climbRate (a probe costs a refusal), one at or above it after as many
 // seconds. The control: without climbRate, 2/s climbs on the clock of 8/s.
+// The approach to a bound (a start's bisection) is not slowed: at 2/s it
+// reaches 0.9 × the bound when one at climbRate does (slowed, a start at
+// 2/s took 48 s), and the climb past the bound is slowed again.
 func TestSlowClimbCountsRequests(t *testing.T) {
+	t.Run("bound", func(t *testing.T) {
+		t.Parallel()
+		_, pool := setup(t)
+		tune := defaultTuning(DefaultLateBudget)
+		near := func(bound float64) float64 { return boundCrosses(t, pool, tune, bound/math.Sqrt2, bound, 0.9) }
+		past := func(bound float64) float64 { return boundCrosses(t, pool, tune, bound/math.Sqrt2, bound, 1.05) }
+		fast, slow := near(tune.climbRate), near(2)
+		if math.Abs(slow-fast) > 0.1 || fast > tune.approach.Seconds() {
+			t.Errorf("0.9 × a bound of 2/s after %.2f s, of %g/s after %.2f s: want the same, within the approach (%s)", slow, tune.climbRate, fast, tune.approach)
+		}
+		a := tune.approach.Seconds()
+		if climbFast, climbSlow := past(tune.climbRate)-a, past(2)-a; math.Abs(climbSlow*2-climbFast*tune.climbRate) > 0.05*climbFast*tune.climbRate {
+			t.Errorf("past a bound of 2/s %.2f s after the approach, of %g/s %.2f s: want as many requests", climbSlow, tune.climbRate, climbFast)
+		}
+	})
 	t.Parallel()
 	_, pool := setup(t)
 	probeAt := func(tune tuning, est float64) float64 { return paceCrosses(t, pool, tune, est, 1.05) }

@@ -447,9 +447,16 @@ func (p *proxy) acceptedCount() int {
 // (fleetpace_pace_adaptive, under a ceiling of 100/s).
 func paceCrosses(t *testing.T, pool *pgxpool.Pool, tune tuning, est, share float64) float64 {
 	t.Helper()
+	return boundCrosses(t, pool, tune, est, est, share)
+}
+
+// boundCrosses is paceCrosses from est towards a bound estMax: when the
+// pace first passes share × estMax.
+func boundCrosses(t *testing.T, pool *pgxpool.Pool, tune tuning, est, estMax, share float64) float64 {
+	t.Helper()
 	var at float64
 	err := pool.QueryRow(context.Background(), `SELECT min(s) FROM generate_series(0, 600, 0.05) AS s
-		WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $1, s, $2) > $3 * $1`, est, tune.array(), share).Scan(&at)
+		WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $2, s, $3) > $4 * $2`, est, estMax, tune.array(), share).Scan(&at)
 	if err != nil {
 		t.Fatal(err)
 	}
