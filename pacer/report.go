@@ -213,13 +213,14 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 		return nil
 	}
 	now := p.clock.Now()
+	// One lock: the spacing in force is read and replaced as one step.
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	st := p.state(platform)
 	if q.HasReset && q.Reset > 0 && (q.Reset >= st.maxReset || now.Sub(st.maxResetAt) > resetMemory) {
 		st.maxReset, st.maxResetAt = q.Reset, now
 	}
 	window := st.maxReset
-	p.mu.Unlock()
 	if q.Window == 0 {
 		window = wholeWindow(window)
 	}
@@ -234,7 +235,6 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
 		a.limit = q.Limit
 	}
-	p.mu.Lock()
 	// As the report's statement decides for the fleet: the spacing in
 	// force before this answer put no more than the quota in a window.
 	a.paced = a.limit > 0 && a.window > 0 && st.annInterval > 0 && now.Before(st.annUntil) &&
@@ -242,7 +242,6 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if interval > 0 {
 		st.annInterval, st.annUntil = interval.Seconds(), now.Add(ttl)
 	}
-	p.mu.Unlock()
 	if hold > 0 {
 		s := hold.Seconds()
 		a.hold = &s
