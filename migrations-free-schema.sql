@@ -354,6 +354,8 @@ WHERE p.name = s.platform
 --   t[25] guard: within t[8] of the estimate's setting (a refusal's hold
 --        and the calm after it) the fleet settles t[25] × t[3] under the
 --        curve instead of t[3] (1: no guard)
+--   t[26] bound approach: seconds the approach takes when it aims at a
+--        bound's bisection (est_max above est) instead of t[1]
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -403,8 +405,11 @@ $$;
 -- seconds: each probe costs a refusal (a fixed window of 2/s, climbing on
 -- the clock of 8/s, refused 5 %). The approach to a bound (est_max above
 -- est: a start's bisection, a cut right after a decrease) runs on the
--- clock: it climbs to what is likely accepted, and slowed, a start at 2/s
--- took 48 s to reach its limit; the plateau at a reading and every climb
+-- clock, and takes t[26] seconds instead of t[1] (mapped onto the climb's
+-- t[1]; NULL from a process that predates it: t[1]): it climbs to what is
+-- likely accepted, and slowed, a start at 2/s took 48 s to reach its
+-- limit; the bisection is a guess, found wrong sooner the sooner the fleet
+-- is there. The plateau at a reading and every climb
 -- past the target are the probes. Where the estimate is a reading (not a
 -- bound: est_max no higher), within t[8] of its setting (the refusal's
 -- hold and the calm after it, seconds on the real clock) the margin is
@@ -420,7 +425,7 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 ELSE c END
     FROM fleetpace_pace_climb(adapt, rate, multiplier, est, est_max,
                               CASE WHEN est_max > est * 1.0001
-                                   THEN LEAST(since, t[1]) + GREATEST(since - t[1], 0) * LEAST(1.0, est_max / NULLIF(t[19], 0))
+                                   THEN LEAST(since * t[1] / COALESCE(t[26], t[1]), t[1]) + GREATEST(since - COALESCE(t[26], t[1]), 0) * LEAST(1.0, est_max / NULLIF(t[19], 0))
                                    ELSE since * LEAST(1.0, est / NULLIF(t[19], 0)) END, t) AS c
 $$;
 

@@ -970,7 +970,8 @@ func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 // seconds. The control: without climbRate, 2/s climbs on the clock of 8/s.
 // The approach to a bound (a start's bisection) is not slowed: at 2/s it
 // reaches 0.9 × the bound when one at climbRate does (slowed, a start at
-// 2/s took 48 s), and the climb past the bound is slowed again.
+// 2/s took 48 s), it takes boundApproach, and the climb past the bound is
+// slowed again.
 func TestSlowClimbCountsRequests(t *testing.T) {
 	t.Run("bound", func(t *testing.T) {
 		t.Parallel()
@@ -979,10 +980,19 @@ func TestSlowClimbCountsRequests(t *testing.T) {
 		near := func(bound float64) float64 { return boundCrosses(t, pool, tune, bound/math.Sqrt2, bound, 0.9) }
 		past := func(bound float64) float64 { return boundCrosses(t, pool, tune, bound/math.Sqrt2, bound, 1.05) }
 		fast, slow := near(tune.climbRate), near(2)
-		if math.Abs(slow-fast) > 0.1 || fast > tune.approach.Seconds() {
-			t.Errorf("0.9 × a bound of 2/s after %.2f s, of %g/s after %.2f s: want the same, within the approach (%s)", slow, tune.climbRate, fast, tune.approach)
+		a := tune.boundApproach.Seconds()
+		if math.Abs(slow-fast) > 0.1 || fast > a {
+			t.Errorf("0.9 × a bound of 2/s after %.2f s, of %g/s after %.2f s: want the same, within the approach (%s)", slow, tune.climbRate, fast, tune.boundApproach)
 		}
-		a := tune.approach.Seconds()
+		// The approach to a bound ends after boundApproach, whatever that
+		// is, not after a reading's approach.
+		for _, d := range []time.Duration{tune.boundApproach, tune.approach / 3} {
+			tu := tune
+			tu.boundApproach = d
+			if end := boundCrosses(t, pool, tu, 10/math.Sqrt2, 10, (1-tu.margin)*0.999); end < 0.85*d.Seconds() || end > d.Seconds() {
+				t.Errorf("the approach to a bound ends %.2f s after the estimate, want within boundApproach (%s) and near it", end, d)
+			}
+		}
 		if climbFast, climbSlow := past(tune.climbRate)-a, past(2)-a; math.Abs(climbSlow*2-climbFast*tune.climbRate) > 0.05*climbFast*tune.climbRate {
 			t.Errorf("past a bound of 2/s %.2f s after the approach, of %g/s %.2f s: want as many requests", climbSlow, tune.climbRate, climbFast)
 		}

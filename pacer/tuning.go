@@ -95,36 +95,44 @@ type tuning struct {
 	// jitter, and the pace spent 20 s at half the limit. 1: no guard (a
 	// test's control).
 	guard float64
+	// boundApproach is the approach's length when it aims at a bound's
+	// bisection (a start, a cut right after a decrease) rather than at a
+	// reading: that target is a guess, and the sooner the fleet is there
+	// the sooner a guess too high is refused (within seconds of a drop,
+	// not ten) and one too low climbed past (a limit of 8/s that doubled
+	// was found after 26 s at 12, 12.5 s at 8, in the simulation).
+	boundApproach time.Duration
 }
 
 // defaultTuning is the pacer's tuning.
 func defaultTuning(late time.Duration) tuning {
 	return tuning{
-		approach:     12 * time.Second,
-		climb:        3e-4,
-		margin:       0.04,
-		late:         late,
-		slack:        SendSlack + epochPrecision,
-		beta:         0.7,
-		heldFloor:    0.7,
-		restart:      0.5,
-		bisect:       true,
-		calm:         2 * time.Second,
-		jitterMemory: 30 * time.Second,
-		measureMin:   2 * time.Second,
-		measureMax:   60 * time.Second,
-		lead:         respaceLead,
-		respaceRatio: respaceRatio,
-		announced:    announcedShare,
-		maxHold:      MaxHold,
-		resetMemory:  resetMemory,
-		probeMargin:  probeMargin,
-		probeSteps:   probeSteps,
-		climbRate:    8,
-		dropGuess:    true,
-		steep:        0.1,
-		steepDouble:  4 * time.Second,
-		guard:        3,
+		approach:      12 * time.Second,
+		climb:         3e-4,
+		margin:        0.04,
+		late:          late,
+		slack:         SendSlack + epochPrecision,
+		beta:          0.7,
+		heldFloor:     0.7,
+		restart:       0.5,
+		bisect:        true,
+		calm:          2 * time.Second,
+		jitterMemory:  30 * time.Second,
+		measureMin:    2 * time.Second,
+		measureMax:    60 * time.Second,
+		lead:          respaceLead,
+		respaceRatio:  respaceRatio,
+		announced:     announcedShare,
+		maxHold:       MaxHold,
+		resetMemory:   resetMemory,
+		probeMargin:   probeMargin,
+		probeSteps:    probeSteps,
+		climbRate:     8,
+		dropGuess:     true,
+		steep:         0.1,
+		steepDouble:   4 * time.Second,
+		guard:         3,
+		boundApproach: 8 * time.Second,
 	}
 }
 
@@ -141,7 +149,7 @@ func (t tuning) array() []float64 {
 		t.measureMin.Seconds(), t.measureMax.Seconds(),
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
-		t.steep, t.steepDouble.Seconds(), t.guard,
+		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(),
 	}
 }
 
