@@ -340,8 +340,9 @@ WHERE p.name = s.platform
 --   t[12] respace lead, t[13] respace ratio, t[14] announced share,
 --   t[15] longest hold, t[16] reset memory, t[17] probe margin, t[18] probe
 --   steps ('multiplier' mode)
---   t[19] climb rate: under this estimate (requests/s) the approach and the
---        climb take longer in proportion
+--   t[19] climb rate: under this estimate (requests/s) the plateau at a
+--        reading and the climb past it take longer in proportion (not the
+--        approach to a bound)
 --   t[20] 1: a limit refused below a reading twice is taken for moved down
 --        (0: not, a test's control)
 --   t[21] restart: with no reading (a start, a limit that moved down), the
@@ -409,8 +410,8 @@ $$;
 -- t[1]; NULL from a process that predates it: t[1]): it climbs to what is
 -- likely accepted, and slowed, a start at 2/s took 48 s to reach its
 -- limit; the bisection is a guess, found wrong sooner the sooner the fleet
--- is there. The plateau at a reading and every climb
--- past the target are the probes. Where the estimate is a reading (not a
+-- is there. The plateau at a reading and every climb past the target are
+-- the probes. Where the estimate is a reading (not a
 -- bound: est_max no higher), within t[8] of its setting (the refusal's
 -- hold and the calm after it, seconds on the real clock) the margin is
 -- t[25] times wider: a refusal in that time is read as the decrease not
