@@ -357,6 +357,10 @@ WHERE p.name = s.platform
 --        curve instead of t[3] (1: no guard)
 --   t[26] bound approach: seconds the approach takes when it aims at a
 --        bound's bisection (est_max above est) instead of t[1]
+--   t[27] 1: a probe's refusal (a pace at most t[23] past the level last
+--        accepted) reads the geometric mean of that level and the refused
+--        pace, and a refusal below a reading younger than t[1] is no
+--        jitter (0 or NULL, from a process that predates it: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -647,10 +651,15 @@ BEGIN
             v_hurried := s.est > 0 AND v_now - s.est_at < t[8];
             -- (The ceiling is no reading: a refusal under it is no jitter.)
             IF s.est > 0 AND s.est < s.rate * 0.999 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
-               AND v_now - s.jitter_at >= t[9] AND NOT s.est_guess THEN
+               AND v_now - s.jitter_at >= t[9] AND NOT s.est_guess
+               AND (COALESCE(t[27], 0) = 0 OR v_now - s.est_at >= t[1]) THEN
                 -- A lone refusal below the estimate while nearly everything
                 -- is accepted: jitter (a request that left late, one that
                 -- arrived early). Keep the estimate; start the plateau again.
+                -- Not below a reading younger than an approach (t[27]): the
+                -- reading is then what is wrong (a fixed window let a probe
+                -- run over its quota), and each refusal it is kept for costs
+                -- a hold.
                 v_effect := 7;
                 v_est_max := s.est;
                 v_est_at := v_now;
@@ -669,6 +678,23 @@ BEGIN
                 v_floor := s.rate / s.max_multiplier / (1 - t[3]);
                 v_est_max := GREATEST(v_sent * v_share, v_floor);
                 v_est := v_est_max;
+                -- A probe's refusal (t[27]): the pace climbed from a level
+                -- the destination accepted (the reading, or a bound's
+                -- target once passed) to the refused one, at most t[23]
+                -- past it (further, the limit moved up: the refused pace is
+                -- the reading). The limit lies between the two: a token
+                -- bucket refuses right where the pace crosses it, but a
+                -- fixed window lets a pace over its quota run until one of
+                -- its windows gets one too many (a window of 2/s was
+                -- refused at 2.3/s, and each refusal walking the reading
+                -- down 4 % cost a hold). The reading is their geometric
+                -- mean.
+                IF COALESCE(t[27], 0) > 0 AND NOT v_hurried AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
+                   AND v_est_max > s.est AND v_sent <= GREATEST(s.est, s.est_max) * (1 + t[23]) THEN
+                    v_est_max := sqrt(CASE WHEN s.est_max > s.est * 1.0001 AND v_sent > s.est_max * (1 - t[3])
+                                           THEN s.est_max ELSE s.est END * v_est_max);
+                    v_est := v_est_max;
+                END IF;
                 -- Refused right after a decrease, or with no reading yet (a
                 -- start: the ceiling's pace), the refused rate is only a
                 -- bound: the limit lies between the restart (t[6] of it, or
