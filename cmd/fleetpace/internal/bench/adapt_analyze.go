@@ -35,6 +35,9 @@ type RunFigures struct {
 	// 1 s, its whole windows in the last half).
 	Goodput1070 float64 `json:"goodput_10_70"`
 	GoodputHalf float64 `json:"goodput_last_half"`
+	// Goodput10End is the same over seconds 10 to the end: a 10-minute
+	// run's figure.
+	Goodput10End float64 `json:"goodput_10_end"`
 	// Limited10End and LimitedHalf are the shares of requests refused
 	// (429) from second 10 to the end and in the last half.
 	Limited10End float64 `json:"limited_share_10_end"`
@@ -68,7 +71,7 @@ func analyze(m Model, reqs []arrival, start time.Time, d time.Duration, c float6
 	// Goodput and 429 share over seconds 10–70, 10–end and the last half.
 	early := min(adaptEarlyTo, d)
 	f.Goodput1070, _ = goodput(m, reqs, start, d, c, at(adaptEarlyFrom), at(early))
-	_, f.Limited10End = goodput(m, reqs, start, d, c, at(adaptEarlyFrom), at(d))
+	f.Goodput10End, f.Limited10End = goodput(m, reqs, start, d, c, at(adaptEarlyFrom), at(d))
 	from, to := at(d/2), at(d)
 	if w := m.Window; w > time.Second {
 		// The whole windows of the last half; at least the run's last one.

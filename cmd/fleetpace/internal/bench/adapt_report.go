@@ -80,6 +80,7 @@ func medianRow(c cell, bound int, allowance float64, runs []RunFigures) AdaptRow
 	}
 	row.Goodput1070 = pick(func(r RunFigures) float64 { return r.Goodput1070 })
 	row.GoodputHalf = pick(func(r RunFigures) float64 { return r.GoodputHalf })
+	row.Goodput10End = pick(func(r RunFigures) float64 { return r.Goodput10End })
 	row.Limited10End = pick(func(r RunFigures) float64 { return r.Limited10End })
 	row.LimitedHalf = pick(func(r RunFigures) float64 { return r.LimitedHalf })
 	row.Reach = pickNever(runs, func(r RunFigures) float64 { return r.Reach })

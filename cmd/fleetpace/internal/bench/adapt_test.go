@@ -42,6 +42,10 @@ func TestAdaptAnalyze(t *testing.T) {
 	if want := (40.0 + 350) / 480; math.Abs(f.Goodput1070-want) > 0.005 {
 		t.Errorf("goodput 10–70 %.3f, want %.3f", f.Goodput1070, want)
 	}
+	// 10–80 s: 10 s at 4/s + 60 s at 7/s over 70 s at 8/s.
+	if want := (40.0 + 420) / 560; math.Abs(f.Goodput10End-want) > 0.005 {
+		t.Errorf("goodput 10–end %.3f, want %.3f", f.Goodput10End, want)
+	}
 	if want := 7.0 / 8; math.Abs(f.GoodputHalf-want) > 0.005 {
 		t.Errorf("goodput of the last half %.3f, want %.3f", f.GoodputHalf, want)
 	}
