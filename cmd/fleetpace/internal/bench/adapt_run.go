@@ -181,7 +181,15 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 
 	stopSteps, stepErr := scheduleSteps(cfg, dest, cells, start, d)
 	defer stopSteps()
-	if err := waitRun(ctx, cfg, fleet, dest, cells, start, d, run); err != nil {
+	stopTrace := func() []string { return nil }
+	if os.Getenv(traceEnv) != "" {
+		stopTrace = traceEstimates(ctx, pool, run, cells, start)
+	}
+	err = waitRun(ctx, cfg, fleet, dest, cells, start, d, run)
+	for _, line := range stopTrace() {
+		fmt.Fprintln(cfg.Progress, line)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := stepErr(); err != nil {
@@ -205,7 +213,7 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 		if err != nil {
 			return nil, err
 		}
-		if os.Getenv("FLEETPACE_BENCH_ADAPT_TRACE") != "" {
+		if os.Getenv(traceEnv) != "" {
 			trace(cfg, run, c, reqs, start)
 		}
 		figs[i] = analyze(c.model, reqs, start, d, cfg.Ceiling)
@@ -297,18 +305,4 @@ func waitRun(ctx context.Context, cfg AdaptConfig, fleet *workers.Fleet, dest de
 			next = next.Add(adaptProgressEvery)
 		}
 	}
-}
-
-// trace prints a cell's accepted and refused requests per second.
-func trace(cfg AdaptConfig, run int, c cell, reqs []arrival, start time.Time) {
-	var ok, lim []time.Time
-	for _, r := range reqs {
-		if r.Limited {
-			lim = append(lim, r.At)
-		} else {
-			ok = append(ok, r.At)
-		}
-	}
-	fmt.Fprintf(cfg.Progress, "run %d: %s per second ok:  %v\n", run, c.platform, fakedest.RateSeries(ok, start, time.Second))
-	fmt.Fprintf(cfg.Progress, "run %d: %s per second 429: %v\n", run, c.platform, fakedest.RateSeries(lim, start, time.Second))
 }
