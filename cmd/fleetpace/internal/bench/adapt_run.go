@@ -181,8 +181,9 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 
 	stopSteps, stepErr := scheduleSteps(cfg, dest, cells, start, d)
 	defer stopSteps()
+	tracing := os.Getenv(traceEnv) != ""
 	stopTrace := func() []string { return nil }
-	if os.Getenv(traceEnv) != "" {
+	if tracing {
 		stopTrace = traceEstimates(ctx, pool, run, cells, start)
 	}
 	err = waitRun(ctx, cfg, fleet, dest, cells, start, d, run)
@@ -213,7 +214,7 @@ func adaptRun(ctx context.Context, cfg AdaptConfig, pool *pgxpool.Pool, cells []
 		if err != nil {
 			return nil, err
 		}
-		if os.Getenv(traceEnv) != "" {
+		if tracing {
 			trace(cfg, run, c, reqs, start)
 		}
 		figs[i] = analyze(c.model, reqs, start, d, cfg.Ceiling)
