@@ -93,7 +93,10 @@ func setup() error {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		serverURL = u
 	} else {
-		c, err := pgembed.Start(ctx, pgembed.Config{InitCache: InitCache()})
+		// 300 connections: a package's parallel tests (the pacer's
+		// simulations: three processes, each with a pool and a listener)
+		// filled the default 100 on CI ("too many clients already").
+		c, err := pgembed.Start(ctx, pgembed.Config{Settings: map[string]string{"max_connections": "300"}, InitCache: InitCache()})
 		if err != nil {
 			return err
 		}
