@@ -175,6 +175,10 @@ ALTER TABLE fleetpace_pace
 --   est_guess       est and est_max are a guess (the limit moved down), not
 --                   a reading: a refusal below them is no jitter, and the
 --                   next cut reads the limit again
+--   est_plateau     seconds (on the climb's clock) the pace stays at the
+--                   reading beyond the approach before it climbs past it
+--                   (probes the limit again): t[28] once a probe confirmed
+--                   the reading, else 0
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS adapt text NOT NULL DEFAULT 'estimate'
         CONSTRAINT fleetpace_platform_adapt_check CHECK (adapt IN ('estimate', 'multiplier'));
@@ -195,7 +199,8 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS held_at        double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS event_interval double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS cut_below      boolean          NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS est_guess      boolean          NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS est_guess      boolean          NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS est_plateau    double precision NOT NULL DEFAULT 0;
 
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
@@ -361,6 +366,10 @@ WHERE p.name = s.platform
 --        accepted) reads the geometric mean of that level and the refused
 --        pace, and a refusal below a reading younger than t[1] is no
 --        jitter (0 or NULL, from a process that predates it: not)
+--   t[28] confirmed plateau: seconds (on the climb's clock) the plateau at
+--        a reading lasts longer once a probe's refusal confirmed it (read
+--        within 2 × t[3] of it): each probe costs a refusal and its hold
+--        (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -415,7 +424,9 @@ $$;
 -- likely accepted, and slowed, a start at 2/s took 48 s to reach its
 -- limit; the bisection is a guess, found wrong sooner the sooner the fleet
 -- is there. The plateau at a reading and every climb past the target are
--- the probes. Where the estimate is a reading (not a
+-- the probes; the plateau at a reading lasts `plateau` seconds longer (on
+-- the climb's clock: est_plateau, a reading a probe confirmed). Where the
+-- estimate is a reading (not a
 -- bound: est_max no higher), within t[8] of its setting (the refusal's
 -- hold and the calm after it, seconds on the real clock) the margin is
 -- t[25] times wider: a refusal in that time is read as the decrease not
@@ -423,7 +434,7 @@ $$;
 -- machine a request 5–10 ms late at a strict limiter's 4 % edge made that
 -- reading of plain jitter.
 CREATE OR REPLACE FUNCTION fleetpace_pace_adaptive(adapt text, rate float8, multiplier float8, est float8,
-                                                   est_max float8, since float8, t float8[])
+                                                   est_max float8, plateau float8, since float8, t float8[])
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN adapt <> 'multiplier' AND est > 0 AND est >= est_max * 0.99 AND since < t[8] AND COALESCE(t[25], 1) > 1
                 THEN GREATEST(c * (1 - t[3]) / GREATEST(1 - t[3] * t[25], 0.5), 1.0 / NULLIF(rate, 0))
@@ -431,17 +442,18 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     FROM fleetpace_pace_climb(adapt, rate, multiplier, est, est_max,
                               CASE WHEN est_max > est * 1.0001
                                    THEN LEAST(since * t[1] / COALESCE(t[26], t[1]), t[1]) + GREATEST(since - COALESCE(t[26], t[1]), 0) * LEAST(1.0, est_max / NULLIF(t[19], 0))
-                                   ELSE since * LEAST(1.0, est / NULLIF(t[19], 0)) END, t) AS c
+                                   ELSE GREATEST(LEAST(since * LEAST(1.0, est / NULLIF(t[19], 0)), t[1]),
+                                                 since * LEAST(1.0, est / NULLIF(t[19], 0)) - GREATEST(plateau, 0)) END, t) AS c
 $$;
 
 -- fleetpace_pace_interval is a platform's effective spacing at now: the
 -- largest of adaptation's, the ceiling's and, while it holds, the
 -- destination's announced one.
 CREATE OR REPLACE FUNCTION fleetpace_pace_interval(adapt text, rate float8, burst int, multiplier float8, est float8,
-                                                   est_max float8, est_at float8, announced_interval float8,
+                                                   est_max float8, plateau float8, est_at float8, announced_interval float8,
                                                    announced_until float8, now float8, t float8[])
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT GREATEST(fleetpace_pace_adaptive(adapt, rate, multiplier, est, est_max, now - est_at, t),
+    SELECT GREATEST(fleetpace_pace_adaptive(adapt, rate, multiplier, est, est_max, plateau, now - est_at, t),
                     fleetpace_pace_ceiling(rate, burst, t),
                     CASE WHEN now < announced_until THEN announced_interval ELSE 0 END)
 $$;
@@ -485,6 +497,7 @@ DECLARE
     v_est       float8;
     v_est_at    float8;
     v_est_max   float8;
+    v_plateau   float8;           -- est_plateau after
     v_held      boolean;          -- the destination held the fleet lately (a Retry-After)
     v_slowed    float8;           -- doubled_at after: the latest slow-down of any kind
     v_tau       float8;           -- the measurement's time constant
@@ -523,6 +536,7 @@ BEGIN
     v_est := s.est;
     v_est_at := s.est_at;
     v_est_max := s.est_max;
+    v_plateau := s.est_plateau;
     v_m0 := GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier));
     v_m := v_m0;
     v_mp := s.pressure_mult;
@@ -558,7 +572,7 @@ BEGIN
                        CASE WHEN p_pressure THEN v_now + p_retry END,
                        CASE WHEN s.use_headers THEN v_now + CASE WHEN v_quota_paced AND p_quota_hold = trunc(p_quota_hold)
                                                                  THEN GREATEST(p_quota_hold - 1, 0) ELSE p_quota_hold END END);
-    v_i_old := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m0, s.est, s.est_max, s.est_at,
+    v_i_old := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m0, s.est, s.est_max, s.est_plateau, s.est_at,
                                        s.announced_interval, s.announced_until, v_now, t);
 
     IF s.adapt = 'multiplier' THEN
@@ -761,6 +775,21 @@ BEGIN
                 END IF;
                 v_est := GREATEST(v_est, v_floor);
                 v_est_max := GREATEST(v_est_max, v_est);
+                -- A probe's refusal (past the plateau at a reading: not a
+                -- bound's approach, not right after a decrease) that reads
+                -- what the reading did, within two margins, confirms it:
+                -- the plateau at it lasts t[28] longer before the next
+                -- probe. Each probe costs a
+                -- refusal and its hold (a strict limiter's Retry-After: 1,
+                -- a 1-s window's rest): a probe every 19 s and the margin
+                -- were 0.894 of a strict bucket of 8/s over 10 minutes. A
+                -- limit that rose is still found by the next probe, t[28]
+                -- later. Anything else is a new reading: the plateau is
+                -- t[1]'s.
+                v_plateau := CASE WHEN NOT v_hurried AND NOT s.est_guess AND NOT v_guess AND s.est > 0 AND s.est < s.rate * 0.999
+                                       AND s.est_max <= s.est * 1.0001 AND v_sent >= s.est * (1 - t[3] / 2)
+                                       AND v_est >= v_est_max * 0.999999 AND abs(v_est / s.est - 1) <= 2 * t[3]
+                                  THEN GREATEST(COALESCE(t[28], 0), 0) ELSE 0 END;
                 -- At the slowest (a cooldown follows): the estimate stays at
                 -- its floor, and the pace was at the floor already (its
                 -- plateau after an earlier refusal, or a ceiling the floor
@@ -782,10 +811,10 @@ BEGIN
                 s.ref_cut := 0;
             END IF;
         END IF;
-        v_m := s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, v_m0, v_est, v_est_max, v_now - v_est_at, t);
+        v_m := s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, v_m0, v_est, v_est_max, v_plateau, v_now - v_est_at, t);
     END IF;
 
-    v_i_new := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m, v_est, v_est_max, v_est_at,
+    v_i_new := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m, v_est, v_est_max, v_plateau, v_est_at,
                                        v_ann_i, v_ann_until, v_now, t);
     v_ratio := GREATEST(v_i_new / v_i_old, 1);
     v_pivot := v_now + t[12];
@@ -803,7 +832,7 @@ BEGIN
 
     UPDATE fleetpace_pace AS u SET
         multiplier = v_m, clean_streak = v_streak, pressure_mult = v_mp,
-        est = v_est, est_max = v_est_max, est_at = v_est_at,
+        est = v_est, est_max = v_est_max, est_at = v_est_at, est_plateau = v_plateau,
         doubled_at = CASE WHEN v_event AND (v_ratio > 1.000001 OR v_shift > 0) THEN v_now ELSE v_slowed END,
         hold_until = v_hold,
         hold_reason = CASE WHEN v_hold > s.hold_until THEN p_reason ELSE s.hold_reason END,

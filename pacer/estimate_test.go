@@ -433,3 +433,103 @@ func TestProbeRefusalBisects(t *testing.T) {
 		t.Errorf("the control (no probeBisect) refused %.2f%%, not more than %.2f%%: the test proves nothing", 100*control, 100*refused)
 	}
 }
+
+// A reading a probe confirmed is held confirmedPlateau longer before the
+// next probe: the pace passes it that much later (the climb past it is the
+// same curve, shifted); a new reading's plateau is the approach's.
+func TestConfirmedPlateauDelaysTheProbe(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	tune := defaultTuning(DefaultLateBudget)
+	p := tune.confirmedPlateau.Seconds()
+	if p <= 0 {
+		t.Fatal("confirmedPlateau is 0 by default")
+	}
+	plain := plateauCrosses(t, pool, tune, 8, 8, 0, 1)
+	held := plateauCrosses(t, pool, tune, 8, 8, p, 1)
+	if math.Abs(held-plain-p) > 0.06 {
+		t.Errorf("with a plateau of %.0f s the pace passes the reading at %.2f s, without at %.2f s; want %.0f s later", p, held, plain, p)
+	}
+	// Under climbRate the plateau is on the climb's clock: longer in
+	// proportion, like the rest of the climb.
+	slowPlain := plateauCrosses(t, pool, tune, 2, 2, 0, 1)
+	slowHeld := plateauCrosses(t, pool, tune, 2, 2, p, 1)
+	if want := p * tune.climbRate / 2; math.Abs(slowHeld-slowPlain-want) > 0.1 {
+		t.Errorf("at 2/s the plateau of %.0f s delays the probe %.2f s, want %.2f s", p, slowHeld-slowPlain, want)
+	}
+	// A bound's approach has no plateau: est_plateau does not touch it.
+	if a, b := plateauCrosses(t, pool, tune, 6, 8, 0, 0.9), plateauCrosses(t, pool, tune, 6, 8, p, 0.9); a != b {
+		t.Errorf("the approach to a bound passes 0.9 × it at %.2f s, with a plateau at %.2f s", a, b)
+	}
+}
+
+// Against a strict bucket that answers Retry-After: 1, every probe costs
+// a second's hold. Once probes confirm the reading, they come
+// confirmedPlateau further apart: fewer refusals, more delivered. The
+// control (no confirmed plateau) probes every approach + climb.
+func TestConfirmedReadingProbesLessOften(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	const from, to = 40 * time.Second, 200 * time.Second
+	var refusals, control int
+	var good float64
+	run := func(plateau time.Duration, refused *int, good *float64) func(*testing.T) {
+		return func(t *testing.T) {
+			t.Parallel()
+			r := runSim(t, simConfig{procs: 3, callers: 50, rate: 20, rule: fakedest.Rule{Rate: 8, Burst: 1},
+				duration: to, latency: 5 * time.Millisecond, seed: 1,
+				tune: func(tu *tuning) { tu.confirmedPlateau = plateau }})
+			_, *refused = r.between(from, to)
+			*good = r.goodput(from, to, 8)
+			t.Logf("confirmedPlateau %s: %d refusals over %s–%s, goodput %.3f\n%s\n%s", plateau, *refused, from, to, *good, r, r.timeline())
+			if w := r.maxWindow(); w > 21 {
+				t.Errorf("%d requests in one second, over the ceiling + burst (21)", w)
+			}
+		}
+	}
+	var controlGood float64
+	t.Run("both", func(t *testing.T) {
+		t.Run("default", run(defaultTuning(DefaultLateBudget).confirmedPlateau, &refusals, &good))
+		t.Run("control", run(0, &control, &controlGood))
+	})
+	if good < 0.9 {
+		t.Errorf("goodput %.3f over %s–%s, want ≥ 0.9", good, from, to)
+	}
+	if refusals > control-2 || good < controlGood+0.005 {
+		t.Errorf("%d refusals over %s–%s, goodput %.3f; the control %d, %.3f: want two probes fewer (24 s apart, not 20) and more delivered",
+			refusals, from, to, good, control, controlGood)
+	}
+}
+
+// After minutes of confirmed readings a limit that doubles is still found
+// within 30 s: the next probe comes confirmedPlateau later, no more. The
+// rise comes right after a probe's refusal (the worst case: a whole
+// confirmed plateau and climb before the next probe).
+func TestEstimateFollowsALateRise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	// A probe's refusal is at 109.7 s in this run (seed 1; probes every
+	// 24 s since the second reading, TestConfirmedReadingProbesLessOften).
+	const rise = 111 * time.Second
+	r := runSim(t, simConfig{procs: 3, callers: 50, rate: 20, rule: fakedest.Rule{Rate: 8, Burst: 1},
+		changes:  []simChange{{rise, fakedest.Rule{Rate: 16, Burst: 1}}},
+		duration: rise + 40*time.Second, latency: 5 * time.Millisecond, seed: 1})
+	reach := time.Duration(-1)
+	for from := rise; from+5*time.Second <= r.cfg.duration; from += 500 * time.Millisecond {
+		if r.goodput(from, from+5*time.Second, 16) >= 0.85 {
+			reach = from - rise
+			break
+		}
+	}
+	t.Logf("≥ 0.85 × the new limit for 5 s from %s after the rise at %s\n%s\n%s", reach, rise, r, r.timeline())
+	if reach < 0 || reach > 30*time.Second {
+		t.Errorf("the fleet delivered ≥ 0.85 × the doubled limit for 5 s from %s after the rise (-1: never), want within 30 s", reach)
+	}
+	if w := r.maxWindow(); w > 21 {
+		t.Errorf("%d requests in one second, over the ceiling + burst (21)", w)
+	}
+}

@@ -454,9 +454,16 @@ func paceCrosses(t *testing.T, pool *pgxpool.Pool, tune tuning, est, share float
 // pace first passes share × estMax.
 func boundCrosses(t *testing.T, pool *pgxpool.Pool, tune tuning, est, estMax, share float64) float64 {
 	t.Helper()
+	return plateauCrosses(t, pool, tune, est, estMax, 0, share)
+}
+
+// plateauCrosses is boundCrosses with the row's est_plateau (seconds).
+func plateauCrosses(t *testing.T, pool *pgxpool.Pool, tune tuning, est, estMax, plateau, share float64) float64 {
+	t.Helper()
 	var at float64
 	err := pool.QueryRow(context.Background(), `SELECT min(s) FROM generate_series(0, 600, 0.05) AS s
-		WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $2, s, $3) > $4 * $2`, est, estMax, tune.array(), share).Scan(&at)
+		WHERE 1 / fleetpace_pace_adaptive('estimate', 100, 1, $1, $2, $5, s, $3) > $4 * $2`,
+		est, estMax, tune.array(), share, plateau).Scan(&at)
 	if err != nil {
 		t.Fatal(err)
 	}

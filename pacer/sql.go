@@ -116,7 +116,7 @@ ON CONFLICT (platform, key) DO UPDATE SET
                                  GREATEST(s.cursor_at, c.now + $3::float8, c.hold) AS b,
                                  GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS base
                           FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
-                                       fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_at,
+                                       fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_plateau, s.est_at,
                                                                s.announced_interval, s.announced_until, n.now, $6) AS i,
                                        CASE WHEN s.max_in_flight > 0 THEN ARRAY(SELECT x FROM unnest(s.leases) AS x WHERE x > n.now) END AS live
                                 FROM (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS now) AS n
@@ -127,7 +127,7 @@ ON CONFLICT (platform, key) DO UPDATE SET
     )
 RETURNING COALESCE($5::float8, date_part('epoch', clock_timestamp())), s.last_count, s.last_slot, s.last_interval,
           s.cursor_at, s.rate, s.burst, s.max_multiplier,
-          COALESCE(s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, s.multiplier, s.est, s.est_max,
+          COALESCE(s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, s.multiplier, s.est, s.est_max, s.est_plateau,
                                                     COALESCE($5::float8, date_part('epoch', clock_timestamp())) - s.est_at, $6), 1),
           s.event_seq, GREATEST(s.hold_until, s.paused_until), s.paused_until, s.event_at, s.event_shift, s.event_horizon,
           COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0), s.event_interval,
@@ -157,7 +157,7 @@ WITH n AS (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS
 r AS (
     SELECT s.platform, s.key, s.cursor_at, s.rate, s.burst, s.max_in_flight, s.paused_until,
            GREATEST(s.hold_until, s.paused_until) AS hold,
-           fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_at,
+           fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_plateau, s.est_at,
                                    s.announced_interval, s.announced_until, n.now, $6) AS i,
            COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS tau,
            CASE WHEN s.max_in_flight > 0 THEN ARRAY(SELECT x FROM unnest(s.leases) AS x WHERE x > n.now) END AS live,
@@ -197,13 +197,13 @@ u AS (
                       ELSE CASE WHEN s.key = '' THEN g.p_live ELSE g.k_live END END
     FROM g
     WHERE s.platform = $1 AND s.key IN ('', $2)
-    RETURNING s.key, s.rate, s.burst, s.max_multiplier, s.multiplier, s.est, s.est_max, s.est_at, s.adapt,
+    RETURNING s.key, s.rate, s.burst, s.max_multiplier, s.multiplier, s.est, s.est_max, s.est_plateau, s.est_at, s.adapt,
               s.event_seq, s.event_at, s.event_shift, s.event_horizon, s.event_interval,
               GREATEST(s.hold_until, s.paused_until) AS hold, s.paused_until, s.cursor_at, s.max_in_flight, s.respace
 )
 SELECT g.now, g.granted, g.p_first, g.k_first, g.full, COALESCE(g.free_at, 0), g.p_i, g.k_i,
        p.cursor_at, p.rate, p.burst, p.max_multiplier,
-       COALESCE(p.rate * fleetpace_pace_adaptive(p.adapt, p.rate, p.multiplier, p.est, p.est_max, g.now - p.est_at, $6), 1),
+       COALESCE(p.rate * fleetpace_pace_adaptive(p.adapt, p.rate, p.multiplier, p.est, p.est_max, p.est_plateau, g.now - p.est_at, $6), 1),
        p.event_seq, p.hold, p.paused_until, p.event_at, p.event_shift, p.event_horizon, p.event_interval,
        k.rate, k.burst, k.event_seq, k.hold, k.paused_until,
        CASE WHEN g.granted AND (p.max_in_flight > 0 OR k.max_in_flight > 0) THEN g.lease ELSE 0 END, p.respace
@@ -374,7 +374,7 @@ FROM u`
 // next reservation goes at the configured pace.
 const forgetSQL = `
 UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced_window = 0, announced_window_at = 0,
-    est_max = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_at = 0, acc_from = 0,
+    est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_at = 0, acc_from = 0,
     meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false
 WHERE platform = $1`
 
@@ -410,7 +410,7 @@ const (
 const statesSelect = `
 SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
        s.backoff_factor, s.recovery_factor, s.probe, s.use_headers, s.respace,
-       COALESCE(s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, s.multiplier, s.est, s.est_max, n.now - s.est_at, $2), 1),
+       COALESCE(s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, s.multiplier, s.est, s.est_max, s.est_plateau, n.now - s.est_at, $2), 1),
        s.clean_streak, s.pressure_mult, s.adapt, s.est,
        GREATEST(s.hold_until - n.now, 0), s.hold_reason,
        GREATEST(s.paused_until - n.now, 0), s.pause_reason,

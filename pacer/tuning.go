@@ -112,6 +112,19 @@ type tuning struct {
 	// refused over 10–70 s, 1.8 % with it, in the simulation. Off only in
 	// TestProbeRefusalBisects's control.
 	probeBisect bool
+	// confirmedPlateau: once a probe's refusal reads what the reading
+	// before it did (within two margins), the plateau at the reading
+	// lasts this much longer (on the climb's clock) before the next probe.
+	// Each probe costs a refusal and its hold: a strict bucket of 8/s
+	// answering Retry-After: 1 was probed every 20 s, and that and the
+	// margin were 0.894 of its limit over 10 minutes (every 24 s with
+	// this, in the simulation 0.897 → 0.91 over 40–200 s). A limit that
+	// rose is found by the next probe, this much later: a doubled 8/s
+	// that rose right after a probe was reached (0.85 × for 5 s) 25 s
+	// after it without, 29 s with 4 s, 30 s with 5 s, 31 s with 6 s: the
+	// 30-s bound is what sets it. 0: every plateau is approach long (a
+	// test's control).
+	confirmedPlateau time.Duration
 }
 
 // defaultTuning is the pacer's tuning.
@@ -144,6 +157,8 @@ func defaultTuning(late time.Duration) tuning {
 		guard:         3,
 		boundApproach: 8 * time.Second,
 		probeBisect:   true,
+
+		confirmedPlateau: 4 * time.Second,
 	}
 }
 
@@ -161,6 +176,7 @@ func (t tuning) array() []float64 {
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
+		t.confirmedPlateau.Seconds(),
 	}
 }
 
