@@ -432,7 +432,10 @@ $$;
 -- t[25] times wider: a refusal in that time is read as the decrease not
 -- being enough (a deeper cut, or a limit that dropped), and on a loaded
 -- machine a request 5–10 ms late at a strict limiter's 4 % edge made that
--- reading of plain jitter.
+-- reading of plain jitter. (This and fleetpace_pace_interval took no
+-- plateau before est_plateau; those signatures stay in a database an older
+-- fleetpace made, for its processes until they are upgraded: they pace
+-- without the confirmed plateau.)
 CREATE OR REPLACE FUNCTION fleetpace_pace_adaptive(adapt text, rate float8, multiplier float8, est float8,
                                                    est_max float8, plateau float8, since float8, t float8[])
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
