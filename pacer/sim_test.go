@@ -269,6 +269,17 @@ func (r simResult) settled(allow, share float64) time.Duration {
 
 // refusalsStop is how long after at the refusals stop: the start of the
 // first stretch of clean long without one (from at itself when none came).
+// reached is how soon after at the fleet first delivered ≥ share × allow
+// for 5 s (the start of that span, in steps of 0.5 s), or -1: never.
+func (r simResult) reached(at time.Duration, allow, share float64) time.Duration {
+	for from := at; from+5*time.Second <= r.cfg.duration; from += 500 * time.Millisecond {
+		if r.goodput(from, from+5*time.Second, allow) >= share {
+			return from - at
+		}
+	}
+	return -1
+}
+
 func (r simResult) refusalsStop(at, clean time.Duration) time.Duration {
 	from := at
 	for _, a := range r.arrivals {
