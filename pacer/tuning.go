@@ -118,12 +118,13 @@ type tuning struct {
 	// Each probe costs a refusal and its hold: a strict bucket of 8/s
 	// answering Retry-After: 1 was probed every 20 s, and that and the
 	// margin were 0.894 of its limit over 10 minutes (every 24 s with
-	// this, in the simulation 0.897 → 0.91 over 40–200 s). A limit that
+	// this, in the simulation 0.896 → 0.914 over 40–180 s). A limit that
 	// rose is found by the next probe, this much later: a doubled 8/s
-	// that rose right after a probe was reached (0.85 × for 5 s) 25 s
-	// after it without, 29 s with 4 s, 30 s with 5 s, 31 s with 6 s: the
-	// 30-s bound is what sets it. 0: every plateau is approach long (a
-	// test's control).
+	// that rose 1.3 s after a probe's refusal was reached (0.85 × for
+	// 5 s) 25 s after it without, 29 s with 4 s, 30 s with 5 s, 31 s with
+	// 6 s (30.5 s with 4 s at the refusal's instant: its hold): the 30-s
+	// bound is what sets it. 0: every plateau is approach long (a test's
+	// control).
 	confirmedPlateau time.Duration
 }
 
