@@ -782,9 +782,9 @@ BEGIN
                 -- bound's approach, not right after a decrease) that reads
                 -- what the reading did, within two margins, confirms it:
                 -- the plateau at it lasts t[28] longer before the next
-                -- probe. Each probe costs a
-                -- refusal and its hold (a strict limiter's Retry-After: 1,
-                -- a 1-s window's rest): a probe every 19 s and the margin
+                -- probe. Each probe costs a refusal and its hold (a strict
+                -- limiter's Retry-After: 1, a 1-s window's rest): a probe
+                -- every 19 s and the margin
                 -- were 0.894 of a strict bucket of 8/s over 10 minutes. A
                 -- limit that rose is still found by the next probe, t[28]
                 -- later. Anything else is a new reading: the plateau is
