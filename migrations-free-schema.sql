@@ -370,6 +370,8 @@ WHERE p.name = s.platform
 --        a reading lasts longer once a probe's refusal confirmed it (read
 --        within 2 × t[3] of it): each probe costs a refusal and its hold
 --        (0 or NULL: not)
+--   t[29] 1: a refusal under a reading younger than t[1] confirms the
+--        reading it leads to as a probe's does (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -787,10 +789,14 @@ BEGIN
                 -- every 19 s and the margin
                 -- were 0.894 of a strict bucket of 8/s over 10 minutes. A
                 -- limit that rose is still found by the next probe, t[28]
-                -- later. Anything else is a new reading: the plateau is
-                -- t[1]'s.
+                -- later. So does a refusal under a reading younger than
+                -- t[1] (t[29]): the probe read the limit a little high (a
+                -- fixed window lets a pace over its quota run until one
+                -- of its windows fills), and the two refusals bracket it.
+                -- Anything else is a new reading: the plateau is t[1]'s.
                 v_plateau := CASE WHEN NOT v_hurried AND NOT s.est_guess AND NOT v_guess AND s.est > 0 AND s.est < s.rate * 0.999
-                                       AND s.est_max <= s.est * 1.0001 AND v_sent >= s.est * (1 - t[3] / 2)
+                                       AND s.est_max <= s.est * 1.0001
+                                       AND (v_sent >= s.est * (1 - t[3] / 2) OR COALESCE(t[29], 0) > 0 AND v_now - s.est_at < t[1])
                                        AND v_est >= v_est_max * 0.999999 AND abs(v_est / s.est - 1) <= 2 * t[3]
                                   THEN GREATEST(COALESCE(t[28], 0), 0) ELSE 0 END;
                 -- At the slowest (a cooldown follows): the estimate stays at

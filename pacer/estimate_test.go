@@ -522,3 +522,59 @@ func judgeRise(t *testing.T, r simResult, rise time.Duration) {
 		t.Errorf("%d requests in one second, over the ceiling + burst (21)", w)
 	}
 }
+
+// A refusal under a reading younger than an approach, reading within two
+// margins of it, confirms the reading it leads to: the plateau at it lasts
+// confirmedPlateau longer, as after a probe's refusal. A fixed window lets
+// a probe run over its quota until one of its windows fills, so the
+// probe's reading is often a little high and the pace at it is refused
+// seconds later: two refusals a cycle, and the second reading, which the
+// first brackets, was probed again as soon as a new one. The control
+// (confirmUnder off) confirms only a refusal past the plateau; a refusal
+// under an old reading confirms nothing either way.
+func TestRefusalUnderAYoungReadingConfirms(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "under", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
+	ctx := context.Background()
+	const now = 1e6
+	// refuse sets a reading of 10.6/s age seconds old, nearly everything
+	// accepted since and a lone refusal 5 s ago (so that none is taken for
+	// jitter), and reports a refusal of a request sent at 10.2/s. It
+	// returns the estimate and its plateau after.
+	refuse := func(tune tuning, age float64) (est, plateau float64) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = 10.6, est_max = 10.6, est_at = $1::float8 - $2::float8,
+		    est_plateau = 4, est_guess = false, cut_below = false, acc_cut = 50, ref_cut = 0, acc_rate = 10,
+		    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 5, held_at = 0,
+		    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = 'under'`, now, age); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pool.Query(ctx, reportSQL, "under", float64(now), true, float64(now)-0.5, 1/10.2, 1.0, 0, 0, 0,
+			nil, nil, nil, "test", nil, nil, tune.array(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT est, est_plateau FROM fleetpace_pace WHERE platform = 'under'`).Scan(&est, &plateau); err != nil {
+			t.Fatal(err)
+		}
+		return est, plateau
+	}
+	tune := defaultTuning(DefaultLateBudget)
+	want := tune.confirmedPlateau.Seconds()
+	if est, p := refuse(tune, 5); math.Abs(est-10.2) > 0.01 || p != want {
+		t.Errorf("refused at 10.2/s 5 s after a reading of 10.6/s: estimate %.2f/s, plateau %.1f s; want 10.2/s, %.0f s", est, p, want)
+	}
+	if est, p := refuse(tune, 20); math.Abs(est-10.2) > 0.01 || p != 0 {
+		t.Errorf("refused at 10.2/s 20 s after the reading: estimate %.2f/s, plateau %.1f s; want 10.2/s, none", est, p)
+	}
+	control := tune
+	control.confirmUnder = false
+	if est, p := refuse(control, 5); math.Abs(est-10.2) > 0.01 || p != 0 {
+		t.Errorf("control: estimate %.2f/s, plateau %.1f s after the young reading's refusal; want 10.2/s and none (the test proves nothing)", est, p)
+	}
+}

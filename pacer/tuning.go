@@ -126,6 +126,16 @@ type tuning struct {
 	// bound is what sets it. 0: every plateau is approach long (a test's
 	// control).
 	confirmedPlateau time.Duration
+	// confirmUnder: a refusal under a reading younger than an approach
+	// confirms the reading it leads to as a probe's does (within two
+	// margins of the one before): the probe read the limit a little high,
+	// and the two refusals bracket it. A fixed window lets a probe run
+	// over its quota until one of its windows fills, so a 1-s window of
+	// 10/s is refused twice a cycle, and the second reading was probed
+	// again as soon as a new one: every 22 s, 26 s with this (in the
+	// simulation, seconds 10–180, medians of 3: 0.907 → 0.921, a window
+	// of 8/s 0.901 → 0.907). Off only in a test's control.
+	confirmUnder bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -160,6 +170,7 @@ func defaultTuning(late time.Duration) tuning {
 		probeBisect:   true,
 
 		confirmedPlateau: 4 * time.Second,
+		confirmUnder:     true,
 	}
 }
 
@@ -177,7 +188,7 @@ func (t tuning) array() []float64 {
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
-		t.confirmedPlateau.Seconds(),
+		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder),
 	}
 }
 
