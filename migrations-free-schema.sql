@@ -179,6 +179,9 @@ ALTER TABLE fleetpace_pace
 --                   reading beyond the approach before it climbs past it
 --                   (probes the limit again): t[28] once a probe confirmed
 --                   the reading, else 0
+--   est_prev        a level the destination accepted under est: the reading
+--                   a refusal last raised est from (0: none). A refusal
+--                   under a young reading, above est_prev, bisects from it
 ALTER TABLE fleetpace_platform
     ADD COLUMN IF NOT EXISTS adapt text NOT NULL DEFAULT 'estimate'
         CONSTRAINT fleetpace_platform_adapt_check CHECK (adapt IN ('estimate', 'multiplier'));
@@ -200,7 +203,8 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS event_interval double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS cut_below      boolean          NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS est_guess      boolean          NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS est_plateau    double precision NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS est_plateau    double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS est_prev       double precision NOT NULL DEFAULT 0;
 
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
@@ -372,6 +376,9 @@ WHERE p.name = s.platform
 --        (0 or NULL: not)
 --   t[29] 1: a refusal under a reading younger than t[1] confirms the
 --        reading it leads to as a probe's does (0 or NULL: not)
+--   t[30] 1: a refusal under a reading younger than t[1], above the
+--        reading before it (est_prev), reads their geometric mean, even
+--        within t[8] of the decrease (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -503,6 +510,8 @@ DECLARE
     v_est_at    float8;
     v_est_max   float8;
     v_plateau   float8;           -- est_plateau after
+    v_prev      float8;           -- est_prev after
+    v_under     boolean := false; -- a refusal under a young reading bisected from est_prev
     v_held      boolean;          -- the destination held the fleet lately (a Retry-After)
     v_slowed    float8;           -- doubled_at after: the latest slow-down of any kind
     v_tau       float8;           -- the measurement's time constant
@@ -542,6 +551,7 @@ BEGIN
     v_est_at := s.est_at;
     v_est_max := s.est_max;
     v_plateau := s.est_plateau;
+    v_prev := s.est_prev;
     v_m0 := GREATEST(1.0, LEAST(s.multiplier, s.max_multiplier));
     v_m := v_m0;
     v_mp := s.pressure_mult;
@@ -713,6 +723,23 @@ BEGIN
                     v_est_max := sqrt(CASE WHEN s.est_max > s.est * 1.0001 AND v_sent > s.est_max * (1 - t[3])
                                            THEN s.est_max ELSE s.est END * v_est_max);
                     v_est := v_est_max;
+                ELSIF COALESCE(t[30], 0) > 0 AND s.est_prev > 0 AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
+                      AND s.est_max <= s.est * 1.0001 AND v_sent < s.est * 0.999 AND v_now - s.est_at < t[1]
+                      AND v_est_max > s.est_prev * 1.0001 THEN
+                    -- Refused under a young reading, above the level
+                    -- accepted before it (est_prev): the limit lies
+                    -- between the two. A fixed window lets a probe run over
+                    -- its quota until one of its windows fills, and a climb
+                    -- turned steep meanwhile was refused 20–30 % over the
+                    -- quota and read as a limit that moved up (a 1-s window
+                    -- of 10/s: 10.3/s, then 12.0/s). The pace at that
+                    -- reading is refused within seconds: cut × t[6] within
+                    -- calm, it fell to 7.4/s; read as the refused pace, the
+                    -- reading walked down by the margin, a refusal and a
+                    -- hold a step. The reading is their geometric mean.
+                    v_est_max := sqrt(s.est_prev * v_est_max);
+                    v_est := v_est_max;
+                    v_under := true;
                 END IF;
                 -- Refused right after a decrease, or with no reading yet (a
                 -- start: the ceiling's pace), the refused rate is only a
@@ -721,7 +748,7 @@ BEGIN
                 -- geometric mean, a bisection, instead of the bound, where
                 -- it would be refused again (and held) within seconds; if
                 -- the mean is accepted, the climb past it goes on.
-                IF v_hurried THEN
+                IF v_hurried AND NOT v_under THEN
                     v_est := LEAST(v_est, v_sent * t[6]);
                 END IF;
                 IF s.est <= 0 OR s.est >= s.rate * 0.999 THEN
@@ -815,6 +842,16 @@ BEGIN
                                    THEN t[1] / 2 / LEAST(1.0, v_est_max / NULLIF(t[19], 0)) ELSE 0 END;
                 v_slowed := v_now;
                 s.cut_below := NOT v_hurried AND v_sent < s.est * 0.999 AND NOT s.est_guess;
+                -- The level accepted under the new reading: the reading a
+                -- refusal raised it from, or, under it, the one before
+                -- (still under).
+                v_prev := CASE WHEN s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess AND s.est_max <= s.est * 1.0001
+                                    AND v_est > s.est * 1.0001 AND v_est >= v_est_max * 0.999999 AND NOT v_guess
+                               THEN s.est
+                               WHEN s.est_prev > 0 AND v_est < s.est AND v_est > s.est_prev * 1.0001 AND v_est >= v_est_max * 0.999999
+                                    AND NOT v_guess
+                               THEN s.est_prev
+                               ELSE 0 END;
                 s.est_guess := v_guess;
                 s.acc_cut := 0;
                 s.ref_cut := 0;
@@ -841,7 +878,7 @@ BEGIN
 
     UPDATE fleetpace_pace AS u SET
         multiplier = v_m, clean_streak = v_streak, pressure_mult = v_mp,
-        est = v_est, est_max = v_est_max, est_at = v_est_at, est_plateau = v_plateau,
+        est = v_est, est_max = v_est_max, est_at = v_est_at, est_plateau = v_plateau, est_prev = v_prev,
         doubled_at = CASE WHEN v_event AND (v_ratio > 1.000001 OR v_shift > 0) THEN v_now ELSE v_slowed END,
         hold_until = v_hold,
         hold_reason = CASE WHEN v_hold > s.hold_until THEN p_reason ELSE s.hold_reason END,

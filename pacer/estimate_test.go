@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetpace/fleetpace/internal/clocktest"
 	"github.com/fleetpace/fleetpace/internal/fakedest"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A process that receives a Retry-After holds at once, before its report
@@ -536,45 +537,78 @@ func TestRefusalUnderAYoungReadingConfirms(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "under", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
-	ctx := context.Background()
-	const now = 1e6
-	// refuse sets a reading of 10.6/s age seconds old, nearly everything
-	// accepted since and a lone refusal 5 s ago (so that none is taken for
-	// jitter), and reports a refusal of a request sent at 10.2/s. It
-	// returns the estimate and its plateau after.
-	refuse := func(tune tuning, age float64) (est, plateau float64) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = 10.6, est_max = 10.6, est_at = $1::float8 - $2::float8,
-		    est_plateau = 4, est_guess = false, cut_below = false, acc_cut = 50, ref_cut = 0, acc_rate = 10,
-		    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 5, held_at = 0,
-		    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = 'under'`, now, age); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := pool.Query(ctx, reportSQL, "under", float64(now), true, float64(now)-0.5, 1/10.2, 1.0, 0, 0, 0,
-			nil, nil, nil, "test", nil, nil, tune.array(), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := pool.QueryRow(ctx, `SELECT est, est_plateau FROM fleetpace_pace WHERE platform = 'under'`).Scan(&est, &plateau); err != nil {
-			t.Fatal(err)
-		}
-		return est, plateau
-	}
 	tune := defaultTuning(DefaultLateBudget)
 	want := tune.confirmedPlateau.Seconds()
-	if est, p := refuse(tune, 5); math.Abs(est-10.2) > 0.01 || p != want {
-		t.Errorf("refused at 10.2/s 5 s after a reading of 10.6/s: estimate %.2f/s, plateau %.1f s; want 10.2/s, %.0f s", est, p, want)
+	// A reading of 10.6/s (no reading before it), refused at 10.2/s.
+	if r := refuseReading(t, pool, "under", tune, 10.6, 0, 5, 10.2); math.Abs(r.est-10.2) > 0.01 || r.plateau != want {
+		t.Errorf("refused at 10.2/s 5 s after a reading of 10.6/s: estimate %.2f/s, plateau %.1f s; want 10.2/s, %.0f s", r.est, r.plateau, want)
 	}
-	if est, p := refuse(tune, 20); math.Abs(est-10.2) > 0.01 || p != 0 {
-		t.Errorf("refused at 10.2/s 20 s after the reading: estimate %.2f/s, plateau %.1f s; want 10.2/s, none", est, p)
+	if r := refuseReading(t, pool, "under", tune, 10.6, 0, 20, 10.2); math.Abs(r.est-10.2) > 0.01 || r.plateau != 0 {
+		t.Errorf("refused at 10.2/s 20 s after the reading: estimate %.2f/s, plateau %.1f s; want 10.2/s, none", r.est, r.plateau)
 	}
 	control := tune
 	control.confirmUnder = false
-	if est, p := refuse(control, 5); math.Abs(est-10.2) > 0.01 || p != 0 {
-		t.Errorf("control: estimate %.2f/s, plateau %.1f s after the young reading's refusal; want 10.2/s and none (the test proves nothing)", est, p)
+	if r := refuseReading(t, pool, "under", control, 10.6, 0, 5, 10.2); math.Abs(r.est-10.2) > 0.01 || r.plateau != 0 {
+		t.Errorf("control: estimate %.2f/s, plateau %.1f s after the young reading's refusal; want 10.2/s and none (the test proves nothing)", r.est, r.plateau)
 	}
+}
+
+// A probe refused past the steep turn raised the reading from 10.26/s to
+// 12/s (a fixed window's lag read as a limit that moved up); the pace at
+// it is refused within calm, at 10.58/s. That refusal reads the geometric
+// mean of the reading before (est_prev) and the refused pace, 10.42/s, not
+// the cut × beta (7.4/s: 18 s to climb back, in fleetpace bench adapt's
+// 1-s window of 10/s) the control makes. A refusal that raises a reading
+// remembers the reading it raised.
+func TestRefusalUnderAYoungReadingBisectsFromTheOneBefore(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "prev", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
+	tune := defaultTuning(DefaultLateBudget)
+	if r := refuseReading(t, pool, "prev", tune, 10.26, 0, 20, 12.5); math.Abs(r.est-12.5) > 0.01 || r.prev != 10.26 {
+		t.Errorf("a probe refused at 12.5/s past a reading of 10.26/s: estimate %.2f/s, the reading before %.2f/s; want 12.5/s and 10.26/s", r.est, r.prev)
+	}
+	r := refuseReading(t, pool, "prev", tune, 12, 10.26, 1, 10.58)
+	if want := math.Sqrt(10.26 * 10.58); math.Abs(r.est-want) > 0.01 || r.prev != 10.26 {
+		t.Errorf("refused at 10.58/s 1 s after a reading of 12/s raised from 10.26/s: estimate %.2f/s (the one before kept: %.2f/s); want %.2f/s (10.26)", r.est, r.prev, want)
+	}
+	control := tune
+	control.prevBisect = false
+	if r := refuseReading(t, pool, "prev", control, 12, 10.26, 1, 10.58); r.est > 10.58*tune.beta*1.01 {
+		t.Errorf("control: estimate %.2f/s; want the cut × beta, %.2f/s (the test proves nothing)", r.est, 10.58*tune.beta)
+	}
+}
+
+// refused is a pace row's estimate after a refusal.
+type refused struct{ est, plateau, prev float64 }
+
+// refuseReading sets platform's row to a reading of est (requests/s) age
+// seconds old, raised from prev (0: none), nearly everything accepted
+// since and a lone refusal 5 s ago (so that none is taken for jitter), and
+// reports a refusal of a request sent at sent (requests/s), Retry-After 1.
+func refuseReading(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, prev, age, sent float64) refused {
+	t.Helper()
+	ctx := context.Background()
+	const now = 1e6
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = $3, est_max = $3, est_prev = $4, est_at = $1::float8 - $2::float8,
+	    est_plateau = 4, est_guess = false, cut_below = false, acc_cut = 50, ref_cut = 0, acc_rate = $3,
+	    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 5, held_at = 0,
+	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, reportSQL, platform, float64(now), true, float64(now)-0.5, 1/sent, 1.0, 0, 0, 0,
+		nil, nil, nil, "test", nil, nil, tune.array(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var r refused
+	if err := pool.QueryRow(ctx, `SELECT est, est_plateau, est_prev FROM fleetpace_pace WHERE platform = $1`, platform).
+		Scan(&r.est, &r.plateau, &r.prev); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -375,7 +375,8 @@ FROM u`
 const forgetSQL = `
 UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced_window = 0, announced_window_at = 0,
     est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_at = 0, acc_from = 0,
-    meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false
+    meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false,
+    est_prev = 0
 WHERE platform = $1`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the

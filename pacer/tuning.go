@@ -136,6 +136,17 @@ type tuning struct {
 	// simulation, seconds 10–180, medians of 3: 0.907 → 0.921, a window
 	// of 8/s 0.901 → 0.907). Off only in a test's control.
 	confirmUnder bool
+	// prevBisect: a refusal under a reading younger than an approach,
+	// above the reading a refusal raised it from, reads the geometric
+	// mean of the two, within calm too (no cut × beta). A fixed window
+	// lets a probe run over its quota until one of its windows fills, and
+	// a climb turned steep meanwhile was refused 20–30 % over the quota
+	// and read as a limit that moved up: the pace at that reading, refused
+	// within calm, was cut × beta (a 1-s window of 10/s: 12.0/s, then
+	// 7.4/s, 18 s to climb back); after calm the reading walked down by
+	// the margin, a refusal and a hold a step. Off only in a test's
+	// control.
+	prevBisect bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -171,6 +182,7 @@ func defaultTuning(late time.Duration) tuning {
 
 		confirmedPlateau: 4 * time.Second,
 		confirmUnder:     true,
+		prevBisect:       true,
 	}
 }
 
@@ -188,7 +200,7 @@ func (t tuning) array() []float64 {
 		t.lead.Seconds(), t.respaceRatio, t.announced, t.maxHold.Seconds(), t.resetMemory.Seconds(),
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
-		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder),
+		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 	}
 }
 
