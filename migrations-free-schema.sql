@@ -377,8 +377,9 @@ WHERE p.name = s.platform
 --   t[29] 1: a refusal under a reading younger than t[1] confirms the
 --        reading it leads to as a probe's does (0 or NULL: not)
 --   t[30] 1: a refusal under a reading younger than t[1], above the
---        reading before it (est_prev), reads their geometric mean, even
---        within t[8] of the decrease (0 or NULL: not)
+--        reading before it (est_prev) and at most 2 × t[23] over it, reads
+--        their geometric mean, even within t[8] of the decrease (0 or
+--        NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -725,7 +726,7 @@ BEGIN
                     v_est := v_est_max;
                 ELSIF COALESCE(t[30], 0) > 0 AND s.est_prev > 0 AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
                       AND s.est_max <= s.est * 1.0001 AND v_sent < s.est * 0.999 AND v_now - s.est_at < t[1]
-                      AND v_est_max > s.est_prev * 1.0001 THEN
+                      AND v_est_max > s.est_prev * 1.0001 AND v_est_max <= s.est_prev * (1 + 2 * t[23]) THEN
                     -- Refused under a young reading, above the level
                     -- accepted before it (est_prev): the limit lies
                     -- between the two. A fixed window lets a probe run over
@@ -736,7 +737,11 @@ BEGIN
                     -- reading is refused within seconds: cut × t[6] within
                     -- calm, it fell to 7.4/s; read as the refused pace, the
                     -- reading walked down by the margin, a refusal and a
-                    -- hold a step. The reading is their geometric mean.
+                    -- hold a step. The reading is their geometric mean,
+                    -- when they are close (2 × t[23]): a limit that doubled
+                    -- is refused at the guard's pace too (a bucket drained
+                    -- by the overshoot), and the mean of the old and the new
+                    -- limit is no reading of either.
                     v_est_max := sqrt(s.est_prev * v_est_max);
                     v_est := v_est_max;
                     v_under := true;

@@ -347,7 +347,10 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 	// database's timing moves it). The control probes as often as before
 	// the confirmed plateau (every ~20 s, not ~24): each refusal's calm is
 	// where a deep cut can come, and with fewer of them it cut 2 times in
-	// six seeds once, too few to tell.
+	// six seeds once, too few to tell. Nor does it bisect from the reading
+	// before (prevBisect): a refusal within calm under a probe's reading
+	// then reads the mean of the reading before and the refused pace, not
+	// the cut, and the control made too few deep cuts again.
 	run := func(guard float64, seeds uint64) (deep int, worst float64) {
 		worst = 1
 		for seed := uint64(1); seed <= seeds && (guard > 1 || deep < 3); seed++ {
@@ -362,7 +365,7 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 				tune: func(tu *tuning) {
 					tu.guard = guard
 					if guard <= 1 {
-						tu.confirmedPlateau = 0
+						tu.confirmedPlateau, tu.prevBisect = 0, false
 					}
 				}})
 			g := r.goodput(20*time.Second, 120*time.Second, 8)
@@ -381,7 +384,7 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 		t.Errorf("with the guard: %d cuts under 0.75 × the limit after the start in three seeds, worst goodput %.3f; want at most one and ≥ 0.75", deep, worst)
 	}
 	if deep, worst := run(1, 6); deep < 3 {
-		t.Errorf("the control (no guard, no confirmed plateau) made %d deep cuts in six seeds (worst goodput %.3f), not 3: the test proves nothing", deep, worst)
+		t.Errorf("the control (no guard, no confirmed plateau, no prevBisect) made %d deep cuts in six seeds (worst goodput %.3f), not 3: the test proves nothing", deep, worst)
 	}
 }
 
@@ -559,7 +562,8 @@ func TestRefusalUnderAYoungReadingConfirms(t *testing.T) {
 // mean of the reading before (est_prev) and the refused pace, 10.42/s, not
 // the cut × beta (7.4/s: 18 s to climb back, in fleetpace bench adapt's
 // 1-s window of 10/s) the control makes. A refusal that raises a reading
-// remembers the reading it raised.
+// remembers the reading it raised. A reading raised twofold (a limit that
+// rose) is cut as before.
 func TestRefusalUnderAYoungReadingBisectsFromTheOneBefore(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
@@ -576,6 +580,13 @@ func TestRefusalUnderAYoungReadingBisectsFromTheOneBefore(t *testing.T) {
 	control.prevBisect = false
 	if r := refuseReading(t, pool, "prev", control, 12, 10.26, 1, 10.58); r.est > 10.58*tune.beta*1.01 {
 		t.Errorf("control: estimate %.2f/s; want the cut × beta, %.2f/s (the test proves nothing)", r.est, 10.58*tune.beta)
+	}
+	// A limit of 8/s that doubled: the rise read at 18.1/s, the guard's
+	// pace refused at 15.9/s. The mean of 8 and 15.9 is no reading of the
+	// new limit: the cut × beta (11.1/s, and the bisection up to 13.3/s)
+	// as before.
+	if r := refuseReading(t, pool, "prev", tune, 18.1, 8, 1, 15.9); r.est > 15.9*tune.beta*1.01 {
+		t.Errorf("refused at 15.9/s 1 s after a reading of 18.1/s raised from 8/s: estimate %.2f/s; want the cut × beta, %.2f/s", r.est, 15.9*tune.beta)
 	}
 }
 

@@ -137,8 +137,9 @@ type tuning struct {
 	// of 8/s 0.901 → 0.907). Off only in a test's control.
 	confirmUnder bool
 	// prevBisect: a refusal under a reading younger than an approach,
-	// above the reading a refusal raised it from, reads the geometric
-	// mean of the two, within calm too (no cut × beta). A fixed window
+	// above the reading a refusal raised it from (by at most twice steep),
+	// reads the geometric mean of the two, within calm too (no cut ×
+	// beta). A fixed window
 	// lets a probe run over its quota until one of its windows fills, and
 	// a climb turned steep meanwhile was refused 20–30 % over the quota
 	// and read as a limit that moved up: the pace at that reading, refused
