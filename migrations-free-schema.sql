@@ -380,6 +380,10 @@ WHERE p.name = s.platform
 --        reading before it (est_prev) and at most 2 × t[23] over it, reads
 --        their geometric mean, even within t[8] of the decrease (0 or
 --        NULL: not)
+--   t[31] 1: with t[30], a refusal under est_prev too (above the pace at
+--        it, est_prev × (1 − t[3])) reads the geometric mean of that pace
+--        and the refused one, and a probe refused past a bound's target
+--        remembers the target as est_prev (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -726,7 +730,8 @@ BEGIN
                     v_est := v_est_max;
                 ELSIF COALESCE(t[30], 0) > 0 AND s.est_prev > 0 AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
                       AND s.est_max <= s.est * 1.0001 AND v_sent < s.est * 0.999 AND v_now - s.est_at < t[1]
-                      AND v_est_max > s.est_prev * 1.0001 AND v_est_max <= s.est_prev * (1 + 2 * t[23]) THEN
+                      AND v_est_max > s.est_prev * (CASE WHEN COALESCE(t[31], 0) > 0 THEN 1 - t[3] ELSE 1 END) * 1.0001
+                      AND v_est_max <= s.est_prev * (1 + 2 * t[23]) THEN
                     -- Refused under a young reading, above the level
                     -- accepted before it (est_prev): the limit lies
                     -- between the two. A fixed window lets a probe run over
@@ -741,8 +746,12 @@ BEGIN
                     -- when they are close (2 × t[23]): a limit that doubled
                     -- is refused at the guard's pace too (a bucket drained
                     -- by the overshoot), and the mean of the old and the new
-                    -- limit is no reading of either.
-                    v_est_max := sqrt(s.est_prev * v_est_max);
+                    -- limit is no reading of either. Refused under
+                    -- est_prev itself (t[31]: a probe read 10.29 → 11.62/s,
+                    -- the guard's pace refused at 10.22/s), the level
+                    -- accepted is the pace at est_prev, a margin under it.
+                    v_est_max := sqrt(CASE WHEN v_est_max > s.est_prev * 1.0001 THEN s.est_prev ELSE s.est_prev * (1 - t[3]) END
+                                      * v_est_max);
                     v_est := v_est_max;
                     v_under := true;
                 END IF;
@@ -848,11 +857,18 @@ BEGIN
                 v_slowed := v_now;
                 s.cut_below := NOT v_hurried AND v_sent < s.est * 0.999 AND NOT s.est_guess;
                 -- The level accepted under the new reading: the reading a
-                -- refusal raised it from, or, under it, the one before
-                -- (still under).
+                -- refusal raised it from, or a bound's target the pace
+                -- passed before its refusal (t[31]: a bound's approach, then
+                -- a rise read at 13.62/s, and the guard's pace refused
+                -- within calm was cut to 8.39/s), or, under it, the one
+                -- before (still under).
                 v_prev := CASE WHEN s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess AND s.est_max <= s.est * 1.0001
                                     AND v_est > s.est * 1.0001 AND v_est >= v_est_max * 0.999999 AND NOT v_guess
                                THEN s.est
+                               WHEN COALESCE(t[31], 0) > 0 AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
+                                    AND s.est_max > s.est * 1.0001 AND v_sent > s.est_max * (1 - t[3])
+                                    AND v_est > s.est_max * 1.0001 AND v_est >= v_est_max * 0.999999 AND NOT v_guess
+                               THEN s.est_max
                                WHEN s.est_prev > 0 AND v_est < s.est AND v_est > s.est_prev * 1.0001 AND v_est >= v_est_max * 0.999999
                                     AND NOT v_guess
                                THEN s.est_prev

@@ -343,8 +343,8 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 	}
 	t.Parallel()
 	// The guard runs three seeds; the control stops at its third deep cut
-	// and tries up to six (a seed's run is not the same twice: the
-	// database's timing moves it). The control probes as often as before
+	// and tries up to ten (a seed's run is not the same twice: the
+	// database's timing moves it; it made 1 in six seeds once). The control probes as often as before
 	// the confirmed plateau (every ~20 s, not ~24): each refusal's calm is
 	// where a deep cut can come, and with fewer of them it cut 2 times in
 	// six seeds once, too few to tell. Nor does it bisect from the reading
@@ -383,8 +383,8 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 	if deep > 1 || worst < 0.75 {
 		t.Errorf("with the guard: %d cuts under 0.75 × the limit after the start in three seeds, worst goodput %.3f; want at most one and ≥ 0.75", deep, worst)
 	}
-	if deep, worst := run(1, 6); deep < 3 {
-		t.Errorf("the control (no guard, no confirmed plateau, no prevBisect) made %d deep cuts in six seeds (worst goodput %.3f), not 3: the test proves nothing", deep, worst)
+	if deep, worst := run(1, 10); deep < 3 {
+		t.Errorf("the control (no guard, no confirmed plateau, no prevBisect) made %d deep cuts in ten seeds (worst goodput %.3f), not 3: the test proves nothing", deep, worst)
 	}
 }
 
@@ -590,6 +590,45 @@ func TestRefusalUnderAYoungReadingBisectsFromTheOneBefore(t *testing.T) {
 	}
 }
 
+// Two overshoots prevBisect did not cover, met by fleetpace bench adapt's
+// 1-s window of 10/s over 10 minutes, each cut × beta within calm: the
+// guard's pace refused under the reading before too (10.29/s, then a
+// probe's 11.62/s, refused at 10.22/s: 7.16/s), and a rise read after a
+// bound's approach, which remembered no reading before (13.62/s: 8.39/s).
+// With prevWide the first reads the geometric mean of the pace at the
+// reading before (a margin under it) and the refused pace, and the second
+// remembers the bound's target the pace passed, so that the refusal after
+// it bisects from there. The control (prevWide off) cuts the first and
+// remembers nothing in the second.
+func TestRefusalUnderTheReadingBeforeBisects(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "wide", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
+	tune := defaultTuning(DefaultLateBudget)
+	control := tune
+	control.prevWide = false
+	lower := 10.29 * (1 - tune.margin)
+	if r, want := refuseReading(t, pool, "wide", tune, 11.62, 10.29, 1, 10.22), math.Sqrt(lower*10.22); math.Abs(r.est-want) > 0.01 {
+		t.Errorf("refused at 10.22/s 1 s after a reading of 11.62/s raised from 10.29/s: estimate %.2f/s; want %.2f/s", r.est, want)
+	}
+	if r := refuseReading(t, pool, "wide", control, 11.62, 10.29, 1, 10.22); r.est > 10.22*tune.beta*1.01 {
+		t.Errorf("control: estimate %.2f/s; want the cut × beta, %.2f/s (the test proves nothing)", r.est, 10.22*tune.beta)
+	}
+	// Refused well under the reading before (a limit that dropped): cut.
+	if r := refuseReading(t, pool, "wide", tune, 11.62, 10.29, 1, 9); r.est > 9*tune.beta*1.01 {
+		t.Errorf("refused at 9/s 1 s after a reading of 11.62/s raised from 10.29/s: estimate %.2f/s; want the cut × beta, %.2f/s", r.est, 9*tune.beta)
+	}
+	// A bound's approach from 9 to 10.3/s, passed: a probe refused at
+	// 13.62/s (over steep past the target: a limit that moved up) reads
+	// 13.62/s and remembers 10.3/s.
+	if r := refuseApproach(t, pool, "wide", tune, 9, 10.3, 0, 25, 13.62); math.Abs(r.est-13.62) > 0.01 || r.prev != 10.3 {
+		t.Errorf("a probe refused at 13.62/s past a bound's target of 10.3/s: estimate %.2f/s, the reading before %.2f/s; want 13.62/s and 10.3/s", r.est, r.prev)
+	}
+	if r := refuseApproach(t, pool, "wide", control, 9, 10.3, 0, 25, 13.62); math.Abs(r.est-13.62) > 0.01 || r.prev != 0 {
+		t.Errorf("control: estimate %.2f/s, the reading before %.2f/s; want 13.62/s and none (the test proves nothing)", r.est, r.prev)
+	}
+}
+
 // refused is a pace row's estimate after a refusal.
 type refused struct{ est, plateau, prev float64 }
 
@@ -599,12 +638,19 @@ type refused struct{ est, plateau, prev float64 }
 // reports a refusal of a request sent at sent (requests/s), Retry-After 1.
 func refuseReading(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, prev, age, sent float64) refused {
 	t.Helper()
+	return refuseApproach(t, pool, platform, tune, est, est, prev, age, sent)
+}
+
+// refuseApproach is refuseReading with the row approaching estMax from est
+// (estMax above est: a bound's target).
+func refuseApproach(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, estMax, prev, age, sent float64) refused {
+	t.Helper()
 	ctx := context.Background()
 	const now = 1e6
-	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = $3, est_max = $3, est_prev = $4, est_at = $1::float8 - $2::float8,
+	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = $3, est_max = $6, est_prev = $4, est_at = $1::float8 - $2::float8,
 	    est_plateau = 4, est_guess = false, cut_below = false, acc_cut = 50, ref_cut = 0, acc_rate = $3,
 	    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 5, held_at = 0,
-	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform); err != nil {
+	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform, estMax); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := pool.Query(ctx, reportSQL, platform, float64(now), true, float64(now)-0.5, 1/sent, 1.0, 0, 0, 0,

@@ -148,6 +148,14 @@ type tuning struct {
 	// the margin, a refusal and a hold a step. Off only in a test's
 	// control.
 	prevBisect bool
+	// prevWide: with prevBisect, a refusal under the reading before too
+	// (above the pace at it, a margin under) reads the geometric mean of
+	// that pace and the refused one, and a probe refused past a bound's
+	// target remembers the target as the reading before. Both were cut ×
+	// beta within calm on a 1-s window of 10/s over 10 minutes (11.62/s
+	// refused at 10.22/s: 7.16/s; 13.62/s after a bound: 8.39/s). Off
+	// only in a test's control.
+	prevWide bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -184,6 +192,7 @@ func defaultTuning(late time.Duration) tuning {
 		confirmedPlateau: 4 * time.Second,
 		confirmUnder:     true,
 		prevBisect:       true,
+		prevWide:         true,
 	}
 }
 
@@ -202,6 +211,7 @@ func (t tuning) array() []float64 {
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
+		boolFloat(t.prevWide),
 	}
 }
 
