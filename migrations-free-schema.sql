@@ -384,6 +384,9 @@ WHERE p.name = s.platform
 --        it, est_prev × (1 − t[3])) reads the geometric mean of that pace
 --        and the refused one, and a probe refused past a bound's target
 --        remembers the target as est_prev (0 or NULL: not)
+--   t[32] 1: when the measurement window changes, the accepted and
+--        refused rates averaged over the old one are carried to the new
+--        one (0 or NULL: read as if averaged over the new one)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -520,6 +523,7 @@ DECLARE
     v_held      boolean;          -- the destination held the fleet lately (a Retry-After)
     v_slowed    float8;           -- doubled_at after: the latest slow-down of any kind
     v_tau       float8;           -- the measurement's time constant
+    v_tau0      float8;           -- v_tau before this report's hold changed it
     v_decay     float8;
     v_share     float8;           -- the share of answers accepted lately
     v_acc       float8;           -- the accepted rate, corrected while the measurement is young
@@ -643,7 +647,19 @@ BEGIN
             -- The longest hold asked for lately: a window's length.
             s.meas_window := LEAST(p_retry, t[11]);
             s.meas_window_at := v_now;
+            v_tau0 := v_tau;
             v_tau := LEAST(GREATEST(s.meas_window, t[10]), t[11]);
+            -- The rates so far were averaged over the old window: carried
+            -- to the new one (t[32]) they read the same rate since
+            -- acc_from. Read as if averaged over the new one, a 10-s
+            -- window of 20 refused 2.2 s into a run (Retry-After 8) read
+            -- 6.9/s, four times what it accepts, and the fleet walked
+            -- down from there for 40 s.
+            IF COALESCE(t[32], 0) > 0 AND v_tau <> v_tau0 AND s.acc_at > 0 AND v_now > s.acc_from THEN
+                v_decay := (1 - exp(-(v_now - s.acc_from) / v_tau)) / GREATEST(1 - exp(-(v_now - s.acc_from) / v_tau0), 1e-9);
+                s.acc_rate := s.acc_rate * v_decay;
+                s.ref_rate := s.ref_rate * v_decay;
+            END IF;
         END IF;
         IF s.acc_at = 0 OR v_now - s.acc_at > 3 * v_tau THEN
             s.acc_rate := 0;

@@ -653,8 +653,62 @@ func refuseApproach(t *testing.T, pool *pgxpool.Pool, platform string, tune tuni
 	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform, estMax); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pool.Query(ctx, reportSQL, platform, float64(now), true, float64(now)-0.5, 1/sent, 1.0, 0, 0, 0,
-		nil, nil, nil, "test", nil, nil, tune.array(), "")
+	reportAnswers(t, pool, platform, tune, now, true, now-0.5, 1/sent, 1.0, 0)
+	var r refused
+	if err := pool.QueryRow(ctx, `SELECT est, est_plateau, est_prev FROM fleetpace_pace WHERE platform = $1`, platform).
+		Scan(&r.est, &r.plateau, &r.prev); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A fixed window of 20 per 10 s refuses 2.2 s into a run with
+// Retry-After 7.8: what it accepted over the window and the hold is its
+// quota, 20 in 10 s. The accepted rate was averaged over the shortest
+// measurement window (2 s) until the hold made it 7.8 s; with rescale it
+// is carried over and the reading is ~2/s. The control reads it as if
+// averaged over the new window: about 4 × that (6.9/s in fleetpace bench
+// adapt's run), and the fleet walked down from there for 40 s.
+func TestALongHoldReadsWhatWasAccepted(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	read := func(name string, tune tuning) float64 {
+		addPlatform(t, pool, platformSpec{name: name, rate: 20, adapt: "estimate", probe: true, noHeaders: true})
+		ctx := context.Background()
+		report := func(now float64, pressure bool, retry float64, answered int) {
+			reportAnswers(t, pool, name, tune, now, pressure, now-0.05, 0.05, retry, answered)
+		}
+		const start = 1e6
+		for i := 1; i <= 20; i++ {
+			report(start+0.1*float64(i), false, 0, 1)
+		}
+		report(start+2.2, true, 7.8, 0)
+		var est float64
+		if err := pool.QueryRow(ctx, `SELECT est FROM fleetpace_pace WHERE platform = $1`, name).Scan(&est); err != nil {
+			t.Fatal(err)
+		}
+		return est
+	}
+	tune := defaultTuning(DefaultLateBudget)
+	want := 20 / (2.1 + 7.8)
+	if est := read("rescaled", tune); math.Abs(est-want) > 0.3 {
+		t.Errorf("20 accepted in 2.1 s, then held 7.8 s: estimate %.2f/s; want about %.2f/s", est, want)
+	}
+	control := tune
+	control.rescale = false
+	if est := read("unscaled", control); est < 2*want {
+		t.Errorf("control: estimate %.2f/s; want over %.2f/s (the test proves nothing)", est, 2*want)
+	}
+}
+
+// reportAnswers runs the report statement for platform: answered answers
+// (all clean and fresh), a refusal among them if pressure, of requests
+// reserved at reservedAt and spaced interval seconds apart.
+func reportAnswers(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, now float64, pressure bool,
+	reservedAt, interval, retry float64, answered int) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), reportSQL, platform, now, pressure, reservedAt, interval, retry,
+		answered, answered, answered, nil, nil, nil, "test", nil, nil, tune.array(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,10 +716,4 @@ func refuseApproach(t *testing.T, pool *pgxpool.Pool, platform string, tune tuni
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var r refused
-	if err := pool.QueryRow(ctx, `SELECT est, est_plateau, est_prev FROM fleetpace_pace WHERE platform = $1`, platform).
-		Scan(&r.est, &r.plateau, &r.prev); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }

@@ -156,6 +156,13 @@ type tuning struct {
 	// refused at 10.22/s: 7.16/s; 13.62/s after a bound: 8.39/s). Off
 	// only in a test's control.
 	prevWide bool
+	// rescale: when the measurement window changes (a hold longer than
+	// any lately), the accepted and refused rates averaged over the old
+	// one are carried to the new one. Read as if averaged over the new
+	// one, a 10-s window of 20 refused 2.2 s into a run (Retry-After 8)
+	// read 6.9/s, four times what it accepts, and the fleet walked down
+	// from there for 40 s. Off only in a test's control.
+	rescale bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -193,6 +200,7 @@ func defaultTuning(late time.Duration) tuning {
 		confirmUnder:     true,
 		prevBisect:       true,
 		prevWide:         true,
+		rescale:          true,
 	}
 }
 
@@ -211,7 +219,7 @@ func (t tuning) array() []float64 {
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
-		boolFloat(t.prevWide),
+		boolFloat(t.prevWide), boolFloat(t.rescale),
 	}
 }
 
