@@ -387,6 +387,9 @@ WHERE p.name = s.platform
 --   t[32] 1: when the measurement window changes, the accepted and
 --        refused rates averaged over the old one are carried to the new
 --        one (0 or NULL: read as if averaged over the new one)
+--   t[33] 1: a reading is younger than an approach (t[1]) on the climb's
+--        clock, which runs slower in proportion under t[19] (0 or NULL:
+--        in seconds)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -524,10 +527,13 @@ DECLARE
     v_slowed    float8;           -- doubled_at after: the latest slow-down of any kind
     v_tau       float8;           -- the measurement's time constant
     v_tau0      float8;           -- v_tau before this report's hold changed it
-    v_decay     float8;
+    v_decay     float8;           -- the rates' decay since the last report
+    v_carry     float8;           -- the rates' scale when the window changes (t[32])
     v_share     float8;           -- the share of answers accepted lately
     v_acc       float8;           -- the accepted rate, corrected while the measurement is young
     v_sent      float8;           -- the rate the refused request was sent at
+    v_reading   boolean;          -- est is a reading: not none, not the ceiling's, not a guess
+    v_young     boolean;          -- est is younger than an approach, on the climb's clock (t[33])
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
     v_guess     boolean := false; -- the limit moved down: est_max is a guess
@@ -656,9 +662,9 @@ BEGIN
             -- 6.9/s, four times what it accepts, and the fleet walked
             -- down from there for 40 s.
             IF COALESCE(t[32], 0) > 0 AND v_tau <> v_tau0 AND s.acc_at > 0 AND v_now > s.acc_from THEN
-                v_decay := (1 - exp(-(v_now - s.acc_from) / v_tau)) / GREATEST(1 - exp(-(v_now - s.acc_from) / v_tau0), 1e-9);
-                s.acc_rate := s.acc_rate * v_decay;
-                s.ref_rate := s.ref_rate * v_decay;
+                v_carry := (1 - exp(-(v_now - s.acc_from) / v_tau)) / GREATEST(1 - exp(-(v_now - s.acc_from) / v_tau0), 1e-9);
+                s.acc_rate := s.acc_rate * v_carry;
+                s.ref_rate := s.ref_rate * v_carry;
             END IF;
         END IF;
         IF s.acc_at = 0 OR v_now - s.acc_at > 3 * v_tau THEN
@@ -699,10 +705,19 @@ BEGIN
         ELSIF p_pressure THEN
             v_sent := 1.0 / COALESCE(NULLIF(p_sent_interval, 0), v_i_old);
             v_hurried := s.est > 0 AND v_now - s.est_at < t[8];
+            v_reading := s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess;
+            -- Younger than an approach: on the climb's clock (t[33]), which
+            -- runs slower under climbRate, as the plateau at the reading
+            -- does. In seconds, a window of 2/s read 6 % over its quota by
+            -- a probe and refused 17 s later, at the pace under it, took
+            -- that refusal for jitter, kept the reading, and was refused
+            -- again every half minute.
+            v_young := v_now - s.est_at < t[1] / CASE WHEN COALESCE(t[33], 0) > 0
+                                                      THEN GREATEST(LEAST(1.0, s.est / NULLIF(t[19], 0)), 0.05) ELSE 1 END;
             -- (The ceiling is no reading: a refusal under it is no jitter.)
-            IF s.est > 0 AND s.est < s.rate * 0.999 AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
-               AND v_now - s.jitter_at >= t[9] AND NOT s.est_guess
-               AND (COALESCE(t[27], 0) = 0 OR v_now - s.est_at >= t[1]) THEN
+            IF v_reading AND NOT v_hurried AND v_sent < s.est * 0.999 AND v_share >= 1 - t[3] / 2
+               AND v_now - s.jitter_at >= t[9]
+               AND (COALESCE(t[27], 0) = 0 OR NOT v_young) THEN
                 -- A lone refusal below the estimate while nearly everything
                 -- is accepted: jitter (a request that left late, one that
                 -- arrived early). Keep the estimate; start the plateau again.
@@ -739,13 +754,13 @@ BEGIN
                 -- refused at 2.3/s, and each refusal walking the reading
                 -- down 4 % cost a hold). The reading is their geometric
                 -- mean.
-                IF COALESCE(t[27], 0) > 0 AND NOT v_hurried AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
+                IF COALESCE(t[27], 0) > 0 AND NOT v_hurried AND v_reading
                    AND v_est_max > s.est AND v_sent <= GREATEST(s.est, s.est_max) * (1 + t[23]) THEN
                     v_est_max := sqrt(CASE WHEN s.est_max > s.est * 1.0001 AND v_sent > s.est_max * (1 - t[3])
                                            THEN s.est_max ELSE s.est END * v_est_max);
                     v_est := v_est_max;
-                ELSIF COALESCE(t[30], 0) > 0 AND s.est_prev > 0 AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
-                      AND s.est_max <= s.est * 1.0001 AND v_sent < s.est * 0.999 AND v_now - s.est_at < t[1]
+                ELSIF COALESCE(t[30], 0) > 0 AND s.est_prev > 0 AND v_reading
+                      AND s.est_max <= s.est * 1.0001 AND v_sent < s.est * 0.999 AND v_young
                       AND v_est_max > s.est_prev * (CASE WHEN COALESCE(t[31], 0) > 0 THEN 1 - t[3] ELSE 1 END) * 1.0001
                       AND v_est_max <= s.est_prev * (1 + 2 * t[23]) THEN
                     -- Refused under a young reading, above the level
@@ -813,8 +828,8 @@ BEGIN
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
                 END IF;
-                IF t[20] > 0 AND v_hurried AND v_sent < s.est * 0.999 AND v_sent >= t[19] AND s.est < s.rate * 0.999 AND p_retry > 0
-                   AND NOT s.est_guess AND (s.cut_below OR s.jitter_at > 0 AND s.jitter_at >= s.est_at) THEN
+                IF t[20] > 0 AND v_hurried AND v_reading AND v_sent < s.est * 0.999 AND v_sent >= t[19] AND p_retry > 0
+                   AND (s.cut_below OR s.jitter_at > 0 AND s.jitter_at >= s.est_at) THEN
                     -- A destination that holds the fleet refused a pace below
                     -- the estimate, the pace a reading said was accepted (a
                     -- refusal taken for jitter, or one that began an
@@ -851,9 +866,9 @@ BEGIN
                 -- fixed window lets a pace over its quota run until one
                 -- of its windows fills), and the two refusals bracket it.
                 -- Anything else is a new reading: the plateau is t[1]'s.
-                v_plateau := CASE WHEN NOT v_hurried AND NOT s.est_guess AND NOT v_guess AND s.est > 0 AND s.est < s.rate * 0.999
+                v_plateau := CASE WHEN NOT v_hurried AND v_reading AND NOT v_guess
                                        AND s.est_max <= s.est * 1.0001
-                                       AND (v_sent >= s.est * (1 - t[3] / 2) OR COALESCE(t[29], 0) > 0 AND v_now - s.est_at < t[1])
+                                       AND (v_sent >= s.est * (1 - t[3] / 2) OR COALESCE(t[29], 0) > 0 AND v_young)
                                        AND v_est >= v_est_max * 0.999999 AND abs(v_est / s.est - 1) <= 2 * t[3]
                                   THEN GREATEST(COALESCE(t[28], 0), 0) ELSE 0 END;
                 -- At the slowest (a cooldown follows): the estimate stays at
@@ -878,10 +893,10 @@ BEGIN
                 -- a rise read at 13.62/s, and the guard's pace refused
                 -- within calm was cut to 8.39/s), or, under it, the one
                 -- before (still under).
-                v_prev := CASE WHEN s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess AND s.est_max <= s.est * 1.0001
+                v_prev := CASE WHEN v_reading AND s.est_max <= s.est * 1.0001
                                     AND v_est > s.est * 1.0001 AND v_est >= v_est_max * 0.999999 AND NOT v_guess
                                THEN s.est
-                               WHEN COALESCE(t[31], 0) > 0 AND s.est > 0 AND s.est < s.rate * 0.999 AND NOT s.est_guess
+                               WHEN COALESCE(t[31], 0) > 0 AND v_reading
                                     AND s.est_max > s.est * 1.0001 AND v_sent > s.est_max * (1 - t[3])
                                     AND v_est > s.est_max * 1.0001 AND v_est >= v_est_max * 0.999999 AND NOT v_guess
                                THEN s.est_max

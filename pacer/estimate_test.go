@@ -629,6 +629,37 @@ func TestRefusalUnderTheReadingBeforeBisects(t *testing.T) {
 	}
 }
 
+// A probe read a 1-s window of 2/s at 2.118/s, 6 % over its quota (raised
+// from 1.717/s); the pace under that reading, 2.03/s, is refused 17 s
+// later. At 2/s the climb's clock runs at a quarter of the seconds', so
+// the reading is younger than an approach (45 s): the refusal reads the
+// geometric mean of the reading before and the refused pace, not jitter.
+// The control (youngClock off: an approach is 12 s) takes it for jitter
+// and keeps 2.118/s, where the fleet was refused every half minute in
+// fleetpace bench adapt. At climbRate and above the two clocks agree.
+func TestAYoungReadingIsYoungOnTheClimbsClock(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "slow", rate: 20, adapt: "estimate", probe: true, noHeaders: true})
+	tune := defaultTuning(DefaultLateBudget)
+	control := tune
+	control.youngClock = false
+	if r, want := refuseRow(t, pool, "slow", tune, 2.118, 2.118, 1.717, 17, 100, 2.03), math.Sqrt(1.717*2.03); math.Abs(r.est-want) > 0.01 {
+		t.Errorf("refused at 2.03/s 17 s after a reading of 2.118/s raised from 1.717/s: estimate %.3f/s; want %.3f/s", r.est, want)
+	}
+	if r := refuseRow(t, pool, "slow", control, 2.118, 2.118, 1.717, 17, 100, 2.03); r.est != 2.118 {
+		t.Errorf("control: estimate %.3f/s; want the reading kept, 2.118/s (the test proves nothing)", r.est)
+	}
+	// Older than its approach on the climb's clock (60 s at 2/s): jitter.
+	if r := refuseRow(t, pool, "slow", tune, 2.118, 2.118, 1.717, 60, 100, 2.03); r.est != 2.118 {
+		t.Errorf("refused at 2.03/s 60 s after the reading: estimate %.3f/s; want the reading kept (jitter)", r.est)
+	}
+	// At 10/s (over climbRate) 17 s is older than an approach either way.
+	if r := refuseRow(t, pool, "slow", tune, 10.59, 10.59, 8.6, 17, 100, 10.15); r.est != 10.59 {
+		t.Errorf("refused at 10.15/s 17 s after a reading of 10.59/s: estimate %.3f/s; want the reading kept (jitter)", r.est)
+	}
+}
+
 // refused is a pace row's estimate after a refusal.
 type refused struct{ est, plateau, prev float64 }
 
@@ -645,12 +676,20 @@ func refuseReading(t *testing.T, pool *pgxpool.Pool, platform string, tune tunin
 // (estMax above est: a bound's target).
 func refuseApproach(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, estMax, prev, age, sent float64) refused {
 	t.Helper()
+	return refuseRow(t, pool, platform, tune, est, estMax, prev, age, 5, sent)
+}
+
+// refuseRow is refuseApproach with the last refusal jitterAgo seconds ago
+// (one older than tuning's jitterMemory leaves the refusal free to be
+// taken for jitter).
+func refuseRow(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, estMax, prev, age, jitterAgo, sent float64) refused {
+	t.Helper()
 	ctx := context.Background()
 	const now = 1e6
 	if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = $3, est_max = $6, est_prev = $4, est_at = $1::float8 - $2::float8,
 	    est_plateau = 4, est_guess = false, cut_below = false, acc_cut = 50, ref_cut = 0, acc_rate = $3,
-	    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 5, held_at = 0,
-	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform, estMax); err != nil {
+	    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - $7::float8, held_at = 0,
+	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform, estMax, jitterAgo); err != nil {
 		t.Fatal(err)
 	}
 	reportAnswers(t, pool, platform, tune, now, true, now-0.5, 1/sent, 1.0, 0)

@@ -163,6 +163,14 @@ type tuning struct {
 	// read 6.9/s, four times what it accepts, and the fleet walked down
 	// from there for 40 s. Off only in a test's control.
 	rescale bool
+	// youngClock: a reading is younger than an approach on the climb's
+	// clock, which runs slower in proportion under climbRate (as the
+	// plateau at it does), not in seconds. In seconds, a 1-s window of 2/s
+	// that a probe read 6 % over its quota, refused 17 s later at the pace
+	// under the reading, took that refusal for jitter, kept the reading
+	// and was refused again every half minute. Off only in a test's
+	// control.
+	youngClock bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -201,6 +209,7 @@ func defaultTuning(late time.Duration) tuning {
 		prevBisect:       true,
 		prevWide:         true,
 		rescale:          true,
+		youngClock:       true,
 	}
 }
 
@@ -219,7 +228,7 @@ func (t tuning) array() []float64 {
 		t.probeMargin, t.probeSteps, t.climbRate, boolFloat(t.dropGuess), t.restart, boolFloat(t.bisect),
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
-		boolFloat(t.prevWide), boolFloat(t.rescale),
+		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
 	}
 }
 

@@ -183,8 +183,8 @@ type DrillModeResult struct {
 	Polls  int64 `json:"polls"`
 	Claims int64 `json:"claims"`
 
-	// RecoverySeconds is from the window's end to the last refused attempt
-	// (0 if none). Recovered says the run went on without a refusal for a
+	// RecoverySeconds is from the window's end to the start of the last
+	// refused attempt (0 if none). Recovered says the run went on without a refusal for a
 	// whole longest sleep (RecoveryBound) after it, so a herd coming back
 	// would have shown.
 	RecoverySeconds float64 `json:"recovery_seconds"`
@@ -307,8 +307,12 @@ type drillCounters struct {
 	refusedBy   map[string]int64
 }
 
-func (dc *drillCounters) refused(err error) {
-	at := time.Since(dc.t0)
+// refused counts an attempt that began at start and was refused. It is
+// timed by its start, when the poller knocked: on a loaded machine a
+// refusal takes a while to come back (a backend forked, then turned away),
+// and recovery is about when pollers knock.
+func (dc *drillCounters) refused(start time.Time, err error) {
+	at := start.Sub(dc.t0)
 	dc.refusedSec[min(int(at/time.Second), len(dc.refusedSec)-1)].Add(1)
 	if dc.windowOver.Load() {
 		dc.afterWindow.Add(1)
@@ -523,6 +527,7 @@ type drillSample struct {
 func acquire(ctx context.Context, pool *pgxpool.Pool, retry bool, delay, budget time.Duration, dc *drillCounters) (*pgxpool.Conn, error) {
 	deadline := time.Now().Add(budget)
 	for {
+		start := time.Now()
 		c, err := pool.Acquire(ctx)
 		if err == nil {
 			return c, nil
@@ -530,7 +535,7 @@ func acquire(ctx context.Context, pool *pgxpool.Pool, retry bool, delay, budget 
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		dc.refused(err)
+		dc.refused(start, err)
 		if !retry || !dbconn.IsUnavailable(err) || time.Now().Add(delay).After(deadline) {
 			return nil, err
 		}
