@@ -132,7 +132,8 @@ func TestPressureStopsEveryProcessSlots(t *testing.T) {
 // A destination that announces 5/s (X-RateLimit-Limit: 5 per 1-s window,
 // with Remaining and Reset) under a 20/s ceiling: across three processes, no
 // window of the destination holds more than 5 + burst (1) requests, and no
-// request is refused after the first answer told the fleet. The windows are
+// request is refused after the first answer's window (in it, at most the
+// burst: the fleet learns of the answer by its report). The windows are
 // the destination's (fakedest's fixed windows start on the second): an
 // announcement of r left for t seconds lets r more go before the reset, so
 // a 1-s span across a reset may hold more than 5 + 1 (CI: 3 in the tail of
@@ -153,10 +154,19 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 			firstAnswer = r.Done
 		}
 	}
-	refused := 0
+	// The first answer's window may hold the quota + the burst (the
+	// retro re-spacing bounds it so, for the requests granted before the
+	// fleet knew): its burst may be refused (a fresh-clone CI run: a third
+	// process sent the sixth 240 ms after the first answer, before that
+	// answer's report had reached it). None after that window.
+	refused, refusedFirst := 0, 0
+	firstWindowEnd := firstAnswer.Truncate(time.Second).Add(time.Second)
 	for _, r := range reqs {
-		if r.Limited && r.Time.After(firstAnswer) {
+		switch {
+		case r.Limited && !r.Time.Before(firstWindowEnd):
 			refused++
+		case r.Limited && r.Time.After(firstAnswer):
+			refusedFirst++
 		}
 	}
 	w := maxInWindow(times(reqs), time.Second)
@@ -168,13 +178,13 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 		inWindow = max(inWindow, perWindow[k])
 	}
 	accepted := d.Tally("/ann/", start.Add(10*time.Second), start.Add(20*time.Second)).Accepted
-	t.Logf("announced 5/s: largest window of the destination %d (of any 1-s span %d), refused after the first answer %d, accepted in the second half %d (%.2f/s); per second %s",
-		inWindow, w, refused, accepted, float64(accepted)/10, perSecond(rateSeries(times(reqs), start, time.Second)))
+	t.Logf("announced 5/s: largest window of the destination %d (of any 1-s span %d), refused after the first answer %d in its window and %d after it, accepted in the second half %d (%.2f/s); per second %s",
+		inWindow, w, refusedFirst, refused, accepted, float64(accepted)/10, perSecond(rateSeries(times(reqs), start, time.Second)))
 	if inWindow > 6 {
 		t.Errorf("a window of the destination held %d requests; it announced 5 per 1-s window and the burst is 1", inWindow)
 	}
-	if refused != 0 {
-		t.Errorf("%d request(s) refused after the first answer announced the limit", refused)
+	if refused != 0 || refusedFirst > 1 {
+		t.Errorf("%d request(s) refused in the first answer's window after it (at most the burst, 1) and %d after that window (want none)", refusedFirst, refused)
 	}
 	if t.Failed() {
 		for _, r := range reqs {
