@@ -390,6 +390,10 @@ WHERE p.name = s.platform
 --   t[33] 1: a reading is younger than an approach (t[1]) on the climb's
 --        clock, which runs slower in proportion under t[19] (0 or NULL:
 --        in seconds)
+--   t[34] 1: a probe refused past the steep turn (over est × (1 + t[23]))
+--        with a Retry-After reads the geometric mean of the refused pace
+--        and the pace one hold (at most t[10]) before (0 or NULL: the
+--        refused pace)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -534,6 +538,7 @@ DECLARE
     v_sent      float8;           -- the rate the refused request was sent at
     v_reading   boolean;          -- est is a reading: not none, not the ceiling's, not a guess
     v_young     boolean;          -- est is younger than an approach, on the climb's clock (t[33])
+    v_then      float8;           -- the pace a hold before a probe's refusal (t[34])
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
     v_guess     boolean := false; -- the limit moved down: est_max is a guess
@@ -785,6 +790,28 @@ BEGIN
                                       * v_est_max);
                     v_est := v_est_max;
                     v_under := true;
+                ELSIF COALESCE(t[34], 0) > 0 AND NOT v_hurried AND v_reading AND s.est_max <= s.est * 1.0001 AND p_retry > 0
+                      AND v_sent > s.est * (1 + t[23]) THEN
+                    -- A probe refused past the steep turn (t[34]): the limit
+                    -- moved up, or the reading was low. The refusal is the
+                    -- destination's answer to a pace it saw a while ago — a
+                    -- fixed window's refusal comes when one of its windows
+                    -- fills, up to a window after the pace crossed its
+                    -- quota, and the climb doubles every t[24] seconds
+                    -- meanwhile — so the refused pace reads the limit
+                    -- high (a bucket of 8/s that doubled read 18.3/s, and
+                    -- the guard's pace under it was refused and cut to
+                    -- 11.3/s; a 1-s window of 7 read 8.3/s and walked down
+                    -- a margin a refusal). The pace the fleet sent one
+                    -- hold earlier (the destination's window, at most
+                    -- t[10]) was accepted: the reading is the geometric
+                    -- mean of the two.
+                    v_then := LEAST(1.0 / fleetpace_pace_adaptive(s.adapt, s.rate, v_m0, s.est, s.est_max, s.est_plateau,
+                                                                  v_now - LEAST(p_retry, t[10]) - s.est_at, t), s.rate);
+                    IF v_then < v_est_max THEN
+                        v_est_max := sqrt(GREATEST(v_then, s.est) * v_est_max);
+                        v_est := v_est_max;
+                    END IF;
                 END IF;
                 -- Refused right after a decrease, or with no reading yet (a
                 -- start: the ceiling's pace), the refused rate is only a

@@ -569,8 +569,9 @@ func TestRefusalUnderAYoungReadingBisectsFromTheOneBefore(t *testing.T) {
 	_, pool := setup(t)
 	addPlatform(t, pool, platformSpec{name: "prev", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
 	tune := defaultTuning(DefaultLateBudget)
-	if r := refuseReading(t, pool, "prev", tune, 10.26, 0, 20, 12.5); math.Abs(r.est-12.5) > 0.01 || r.prev != 10.26 {
-		t.Errorf("a probe refused at 12.5/s past a reading of 10.26/s: estimate %.2f/s, the reading before %.2f/s; want 12.5/s and 10.26/s", r.est, r.prev)
+	// (Raised to 12.5/s, or under it with lagRead: the pace a hold before.)
+	if r := refuseReading(t, pool, "prev", tune, 10.26, 0, 20, 12.5); r.est <= 10.26*1.05 || r.est > 12.51 || r.prev != 10.26 {
+		t.Errorf("a probe refused at 12.5/s past a reading of 10.26/s: estimate %.2f/s, the reading before %.2f/s; want over 10.26/s, at most 12.5/s, and 10.26/s", r.est, r.prev)
 	}
 	r := refuseReading(t, pool, "prev", tune, 12, 10.26, 1, 10.58)
 	if want := math.Sqrt(10.26 * 10.58); math.Abs(r.est-want) > 0.01 || r.prev != 10.26 {
@@ -644,19 +645,55 @@ func TestAYoungReadingIsYoungOnTheClimbsClock(t *testing.T) {
 	tune := defaultTuning(DefaultLateBudget)
 	control := tune
 	control.youngClock = false
-	if r, want := refuseRow(t, pool, "slow", tune, 2.118, 2.118, 1.717, 17, 100, 2.03), math.Sqrt(1.717*2.03); math.Abs(r.est-want) > 0.01 {
+	if r, want := refuseRow(t, pool, "slow", tune, 2.118, 2.118, 1.717, 17, 100, 2.03, 1), math.Sqrt(1.717*2.03); math.Abs(r.est-want) > 0.01 {
 		t.Errorf("refused at 2.03/s 17 s after a reading of 2.118/s raised from 1.717/s: estimate %.3f/s; want %.3f/s", r.est, want)
 	}
-	if r := refuseRow(t, pool, "slow", control, 2.118, 2.118, 1.717, 17, 100, 2.03); r.est != 2.118 {
+	if r := refuseRow(t, pool, "slow", control, 2.118, 2.118, 1.717, 17, 100, 2.03, 1); r.est != 2.118 {
 		t.Errorf("control: estimate %.3f/s; want the reading kept, 2.118/s (the test proves nothing)", r.est)
 	}
 	// Older than its approach on the climb's clock (60 s at 2/s): jitter.
-	if r := refuseRow(t, pool, "slow", tune, 2.118, 2.118, 1.717, 60, 100, 2.03); r.est != 2.118 {
+	if r := refuseRow(t, pool, "slow", tune, 2.118, 2.118, 1.717, 60, 100, 2.03, 1); r.est != 2.118 {
 		t.Errorf("refused at 2.03/s 60 s after the reading: estimate %.3f/s; want the reading kept (jitter)", r.est)
 	}
 	// At 10/s (over climbRate) 17 s is older than an approach either way.
-	if r := refuseRow(t, pool, "slow", tune, 10.59, 10.59, 8.6, 17, 100, 10.15); r.est != 10.59 {
+	if r := refuseRow(t, pool, "slow", tune, 10.59, 10.59, 8.6, 17, 100, 10.15, 1); r.est != 10.59 {
 		t.Errorf("refused at 10.15/s 17 s after a reading of 10.59/s: estimate %.3f/s; want the reading kept (jitter)", r.est)
+	}
+}
+
+// A probe climbs past a reading of 8/s on the steep curve and is refused
+// 28 s after it, at 18.3/s, with Retry-After 1. The destination answered a
+// pace it saw a while ago, and the climb ran on meanwhile: the reading is
+// the geometric mean of the refused pace and the pace the fleet sent one
+// hold (1 s) before, which was accepted. The control (lagRead off) reads
+// the refused pace, where fleetpace bench adapt's bucket of 8/s that
+// doubled to 16/s was refused again at the pace under it and cut to
+// 11.3/s. A refusal without a Retry-After (nginx) reads the refused pace:
+// a strict limiter refuses where the pace crosses it.
+func TestAProbesLateRefusalReadsThePaceBefore(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	addPlatform(t, pool, platformSpec{name: "lag", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
+	tune := defaultTuning(DefaultLateBudget)
+	control := tune
+	control.lagRead = false
+	// The pace 1 s before the refusal, as the schedule's own function has it.
+	var then float64
+	if err := pool.QueryRow(context.Background(), `SELECT LEAST(1.0 / fleetpace_pace_adaptive('estimate', 25, 1, 8, 8, 4, 27, $1), 25)`,
+		tune.array()).Scan(&then); err != nil {
+		t.Fatal(err)
+	}
+	if then <= 8 || then >= 18.3 {
+		t.Fatalf("the probe's pace 1 s before the refusal is %.2f/s; the test wants it between the reading and the refused pace", then)
+	}
+	if r, want := refuseRow(t, pool, "lag", tune, 8, 8, 0, 28, 100, 18.3, 1), math.Sqrt(then*18.3); math.Abs(r.est-want) > 0.01 || r.prev != 8 {
+		t.Errorf("a probe refused at 18.3/s 28 s after a reading of 8/s: estimate %.2f/s (the reading before %.2f/s); want %.2f/s (8/s)", r.est, r.prev, want)
+	}
+	if r := refuseRow(t, pool, "lag", control, 8, 8, 0, 28, 100, 18.3, 1); math.Abs(r.est-18.3) > 0.01 {
+		t.Errorf("control: estimate %.2f/s; want the refused pace, 18.3/s (the test proves nothing)", r.est)
+	}
+	if r := refuseRow(t, pool, "lag", tune, 8, 8, 0, 28, 100, 18.3, 0); math.Abs(r.est-18.3) > 0.01 {
+		t.Errorf("without a Retry-After: estimate %.2f/s; want the refused pace, 18.3/s", r.est)
 	}
 }
 
@@ -676,13 +713,13 @@ func refuseReading(t *testing.T, pool *pgxpool.Pool, platform string, tune tunin
 // (estMax above est: a bound's target).
 func refuseApproach(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, estMax, prev, age, sent float64) refused {
 	t.Helper()
-	return refuseRow(t, pool, platform, tune, est, estMax, prev, age, 5, sent)
+	return refuseRow(t, pool, platform, tune, est, estMax, prev, age, 5, sent, 1)
 }
 
 // refuseRow is refuseApproach with the last refusal jitterAgo seconds ago
 // (one older than tuning's jitterMemory leaves the refusal free to be
-// taken for jitter).
-func refuseRow(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, estMax, prev, age, jitterAgo, sent float64) refused {
+// taken for jitter) and a Retry-After of retry seconds (0: none).
+func refuseRow(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, est, estMax, prev, age, jitterAgo, sent, retry float64) refused {
 	t.Helper()
 	ctx := context.Background()
 	const now = 1e6
@@ -692,7 +729,7 @@ func refuseRow(t *testing.T, pool *pgxpool.Pool, platform string, tune tuning, e
 	    hold_until = 0, doubled_at = 0, meas_window = 0, meas_window_at = 0 WHERE platform = $5`, now, age, est, prev, platform, estMax, jitterAgo); err != nil {
 		t.Fatal(err)
 	}
-	reportAnswers(t, pool, platform, tune, now, true, now-0.5, 1/sent, 1.0, 0)
+	reportAnswers(t, pool, platform, tune, now, true, now-0.5, 1/sent, retry, 0)
 	var r refused
 	if err := pool.QueryRow(ctx, `SELECT est, est_plateau, est_prev FROM fleetpace_pace WHERE platform = $1`, platform).
 		Scan(&r.est, &r.plateau, &r.prev); err != nil {

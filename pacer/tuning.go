@@ -171,6 +171,14 @@ type tuning struct {
 	// and was refused again every half minute. Off only in a test's
 	// control.
 	youngClock bool
+	// lagRead: a probe refused past the steep turn, with a Retry-After,
+	// reads the geometric mean of the refused pace and the pace the fleet
+	// sent one hold (at most measureMin) before, which was accepted: the
+	// destination answers a pace it saw a while ago (a fixed window when
+	// one of its windows fills), and the steep climb runs on meanwhile. A
+	// bucket of 8/s that doubled read 18.3/s, and the guard's pace under
+	// that was refused and cut to 11.3/s. Off only in a test's control.
+	lagRead bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -210,6 +218,7 @@ func defaultTuning(late time.Duration) tuning {
 		prevWide:         true,
 		rescale:          true,
 		youngClock:       true,
+		lagRead:          true,
 	}
 }
 
@@ -229,6 +238,7 @@ func (t tuning) array() []float64 {
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
+		boolFloat(t.lagRead),
 	}
 }
 
