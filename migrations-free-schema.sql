@@ -394,6 +394,11 @@ WHERE p.name = s.platform
 --        with a Retry-After reads the geometric mean of the refused pace
 --        and the pace one hold (at most t[10]) before (0 or NULL: the
 --        refused pace)
+--   t[35] where holds longer than t[10] were asked for lately (a
+--        window or a log), a refusal under a reading younger than t[1]
+--        held for longer than t[35] seconds reads at most the accepted
+--        count since the hold before over the time from its end to this
+--        hold's end (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -539,6 +544,7 @@ DECLARE
     v_reading   boolean;          -- est is a reading: not none, not the ceiling's, not a guess
     v_young     boolean;          -- est is younger than an approach, on the climb's clock (t[33])
     v_then      float8;           -- the pace a hold before a probe's refusal (t[34])
+    v_cycle     float8;           -- from the end of the hold before to this hold's end (t[35])
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
     v_guess     boolean := false; -- the limit moved down: est_max is a guess
@@ -854,6 +860,25 @@ BEGIN
                     -- hold, is its quota per window.
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
+                END IF;
+                -- Refused under a young reading where the destination holds
+                -- the fleet for longer than the shortest measurement (a
+                -- window or a log: t[35]): the fleet paced the reading from
+                -- the end of the hold before (a window's reset) and the
+                -- window filled; this hold ends at the next reset. What was
+                -- accepted from the one end to the other is the window's
+                -- quota, over its length: the limit is no more than that.
+                -- Read as the refused pace, a 10-s window of 20 read 2.77/s
+                -- and walked down by the margin, a refusal and a hold a
+                -- step. A hold of a second (Retry-After: 1) is no window's
+                -- rest: a strict limiter's next slot or a sliding log's next
+                -- expiry, rounded up (read, a log of 66 per 10 s read
+                -- 6.0/s); nor is a cycle shorter than half the longest hold.
+                v_cycle := v_now + p_retry - GREATEST(s.hold_until, s.doubled_at);
+                IF COALESCE(t[35], 0) > 0 AND v_tau > t[10] AND p_retry > t[35] AND v_reading AND NOT v_hurried AND v_young
+                   AND v_sent < s.est * 0.999 AND s.acc_cut > 0 AND v_cycle >= s.meas_window / 2 THEN
+                    v_est := LEAST(v_est, s.acc_cut / v_cycle);
+                    v_est_max := LEAST(v_est_max, GREATEST(v_est, s.acc_cut / v_cycle));
                 END IF;
                 IF t[20] > 0 AND v_hurried AND v_reading AND v_sent < s.est * 0.999 AND v_sent >= t[19] AND p_retry > 0
                    AND (s.cut_below OR s.jitter_at > 0 AND s.jitter_at >= s.est_at) THEN

@@ -777,6 +777,79 @@ func TestALongHoldReadsWhatWasAccepted(t *testing.T) {
 	}
 }
 
+// A fixed window of 20 per 10 s, entered part way through: the run's 20
+// went in the first second and the hold was 5.94 s, so the first long hold
+// reads more than the quota (20 in 8.1 s), and the fleet paces that from
+// the hold's end, a window's reset. The next window fills 8.3 s in and
+// refuses, held to its end (1.7 s): what was accepted from the one hold's
+// end to the end of this one is the quota over the window, 20 in 10 s.
+// The control (cycleHold 0) reads more (the refused pace, less the long
+// hold's share), and fleetpace bench adapt's 10-s window of 2/s walked
+// down from there by the margin, a refusal and a hold a step. Held for a
+// second only (Retry-After: 1: a sliding log's next expiry, a strict
+// limiter's next slot), the refusal is no window's: not read by its cycle.
+func TestARefusalUnderAWindowsReadingReadsTheCycle(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	// read reports the sequence to a new platform, the refusal held for
+	// its window's rest (hold 0) or for hold seconds.
+	read := func(name string, tune tuning, hold float64) (first, second float64) {
+		addPlatform(t, pool, platformSpec{name: name, rate: 20, adapt: "estimate", probe: true, noHeaders: true})
+		ctx := context.Background()
+		est := func() float64 {
+			var e float64
+			if err := pool.QueryRow(ctx, `SELECT est FROM fleetpace_pace WHERE platform = $1`, name).Scan(&e); err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		const start, reset = 1e6, 1e6 + 8.14 // the window's resets: every 10 s from reset
+		for i := 1; i <= 20; i++ {
+			reportAnswers(t, pool, name, tune, start+0.05*float64(i), false, start+0.05*float64(i-1), 0.05, 0, 1)
+		}
+		reportAnswers(t, pool, name, tune, start+2.2, true, start+2.15, 0.05, reset-start-2.2, 0)
+		first = est()
+		// The pace under the reading from the hold's end, 20 accepted in
+		// the window, the 21st refused until its end.
+		spacing := 1 / (first * (1 - tune.margin))
+		at := reset
+		for range 20 {
+			at += spacing
+			reportAnswers(t, pool, name, tune, at, false, at-0.05, spacing, 0, 1)
+		}
+		at += spacing
+		if hold == 0 {
+			hold = reset + 10 - at
+			if hold <= defaultTuning(DefaultLateBudget).cycleHold.Seconds() || hold > 5 {
+				t.Fatalf("the 21st request at %.2f s into the window, held %.2f s: the test wants a window's rest of 1.5–5 s (first reading %.2f/s)",
+					at-reset, hold, first)
+			}
+		}
+		reportAnswers(t, pool, name, tune, at, true, at-0.05, spacing, hold, 0)
+		return first, est()
+	}
+	tune := defaultTuning(DefaultLateBudget)
+	first, second := read("cycle", tune, 0)
+	if first < 2.2 {
+		t.Fatalf("the first long hold read %.2f/s; the test wants it over the quota (2/s)", first)
+	}
+	if math.Abs(second-2) > 0.1 {
+		t.Errorf("20 accepted from one reset to the next, held to it: estimate %.3f/s (from %.2f/s); want 2/s", second, first)
+	}
+	control := tune
+	control.cycleHold = 0
+	_, controlled := read("control", control, 0)
+	if controlled < 2.15 {
+		t.Errorf("control: estimate %.3f/s; want over 2.15/s (the test proves nothing)", controlled)
+	}
+	// Read by its cycle, this would be 20 in 9.25 s: 2.16/s.
+	_, second1 := read("second", tune, 0.95)
+	if math.Abs(second1-controlled) > 0.01 {
+		t.Errorf("held 0.95 s: estimate %.3f/s; want the control's %.3f/s (no window's rest)", second1, controlled)
+	}
+	t.Logf("first long hold %.3f/s; then %.3f/s (control %.3f/s, held a second %.3f/s)", first, second, controlled, second1)
+}
+
 // reportAnswers runs the report statement for platform: answered answers
 // (all clean and fresh), a refusal among them if pressure, of requests
 // reserved at reservedAt and spaced interval seconds apart.

@@ -179,6 +179,17 @@ type tuning struct {
 	// bucket of 8/s that doubled read 18.3/s, and the guard's pace under
 	// that was refused and cut to 11.3/s. Off only in a test's control.
 	lagRead bool
+	// cycleHold: where the destination holds the fleet for longer than
+	// measureMin (a window or a log at least that long), a refusal under
+	// a young reading held for longer than this reads no more than what
+	// was accepted from the end of the hold before to the end of this
+	// one: a fixed window's quota over its length (its holds end at its
+	// resets). Read as the refused pace, a 10-s window of 20 walked down
+	// from 2.77/s by the margin, a refusal and a hold a step. A hold of a
+	// second (Retry-After: 1) is a strict limiter's next slot or a
+	// sliding log's next expiry, rounded up, not a window's rest: read,
+	// a log of 66 per 10 s read 6.0/s. 0: off (a test's control).
+	cycleHold time.Duration
 }
 
 // defaultTuning is the pacer's tuning.
@@ -219,6 +230,7 @@ func defaultTuning(late time.Duration) tuning {
 		rescale:          true,
 		youngClock:       true,
 		lagRead:          true,
+		cycleHold:        1500 * time.Millisecond,
 	}
 }
 
@@ -238,7 +250,7 @@ func (t tuning) array() []float64 {
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
-		boolFloat(t.lagRead),
+		boolFloat(t.lagRead), t.cycleHold.Seconds(),
 	}
 }
 
