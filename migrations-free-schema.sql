@@ -399,6 +399,10 @@ WHERE p.name = s.platform
 --        held for longer than t[35] seconds reads at most the accepted
 --        count since the hold before over the time from its end to this
 --        hold's end (0 or NULL: not)
+--   t[36] 1: a refusal under a reading younger than t[1], at a pace
+--        under it, reads at most the refused pace × N/(N+1), N the
+--        requests accepted since the hold before, and at most t[3] under
+--        it (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -545,6 +549,7 @@ DECLARE
     v_young     boolean;          -- est is younger than an approach, on the climb's clock (t[33])
     v_then      float8;           -- the pace a hold before a probe's refusal (t[34])
     v_cycle     float8;           -- from the end of the hold before to this hold's end (t[35])
+    v_excess    float8;           -- the refused pace less one request in N + 1 (t[36])
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
     v_guess     boolean := false; -- the limit moved down: est_max is a guess
@@ -879,6 +884,23 @@ BEGIN
                    AND v_sent < s.est * 0.999 AND s.acc_cut > 0 AND v_cycle >= s.meas_window / 2 THEN
                     v_est := LEAST(v_est, s.acc_cut / v_cycle);
                     v_est_max := LEAST(v_est_max, GREATEST(v_est, s.acc_cut / v_cycle));
+                END IF;
+                -- Refused on the plateau under a young reading (t[36]): the
+                -- destination let the pace through since the hold before
+                -- until it had one request too many, so the limit is at
+                -- least one request in N + 1 under the pace (N accepted
+                -- since): a limiter refuses once the excess over its rate
+                -- passes its tolerance, a request at least. A fixed window
+                -- refuses the first of its windows that gets one too many,
+                -- sooner or later by its phase: the step is at most a
+                -- margin. Read as the refused pace, a 1-s window of 2 read
+                -- 2.41/s and walked down by the margin, a refusal and a
+                -- hold a step: five refusals in a minute.
+                IF COALESCE(t[36], 0) > 0 AND v_reading AND NOT v_hurried AND v_young AND v_sent < s.est * 0.999
+                   AND s.acc_cut > 0 THEN
+                    v_excess := v_sent * GREATEST(s.acc_cut::float8 / (s.acc_cut + 1), 1 - t[3]);
+                    v_est := LEAST(v_est, v_excess);
+                    v_est_max := LEAST(v_est_max, v_excess);
                 END IF;
                 IF t[20] > 0 AND v_hurried AND v_reading AND v_sent < s.est * 0.999 AND v_sent >= t[19] AND p_retry > 0
                    AND (s.cut_below OR s.jitter_at > 0 AND s.jitter_at >= s.est_at) THEN

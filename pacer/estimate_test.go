@@ -542,17 +542,19 @@ func TestRefusalUnderAYoungReadingConfirms(t *testing.T) {
 	addPlatform(t, pool, platformSpec{name: "under", rate: 25, adapt: "estimate", probe: true, noHeaders: true})
 	tune := defaultTuning(DefaultLateBudget)
 	want := tune.confirmedPlateau.Seconds()
-	// A reading of 10.6/s (no reading before it), refused at 10.2/s.
-	if r := refuseReading(t, pool, "under", tune, 10.6, 0, 5, 10.2); math.Abs(r.est-10.2) > 0.01 || r.plateau != want {
-		t.Errorf("refused at 10.2/s 5 s after a reading of 10.6/s: estimate %.2f/s, plateau %.1f s; want 10.2/s, %.0f s", r.est, r.plateau, want)
+	// A reading of 10.6/s (no reading before it), refused at 10.2/s, 50
+	// accepted since the hold before: 10.2 × 50/51 (plateauExcess).
+	young := 10.2 * 50 / 51
+	if r := refuseReading(t, pool, "under", tune, 10.6, 0, 5, 10.2); math.Abs(r.est-young) > 0.01 || r.plateau != want {
+		t.Errorf("refused at 10.2/s 5 s after a reading of 10.6/s: estimate %.2f/s, plateau %.1f s; want %.2f/s, %.0f s", r.est, r.plateau, young, want)
 	}
 	if r := refuseReading(t, pool, "under", tune, 10.6, 0, 20, 10.2); math.Abs(r.est-10.2) > 0.01 || r.plateau != 0 {
 		t.Errorf("refused at 10.2/s 20 s after the reading: estimate %.2f/s, plateau %.1f s; want 10.2/s, none", r.est, r.plateau)
 	}
 	control := tune
 	control.confirmUnder = false
-	if r := refuseReading(t, pool, "under", control, 10.6, 0, 5, 10.2); math.Abs(r.est-10.2) > 0.01 || r.plateau != 0 {
-		t.Errorf("control: estimate %.2f/s, plateau %.1f s after the young reading's refusal; want 10.2/s and none (the test proves nothing)", r.est, r.plateau)
+	if r := refuseReading(t, pool, "under", control, 10.6, 0, 5, 10.2); math.Abs(r.est-young) > 0.01 || r.plateau != 0 {
+		t.Errorf("control: estimate %.2f/s, plateau %.1f s after the young reading's refusal; want %.2f/s and none (the test proves nothing)", r.est, r.plateau, young)
 	}
 }
 
@@ -864,5 +866,60 @@ func reportAnswers(t *testing.T, pool *pgxpool.Pool, platform string, tune tunin
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A refusal on the plateau under a young reading reads the excess that
+// made it: the destination let the pace through until it had one request
+// too many, so the limit is at least one request in N + 1 under the pace
+// (N accepted since the hold before), and the step is at most one margin
+// (a fixed window refuses sooner or later by its phase). A 1-s window of 2
+// read at 2.41/s, paced at 2.31/s, refused the 31st request: 2.31 × 30/31;
+// after 11 accepted, the margin's 2.31 × 0.96. The control reads the
+// refused pace (2.29/s, the mean with the pace under the reading before),
+// and the fleet walked down by the margin from there, a refusal and a
+// hold a step (five refusals in a minute in fleetpace bench adapt). Under
+// an old reading a lone refusal is jitter either way.
+func TestARefusalOnAYoungPlateauReadsItsExcess(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	ctx := context.Background()
+	// read sets a new platform's row to a reading est (raised from prev)
+	// set age seconds ago at a hold's end, accepted since it, and reports
+	// a refusal at sent (requests/s), Retry-After 1.
+	read := func(name string, tune tuning, est, prev, age float64, accepted int, sent float64) float64 {
+		t.Helper()
+		addPlatform(t, pool, platformSpec{name: name, rate: 20, adapt: "estimate", probe: true, noHeaders: true})
+		const now = 1e6
+		if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = $3::float8, est_max = $3::float8, est_prev = $4,
+		    est_at = $1::float8 - $2::float8, est_plateau = 0, est_guess = false, cut_below = false, acc_cut = $6, ref_cut = 0,
+		    acc_rate = $3::float8 * 0.95, acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 100,
+		    held_at = $1::float8 - $2::float8 - 1, hold_until = $1::float8 - $2::float8, doubled_at = $1::float8 - $2::float8 - 1,
+		    meas_window = 2, meas_window_at = $1::float8 - 10 WHERE platform = $5`, now, age, est, prev, name, accepted); err != nil {
+			t.Fatal(err)
+		}
+		reportAnswers(t, pool, name, tune, now, true, now-0.5, 1/sent, 1, 0)
+		var e float64
+		if err := pool.QueryRow(ctx, `SELECT est FROM fleetpace_pace WHERE platform = $1`, name).Scan(&e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	tune := defaultTuning(DefaultLateBudget)
+	control := tune
+	control.plateauExcess = false
+	many, manyControl := read("many", tune, 2.409, 2.374, 13, 30, 2.31), read("many-control", control, 2.409, 2.374, 13, 30, 2.31)
+	t.Logf("30 accepted at 2.31/s under 2.41/s: %.3f/s (control %.3f/s)", many, manyControl)
+	if want := 2.31 * 30 / 31; math.Abs(many-want) > 0.003 {
+		t.Errorf("30 accepted at 2.31/s, then a refusal: estimate %.3f/s, want %.3f/s (one request in 31 under)", many, want)
+	}
+	if manyControl < 2.25 {
+		t.Errorf("control: estimate %.3f/s, want the refused pace or more (the test proves nothing)", manyControl)
+	}
+	if few, want := read("few", tune, 2.409, 2.374, 5, 11, 2.31), 2.31*(1-tune.margin); math.Abs(few-want) > 0.003 {
+		t.Errorf("11 accepted at 2.31/s, then a refusal: estimate %.3f/s, want %.3f/s (a margin under, no more)", few, want)
+	}
+	if old := read("old", tune, 8, 0, 60, 400, 7.68); old != 8 {
+		t.Errorf("a lone refusal under a reading a minute old: estimate %.3f/s, want 8/s (jitter)", old)
 	}
 }

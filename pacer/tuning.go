@@ -190,6 +190,18 @@ type tuning struct {
 	// sliding log's next expiry, rounded up, not a window's rest: read,
 	// a log of 66 per 10 s read 6.0/s. 0: off (a test's control).
 	cycleHold time.Duration
+	// plateauExcess: a refusal of the plateau under a young reading (the
+	// pace under it, steady since the hold before) reads no more than the
+	// refused pace × N/(N+1), N the requests accepted at it since: the
+	// destination let the pace through until it had one request too many,
+	// so the limit lies at least one request in N+1 under it. No more than
+	// a margin under it, whatever N: a fixed window refuses sooner or later
+	// by its phase, and a step of two margins left a 1-s window of 2 paced
+	// 8 % under its quota in the simulation. Read as the refused pace, a
+	// 1-s window of 2 read at 2.41/s walked down by the margin, a refusal
+	// and a hold a step, five refusals in a minute. Off only in a test's
+	// control.
+	plateauExcess bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -231,6 +243,7 @@ func defaultTuning(late time.Duration) tuning {
 		youngClock:       true,
 		lagRead:          true,
 		cycleHold:        1500 * time.Millisecond,
+		plateauExcess:    true,
 	}
 }
 
@@ -250,7 +263,7 @@ func (t tuning) array() []float64 {
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
-		boolFloat(t.lagRead), t.cycleHold.Seconds(),
+		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess),
 	}
 }
 
