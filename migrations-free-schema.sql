@@ -401,8 +401,9 @@ WHERE p.name = s.platform
 --        hold's end (0 or NULL: not)
 --   t[36] 1: a refusal under a reading younger than t[1], at a pace
 --        under it, reads at most the refused pace × N/(N+1), N the
---        requests accepted since the hold before, and at most t[3] under
---        it (0 or NULL: not)
+--        requests accepted since the hold before, at most t[3] under
+--        it and not under est_prev when est_prev is under it (0 or NULL:
+--        not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -893,12 +894,16 @@ BEGIN
                 -- passes its tolerance, a request at least. A fixed window
                 -- refuses the first of its windows that gets one too many,
                 -- sooner or later by its phase: the step is at most a
-                -- margin. Read as the refused pace, a 1-s window of 2 read
+                -- margin, and not under a reading a refusal raised this
+                -- one from (est_prev) if the refused pace is above it: its
+                -- pace was accepted (a probe's cycle over ten minutes
+                -- landed 4 % under it otherwise). Read as the refused pace, a 1-s window of 2 read
                 -- 2.41/s and walked down by the margin, a refusal and a
                 -- hold a step: five refusals in a minute.
                 IF COALESCE(t[36], 0) > 0 AND v_reading AND NOT v_hurried AND v_young AND v_sent < s.est * 0.999
                    AND s.acc_cut > 0 THEN
-                    v_excess := v_sent * GREATEST(s.acc_cut::float8 / (s.acc_cut + 1), 1 - t[3]);
+                    v_excess := GREATEST(v_sent * GREATEST(s.acc_cut::float8 / (s.acc_cut + 1), 1 - t[3]),
+                                         CASE WHEN s.est_prev < v_sent THEN s.est_prev ELSE 0 END);
                     v_est := LEAST(v_est, v_excess);
                     v_est_max := LEAST(v_est_max, v_excess);
                 END IF;

@@ -878,8 +878,10 @@ func reportAnswers(t *testing.T, pool *pgxpool.Pool, platform string, tune tunin
 // after 11 accepted, the margin's 2.31 × 0.96. The control reads the
 // refused pace (2.29/s, the mean with the pace under the reading before),
 // and the fleet walked down by the margin from there, a refusal and a
-// hold a step (five refusals in a minute in fleetpace bench adapt). Under
-// an old reading a lone refusal is jitter either way.
+// hold a step (five refusals in a minute in fleetpace bench adapt). Not
+// under the reading this one was raised from (est_prev) when the refused
+// pace is over it: that level was accepted. Under an old reading a lone
+// refusal is jitter either way.
 func TestARefusalOnAYoungPlateauReadsItsExcess(t *testing.T) {
 	t.Parallel()
 	_, pool := setup(t)
@@ -918,6 +920,14 @@ func TestARefusalOnAYoungPlateauReadsItsExcess(t *testing.T) {
 	}
 	if few, want := read("few", tune, 2.409, 2.374, 5, 11, 2.31), 2.31*(1-tune.margin); math.Abs(few-want) > 0.003 {
 		t.Errorf("11 accepted at 2.31/s, then a refusal: estimate %.3f/s, want %.3f/s (a margin under, no more)", few, want)
+	}
+	// Over ten minutes a probe read 2.33/s from a reading of 2.037/s, and
+	// the plateau's refusals walked it back: refused at 2.05/s, over that
+	// reading, whose pace was accepted for 90 s. The mean of the two
+	// (prevBisect, 2.043/s), no more than the earlier reading: 2.037/s, not
+	// a margin under the refused pace (1.968/s, 4 % under the quota).
+	if back := read("back", tune, 2.134, 2.037, 8, 18, 2.05); math.Abs(back-2.037) > 0.001 {
+		t.Errorf("refused at 2.05/s over the reading before (2.037/s): estimate %.3f/s, want 2.037/s", back)
 	}
 	if old := read("old", tune, 8, 0, 60, 400, 7.68); old != 8 {
 		t.Errorf("a lone refusal under a reading a minute old: estimate %.3f/s, want 8/s (jitter)", old)

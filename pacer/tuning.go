@@ -199,8 +199,9 @@ type tuning struct {
 	// by its phase, and a step of two margins left a 1-s window of 2 paced
 	// 8 % under its quota in the simulation. Read as the refused pace, a
 	// 1-s window of 2 read at 2.41/s walked down by the margin, a refusal
-	// and a hold a step, five refusals in a minute. Off only in a test's
-	// control.
+	// and a hold a step, five refusals in a minute. Not under the reading
+	// this one was raised from when the refused pace is over it: that
+	// level's pace was accepted. Off only in a test's control.
 	plateauExcess bool
 }
 
