@@ -897,9 +897,10 @@ BEGIN
                 -- margin, and not under a reading a refusal raised this
                 -- one from (est_prev) if the refused pace is above it: its
                 -- pace was accepted (a probe's cycle over ten minutes
-                -- landed 4 % under it otherwise). Read as the refused pace, a 1-s window of 2 read
-                -- 2.41/s and walked down by the margin, a refusal and a
-                -- hold a step: five refusals in a minute.
+                -- landed 4 % under it otherwise). Read as the refused
+                -- pace, a 1-s window of 2 read 2.41/s and walked down by
+                -- the margin, a refusal and a hold a step: five refusals
+                -- in a minute.
                 IF COALESCE(t[36], 0) > 0 AND v_reading AND NOT v_hurried AND v_young AND v_sent < s.est * 0.999
                    AND s.acc_cut > 0 THEN
                     v_excess := GREATEST(v_sent * GREATEST(s.acc_cut::float8 / (s.acc_cut + 1), 1 - t[3]),
