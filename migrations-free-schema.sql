@@ -404,6 +404,12 @@ WHERE p.name = s.platform
 --        requests accepted since the hold before, at most t[3] under
 --        it and not under est_prev when est_prev is under it (0 or NULL:
 --        not)
+--   t[37] a refusal with no reading (a start's, or within t[8] of a
+--        decrease) held for at most t[10], at least 2 accepted since the
+--        hold before, reads at most the largest of t[37] × the upper
+--        reading, the count accepted over the hold's whole seconds, and
+--        the geometric mean of the upper reading and the count over the
+--        cycle (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -866,6 +872,28 @@ BEGIN
                     -- hold, is its quota per window.
                     v_est := LEAST(v_est, v_acc * (v_now - s.acc_from) / (v_now - s.acc_from + p_retry));
                     v_est_max := v_est;
+                END IF;
+                -- Refused with no reading to stand on (a start's, or within
+                -- calm of a decrease: t[37]) and held a short while (a 1-s
+                -- window's rest, a bucket's penalty), with at least two
+                -- requests accepted since the hold before (a strict
+                -- limiter refuses the second one over its rate): what was
+                -- accepted over the cycle, from the end of the hold before
+                -- to the end of this one, is a lower reading (a window's
+                -- quota over its length and the hold's rounding; a small
+                -- bucket's burst), and the refused pace the upper one. The
+                -- limit is read at their geometric mean, a bisection, at
+                -- least the count over the hold's whole seconds (a window
+                -- of that length) and t[37] of the upper reading (a
+                -- bucket with a burst of 2 looks like a 1-s window of 2 in
+                -- one cycle). Cut by t[6] a refusal, a 1-s window of 2
+                -- under a ceiling of 20/s walked down from 10/s in five
+                -- refusals and holds, over 8–11 s.
+                IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cut >= 2 AND p_retry > 0
+                   AND (v_hurried OR NOT v_reading) THEN
+                    v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cut / ceil(p_retry),
+                                                   sqrt(v_est_max * s.acc_cut
+                                                        / (v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from)))));
                 END IF;
                 -- Refused under a young reading where the destination holds
                 -- the fleet for longer than the shortest measurement (a

@@ -2,6 +2,7 @@ package pacer
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -397,31 +398,23 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 // is no jitter: over seconds 10–70, in the median of three seeds, at most
 // 2.5 % of the requests are refused (1.8 % over nine seeds in the
 // simulation) and goodput holds ≥ 0.88. The control refuses more (3.5 %).
+// Both run without startCycle: read by its cycle, the start lands under
+// the quota, and the one refusal over 10–70 s is read alike (0.88 %
+// either way; see TestAStartsCycleFindsAOneSecondWindow).
 func TestProbeRefusalBisects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
 	}
 	t.Parallel()
-	rule := fakedest.Rule{Window: time.Second, WindowLimit: 2}
 	run := func(bisect bool) (refused, good float64) {
-		var rs, gs []float64
-		for seed := uint64(1); seed <= 3; seed++ {
-			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: rule,
-				duration: 70 * time.Second, latency: 5 * time.Millisecond, seed: seed,
-				late: func(rng *randSource) time.Duration {
-					if rng.IntN(10) == 0 {
-						return time.Duration(rng.IntN(5000)) * time.Microsecond
-					}
-					return 0
-				},
-				tune: func(tu *tuning) { tu.probeBisect = bisect }})
-			rs = append(rs, r.refusedShare(10*time.Second, 70*time.Second))
-			gs = append(gs, r.goodput(10*time.Second, 70*time.Second, 2))
-			t.Logf("probeBisect %v, seed %d: %s\n%s", bisect, seed, r, r.timeline())
-		}
-		slices.Sort(rs)
-		slices.Sort(gs)
-		return rs[1], gs[1]
+		return windowOfTwo(t, fmt.Sprintf("probeBisect %v", bisect), simConfig{latency: 5 * time.Millisecond,
+			late: func(rng *randSource) time.Duration {
+				if rng.IntN(10) == 0 {
+					return time.Duration(rng.IntN(5000)) * time.Microsecond
+				}
+				return 0
+			},
+			tune: func(tu *tuning) { tu.probeBisect, tu.startCycle = bisect, 0 }})
 	}
 	refused, good := run(true)
 	if refused > 0.025 || good < 0.88 {
@@ -430,6 +423,53 @@ func TestProbeRefusalBisects(t *testing.T) {
 	if control, _ := run(false); control <= refused+0.005 {
 		t.Errorf("the control (no probeBisect) refused %.2f%%, not more than %.2f%%: the test proves nothing", 100*control, 100*refused)
 	}
+}
+
+// In the simulation (3 processes × 20 callers under a ceiling of 20/s), a
+// 1-s window of 2 read by the start's cycle is found in two or three
+// refusals instead of five: over seconds 10–70 (medians of 3 seeds) at
+// most 1.2 % refused and goodput at least 0.93, where the control (cut
+// × 0.7 a refusal: 1.82 %, 0.900) lands its walk over the quota and
+// walks down from there a refusal and a hold at a time.
+func TestAStartsCycleFindsAOneSecondWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	t.Parallel()
+	run := func(startCycle float64) (refused, good float64) {
+		return windowOfTwo(t, fmt.Sprintf("startCycle %.1f", startCycle), simConfig{latency: 2 * time.Millisecond,
+			tune: func(tu *tuning) { tu.startCycle = startCycle }})
+	}
+	refused, good := run(defaultTuning(DefaultLateBudget).startCycle)
+	if refused > 0.012 || good < 0.93 {
+		t.Errorf("refused %.2f%% over 10–70 s, goodput %.3f (medians of 3); want ≤ 1.2 %% and ≥ 0.93", 100*refused, good)
+	}
+	if control, cgood := run(0); control <= refused+0.004 && cgood >= good-0.02 {
+		t.Errorf("the control refused %.2f%% (goodput %.3f), not more than %.2f%% (%.3f): the test proves nothing",
+			100*control, cgood, 100*refused, good)
+	}
+}
+
+// windowOfTwo simulates 3 processes × 20 callers under a ceiling of 20/s
+// against a fixed window of 2 per second for 70 s, cfg's latency (+ 2 ms
+// per seed), lateness and tuning, seeds 1–3, and returns the medians of
+// the share refused and the goodput over seconds 10–70.
+func windowOfTwo(t *testing.T, label string, cfg simConfig) (refused, good float64) {
+	t.Helper()
+	var rs, gs []float64
+	latency := cfg.latency
+	for seed := uint64(1); seed <= 3; seed++ {
+		cfg.procs, cfg.callers, cfg.rate, cfg.duration, cfg.seed = 3, 20, 20, 70*time.Second, seed
+		cfg.rule = fakedest.Rule{Window: time.Second, WindowLimit: 2}
+		cfg.latency = latency + time.Duration(2*seed)*time.Millisecond
+		r := runSim(t, cfg)
+		rs = append(rs, r.refusedShare(10*time.Second, 70*time.Second))
+		gs = append(gs, r.goodput(10*time.Second, 70*time.Second, 2))
+		t.Logf("%s, seed %d: %s\n%s", label, seed, r, r.timeline())
+	}
+	slices.Sort(rs)
+	slices.Sort(gs)
+	return rs[1], gs[1]
 }
 
 // A reading a probe confirmed is held confirmedPlateau longer before the
@@ -931,5 +971,83 @@ func TestARefusalOnAYoungPlateauReadsItsExcess(t *testing.T) {
 	}
 	if old := read("old", tune, 8, 0, 60, 400, 7.68); old != 8 {
 		t.Errorf("a lone refusal under a reading a minute old: estimate %.3f/s, want 8/s (jitter)", old)
+	}
+}
+
+// A start's refusal held for a second, after at least two accepted since
+// the hold before, reads the cycle: the refused pace is the upper reading,
+// what was accepted from the end of the hold before to the end of this
+// one the lower, and the limit is read at their geometric mean (at least
+// startCycle of the upper reading, and the count per second of the hold).
+// A 1-s window of 2 under a ceiling of 20/s lets 2 through in the first
+// 0.1 s, then holds the fleet a second; again at the pace under the
+// reading (2 accepted, a refusal 0.25 s after the hold): with startCycle
+// the reading is under 3/s after two refusals, where the control, cut by
+// beta a refusal, is still at 6.7/s (and walked down in five refusals and
+// holds over 8–11 s in fleetpace bench adapt). A strict limiter's cycle
+// (one accepted, then a refusal) reads as before, and so does a bucket
+// whose cycle accepted more than the restart (19 in 0.95 s at 20/s).
+func TestAStartsRefusalReadsTheCycle(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t)
+	ctx := context.Background()
+	n := 0
+	// walk reports cycles to a new platform from its start: each accepted
+	// answers 1/pace apart after the hold before (the first at 0.05 s),
+	// then a refusal with Retry-After 1, the pace 0.96 of the reading
+	// before after the first; it returns the reading after each.
+	walk := func(tune tuning, accepted ...int) []float64 {
+		t.Helper()
+		n++
+		name := fmt.Sprintf("start%d", n)
+		addPlatform(t, pool, platformSpec{name: name, rate: 20, adapt: "estimate", probe: true, noHeaders: true})
+		const start = 1e6
+		now, pace := start, 20.0
+		var out []float64
+		for i, k := range accepted {
+			if i == 0 {
+				now -= 1 / pace // the first answer at 0.05 s
+			}
+			for range k {
+				now += 1 / pace
+				reportAnswers(t, pool, name, tune, now, false, now-0.01, 1/pace, 0, 1)
+			}
+			now += 1 / pace
+			reportAnswers(t, pool, name, tune, now, true, now-0.01, 1/pace, 1, 0)
+			var est float64
+			if err := pool.QueryRow(ctx, `SELECT est FROM fleetpace_pace WHERE platform = $1`, name).Scan(&est); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, est)
+			now, pace = now+1, est*0.96
+		}
+		return out
+	}
+	tune := defaultTuning(DefaultLateBudget)
+	if tune.startCycle <= 0 {
+		t.Fatal("startCycle is off by default")
+	}
+	control := tune
+	control.startCycle = 0
+
+	got, ctl := walk(tune, 2, 2), walk(control, 2, 2)
+	t.Logf("a 1-s window of 2: %.2f/s, then %.2f/s; control %.2f/s, then %.2f/s", got[0], got[1], ctl[0], ctl[1])
+	if got[1] > 3 {
+		t.Errorf("a 1-s window of 2: %.2f/s after two refusals; want ≤ 3/s", got[1])
+	}
+	if ctl[1] < 6 {
+		t.Errorf("the control read %.2f/s after two refusals, not ≥ 6/s: the test proves nothing", ctl[1])
+	}
+	if got[0] < ctl[0]*tune.startCycle*0.99 {
+		t.Errorf("the first refusal read %.2f/s, under startCycle (%.2f) of the control's %.2f/s", got[0], tune.startCycle, ctl[0])
+	}
+	for _, c := range []struct {
+		name     string
+		accepted int
+	}{{"a strict limiter", 1}, {"a bucket with a burst", 19}} {
+		got, ctl := walk(tune, c.accepted), walk(control, c.accepted)
+		if math.Abs(got[0]-ctl[0]) > 1e-9 {
+			t.Errorf("%s: %.3f/s, the control %.3f/s; want the same", c.name, got[0], ctl[0])
+		}
 	}
 }

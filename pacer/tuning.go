@@ -203,6 +203,18 @@ type tuning struct {
 	// this one was raised from when the refused pace is over it: that
 	// level's pace was accepted. Off only in a test's control.
 	plateauExcess bool
+	// startCycle: a refusal with no reading to stand on (a start's, or
+	// one within calm of a decrease), held by the destination for a
+	// short while (measureMin at most: a 1-s window's rest, a bucket's
+	// penalty), with at least two requests accepted since the hold before
+	// (not a strict limiter's lone one), reads no more than the geometric
+	// mean of the upper reading and what was accepted over the cycle (from
+	// the end of the hold before to the end of this one), nor than the
+	// count accepted per second of the hold (a window of that length),
+	// nor less than startCycle × the upper reading. Cut by beta a refusal,
+	// a 1-s window of 2 under a ceiling of 20/s walked down from 10/s in
+	// five refusals and holds over 8–11 s. 0: off (a test's control).
+	startCycle float64
 }
 
 // defaultTuning is the pacer's tuning.
@@ -245,6 +257,7 @@ func defaultTuning(late time.Duration) tuning {
 		lagRead:          true,
 		cycleHold:        1500 * time.Millisecond,
 		plateauExcess:    true,
+		startCycle:       0.4,
 	}
 }
 
@@ -264,7 +277,7 @@ func (t tuning) array() []float64 {
 		t.steep, t.steepDouble.Seconds(), t.guard, t.boundApproach.Seconds(), boolFloat(t.probeBisect),
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
-		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess),
+		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess), t.startCycle,
 	}
 }
 
