@@ -425,46 +425,50 @@ func TestProbeRefusalBisects(t *testing.T) {
 	}
 }
 
-// In the simulation (3 processes × 20 callers under a ceiling of 20/s), a
-// 1-s window of 2 read by the start's cycle is found in two or three
-// refusals instead of five: over seconds 10–70 (medians of 3 seeds) at
-// most 1.2 % refused and goodput at least 0.93, where the control (cut
-// × 0.7 a refusal: 1.82 %, 0.900) lands its walk over the quota and
-// walks down from there a refusal and a hold at a time.
+// In the simulation (3 processes × 20 callers under a ceiling of 20/s, 40
+// s), a 1-s window of 2 read by the start's cycle is found in two or three
+// refusals instead of five: over seconds 10–40 (medians of 3 seeds) at
+// most 2.5 % refused and goodput at least 0.9 (1.79 %, 0.917), where the
+// control (cut × 0.7 a refusal: 3.77 %, 0.850) lands its walk over the
+// quota and walks down from there a refusal and a hold at a time.
 func TestAStartsCycleFindsAOneSecondWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
 	}
 	t.Parallel()
 	run := func(startCycle float64) (refused, good float64) {
-		return windowOfTwo(t, fmt.Sprintf("startCycle %.1f", startCycle), simConfig{latency: 2 * time.Millisecond,
+		return windowOfTwo(t, fmt.Sprintf("startCycle %.1f", startCycle), simConfig{latency: 2 * time.Millisecond, duration: 40 * time.Second,
 			tune: func(tu *tuning) { tu.startCycle = startCycle }})
 	}
 	refused, good := run(defaultTuning(DefaultLateBudget).startCycle)
-	if refused > 0.012 || good < 0.93 {
-		t.Errorf("refused %.2f%% over 10–70 s, goodput %.3f (medians of 3); want ≤ 1.2 %% and ≥ 0.93", 100*refused, good)
+	if refused > 0.025 || good < 0.9 {
+		t.Errorf("refused %.2f%% over 10–40 s, goodput %.3f (medians of 3); want ≤ 2.5 %% and ≥ 0.9", 100*refused, good)
 	}
-	if control, cgood := run(0); control <= refused+0.004 && cgood >= good-0.02 {
+	if control, cgood := run(0); control <= refused+0.01 && cgood >= good-0.03 {
 		t.Errorf("the control refused %.2f%% (goodput %.3f), not more than %.2f%% (%.3f): the test proves nothing",
 			100*control, cgood, 100*refused, good)
 	}
 }
 
 // windowOfTwo simulates 3 processes × 20 callers under a ceiling of 20/s
-// against a fixed window of 2 per second for 70 s, cfg's latency (+ 2 ms
-// per seed), lateness and tuning, seeds 1–3, and returns the medians of
-// the share refused and the goodput over seconds 10–70.
+// against a fixed window of 2 per second for cfg's duration (default 70
+// s), latency (+ 2 ms per seed), lateness and tuning, seeds 1–3, and
+// returns the medians of the share refused and the goodput from second 10
+// to the end.
 func windowOfTwo(t *testing.T, label string, cfg simConfig) (refused, good float64) {
 	t.Helper()
 	var rs, gs []float64
 	latency := cfg.latency
+	if cfg.duration == 0 {
+		cfg.duration = 70 * time.Second
+	}
 	for seed := uint64(1); seed <= 3; seed++ {
-		cfg.procs, cfg.callers, cfg.rate, cfg.duration, cfg.seed = 3, 20, 20, 70*time.Second, seed
+		cfg.procs, cfg.callers, cfg.rate, cfg.seed = 3, 20, 20, seed
 		cfg.rule = fakedest.Rule{Window: time.Second, WindowLimit: 2}
 		cfg.latency = latency + time.Duration(2*seed)*time.Millisecond
 		r := runSim(t, cfg)
-		rs = append(rs, r.refusedShare(10*time.Second, 70*time.Second))
-		gs = append(gs, r.goodput(10*time.Second, 70*time.Second, 2))
+		rs = append(rs, r.refusedShare(10*time.Second, cfg.duration))
+		gs = append(gs, r.goodput(10*time.Second, cfg.duration, 2))
 		t.Logf("%s, seed %d: %s\n%s", label, seed, r, r.timeline())
 	}
 	slices.Sort(rs)
