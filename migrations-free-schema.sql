@@ -405,7 +405,7 @@ WHERE p.name = s.platform
 --        it and not under est_prev when est_prev is under it (0 or NULL:
 --        not)
 --   t[37] a refusal with no reading (a start's, or within t[8] of a
---        decrease) held for at most t[10], at least 2 accepted since the
+--        cut on a bound's approach) held for at most t[10], at least 2 accepted since the
 --        hold before, reads at most the largest of t[37] × the upper
 --        reading, the count accepted over the hold's whole seconds, and
 --        the geometric mean of the upper reading and the count over the
@@ -874,7 +874,10 @@ BEGIN
                     v_est_max := v_est;
                 END IF;
                 -- Refused with no reading to stand on (a start's, or within
-                -- calm of a decrease: t[37]) and held a short while (a 1-s
+                -- calm of a cut that aimed at a bound's bisection: t[37];
+                -- not a cut from a reading, where a strict limiter's
+                -- jitter refuses after a few requests and the cycle is
+                -- mostly its hold) and held a short while (a 1-s
                 -- window's rest, a bucket's penalty), with at least two
                 -- requests accepted since the hold before (a strict
                 -- limiter refuses the second one over its rate): what was
@@ -890,7 +893,7 @@ BEGIN
                 -- under a ceiling of 20/s walked down from 10/s in five
                 -- refusals and holds, over 8–11 s.
                 IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cut >= 2 AND p_retry > 0
-                   AND (v_hurried OR NOT v_reading) THEN
+                   AND (NOT v_reading OR v_hurried AND s.est_max > s.est * 1.0001) THEN
                     v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cut / ceil(p_retry),
                                                    sqrt(v_est_max * s.acc_cut
                                                         / (v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from)))));

@@ -1045,6 +1045,33 @@ func TestAStartsRefusalReadsTheCycle(t *testing.T) {
 	if got[0] < ctl[0]*tune.startCycle*0.99 {
 		t.Errorf("the first refusal read %.2f/s, under startCycle (%.2f) of the control's %.2f/s", got[0], tune.startCycle, ctl[0])
 	}
+	// A cut from a reading (8/s, est_max no higher) refused again within
+	// calm after two accepted: a strict limiter's jitter near its rate,
+	// the cycle mostly its hold. Read by the cycle, a strict bucket of 8/s
+	// in the integration test was cut to ~3/s; it is read as the control.
+	fromReading := func(tune tuning) float64 {
+		t.Helper()
+		n++
+		name := fmt.Sprintf("start%d", n)
+		addPlatform(t, pool, platformSpec{name: name, rate: 20, adapt: "estimate", probe: true, noHeaders: true})
+		const now = 1e6
+		if _, err := pool.Exec(ctx, `UPDATE fleetpace_pace SET est = 8, est_max = 8, est_prev = 0, est_at = $1::float8 - 0.5,
+		    est_plateau = 0, est_guess = false, cut_below = false, acc_cut = 2, ref_cut = 0, acc_rate = 7,
+		    acc_at = $1::float8 - 0.1, acc_from = $1::float8 - 30, jitter_at = $1::float8 - 100, held_at = $1::float8 - 1.5,
+		    hold_until = $1::float8 - 0.5, doubled_at = $1::float8 - 1.5, meas_window = 1, meas_window_at = $1::float8 - 1.5
+		    WHERE platform = $2`, now, name); err != nil {
+			t.Fatal(err)
+		}
+		reportAnswers(t, pool, name, tune, now, true, now-0.01, 1/7.68, 1, 0)
+		var est float64
+		if err := pool.QueryRow(ctx, `SELECT est FROM fleetpace_pace WHERE platform = $1`, name).Scan(&est); err != nil {
+			t.Fatal(err)
+		}
+		return est
+	}
+	if got, ctl := fromReading(tune), fromReading(control); math.Abs(got-ctl) > 1e-9 {
+		t.Errorf("a refusal within calm of a cut from a reading: %.3f/s, the control %.3f/s; want the same", got, ctl)
+	}
 	for _, c := range []struct {
 		name     string
 		accepted int

@@ -204,7 +204,9 @@ type tuning struct {
 	// level's pace was accepted. Off only in a test's control.
 	plateauExcess bool
 	// startCycle: a refusal with no reading to stand on (a start's, or
-	// one within calm of a decrease), held by the destination for a
+	// one within calm of a cut on a bound's approach, not of a cut from a
+	// reading: a strict limiter's jitter there refuses after a few
+	// requests, and its cycle is mostly the hold), held by the destination for a
 	// short while (measureMin at most: a 1-s window's rest, a bucket's
 	// penalty), with at least two requests accepted since the hold before
 	// (not a strict limiter's lone one), reads no more than the geometric
