@@ -440,7 +440,7 @@ func TestAStartsCycleFindsAOneSecondWindow(t *testing.T) {
 		return windowOfTwo(t, fmt.Sprintf("startCycle %.1f", startCycle), simConfig{latency: 2 * time.Millisecond, duration: 40 * time.Second,
 			tune: func(tu *tuning) { tu.startCycle = startCycle }})
 	}
-	refused, good := run(defaultTuning(DefaultLateBudget).startCycle)
+	refused, good := run(startCycleOn)
 	if refused > 0.025 || good < 0.9 {
 		t.Errorf("refused %.2f%% over 10–40 s, goodput %.3f (medians of 3); want ≤ 2.5 %% and ≥ 0.9", 100*refused, good)
 	}
@@ -1028,9 +1028,7 @@ func TestAStartsRefusalReadsTheCycle(t *testing.T) {
 		return out
 	}
 	tune := defaultTuning(DefaultLateBudget)
-	if tune.startCycle <= 0 {
-		t.Fatal("startCycle is off by default")
-	}
+	tune.startCycle = startCycleOn
 	control := tune
 	control.startCycle = 0
 
