@@ -450,6 +450,10 @@ func TestAStartsCycleFindsAOneSecondWindow(t *testing.T) {
 	}
 }
 
+// startCycleOn is the startCycle the window results were measured with
+// (off by default).
+const startCycleOn = 0.4
+
 // windowOfTwo simulates 3 processes × 20 callers under a ceiling of 20/s
 // against a fixed window of 2 per second for cfg's duration (default 70
 // s), latency (+ 2 ms per seed), lateness and tuning, seeds 1–3, and

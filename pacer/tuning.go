@@ -224,9 +224,6 @@ type tuning struct {
 	startCycle float64
 }
 
-// startCycleOn is startCycle's value where it is on (tests).
-const startCycleOn = 0.4
-
 // defaultTuning is the pacer's tuning.
 func defaultTuning(late time.Duration) tuning {
 	return tuning{
