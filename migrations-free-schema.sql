@@ -156,6 +156,9 @@ ALTER TABLE fleetpace_pace
 --                   the answers accepted and refused to requests reserved
 --                   since the last decrease (est_at): the share the
 --                   destination accepts at the pace in force
+--   acc_cycle       the answers accepted to requests sent (by their slot)
+--                   since the end of the latest hold or slow-down: what the
+--                   destination accepted in the cycle a refusal ends
 --   meas_window, meas_window_at
 --                   the time constant of that average: the longest hold a
 --                   destination asked for lately (a window's length), and
@@ -193,6 +196,7 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS acc_rate       double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS ref_rate       double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS acc_cut        integer          NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS acc_cycle      integer          NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS ref_cut        integer          NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS acc_at         double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS acc_from       double precision NOT NULL DEFAULT 0,
@@ -405,8 +409,8 @@ WHERE p.name = s.platform
 --        it and not under est_prev when est_prev is under it (0 or NULL:
 --        not)
 --   t[37] a refusal with no reading (a start's, or within t[8] of a
---        cut on a bound's approach) held for at most t[10], at least 2 accepted since the
---        hold before, reads at most the largest of t[37] × the upper
+--        cut on a bound's approach) held for at most t[10], at least 2
+--        accepted to requests sent since the hold before (acc_cycle), reads at most the largest of t[37] × the upper
 --        reading, the count accepted over the hold's whole seconds, and
 --        the geometric mean of the upper reading and the count over the
 --        cycle (0 or NULL: not)
@@ -511,18 +515,22 @@ $$;
 
 -- fleetpace_pace_report applies what p_answered answers without pressure
 -- (p_clean of them clean, p_fresh of them to requests reserved since the
--- latest slow-down the caller knew of), or one answer with pressure, told
--- the caller,
+-- latest slow-down the caller knew of, p_sent_from the earliest slot they
+-- went at), or one answer with pressure, told the caller,
 -- and what the destination announced, to a platform's pace row; see
 -- pacer's reportSQL for the parameters and docs/design.md ("Adaptive
 -- pacing") for the rules. It returns the row's state after it; a report
 -- that slows the platform down is an event, announced on channel
 -- fleetpace_pace by pg_notify (delivered at commit). No row: nothing.
+-- (p_sent_from came after p_key: the function without it goes, and a
+-- process that does not send it calls this one.)
+DROP FUNCTION IF EXISTS fleetpace_pace_report(text, float8, boolean, float8, float8, float8, integer, integer, integer,
+                                              float8, float8, float8, text, float8, float8, float8[], text);
 CREATE OR REPLACE FUNCTION fleetpace_pace_report(
     p_platform text, p_now float8, p_pressure boolean, p_reserved_at float8, p_sent_interval float8,
     p_retry float8, p_answered integer, p_clean integer, p_fresh integer,
     p_announced float8, p_announced_ttl float8, p_quota_hold float8, p_reason text,
-    p_window float8, p_limit float8, t float8[], p_key text DEFAULT '')
+    p_window float8, p_limit float8, t float8[], p_key text DEFAULT '', p_sent_from float8 DEFAULT NULL)
 RETURNS TABLE (r_multiplier float8, r_max_multiplier float8, r_streak integer, r_effect smallint, r_hold_left float8,
                r_event_seq bigint, r_event_at float8, r_interval float8, r_shift float8, r_horizon float8,
                r_hold_at float8, r_respaced boolean, r_window float8, r_estimate float8)
@@ -577,6 +585,7 @@ DECLARE
     v_retro     float8 := 0;
     v_event     boolean;
     v_shift     float8;
+    v_doubled   float8;           -- doubled_at after
 BEGIN
     SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND key = p_key AND rate > 0 FOR UPDATE;
     IF NOT FOUND THEN
@@ -705,6 +714,15 @@ BEGIN
         -- requests reserved since the last decrease, before this one (a
         -- refusal does not count against itself).
         s.acc_cut := s.acc_cut + GREATEST(p_fresh, 0);
+        -- The cycle's: answers to requests that went (by their slot) since
+        -- the end of the latest hold or slow-down. Not by the process's
+        -- knowledge (acc_cut's): answers to requests sent before a hold
+        -- reach the row after it when their process heard of it late, and
+        -- a strict bucket of 8/s whose cycle holds one request counted
+        -- several.
+        IF NOT p_pressure AND p_sent_from >= GREATEST(s.hold_until, s.doubled_at) THEN
+            s.acc_cycle := s.acc_cycle + GREATEST(p_answered, 0);
+        END IF;
         v_share := COALESCE(s.acc_cut::float8 / NULLIF(s.acc_cut + s.ref_cut, 0), 1);
         -- A refusal whose answer says the announced quota ran out (a
         -- request in flight when it did, one more than the quota in a
@@ -879,8 +897,9 @@ BEGIN
                 -- jitter refuses after a few requests and the cycle is
                 -- mostly its hold) and held a short while (a 1-s
                 -- window's rest, a bucket's penalty), with at least two
-                -- requests accepted since the hold before (a strict
-                -- limiter refuses the second one over its rate): what was
+                -- requests sent since the hold before accepted (acc_cycle;
+                -- a strict limiter refuses the second one over its rate):
+                -- what was
                 -- accepted over the cycle, from the end of the hold before
                 -- to the end of this one, is a lower reading (a window's
                 -- quota over its length and the hold's rounding; a small
@@ -892,10 +911,10 @@ BEGIN
                 -- one cycle). Cut by t[6] a refusal, a 1-s window of 2
                 -- under a ceiling of 20/s walked down from 10/s in five
                 -- refusals and holds, over 8–11 s.
-                IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cut >= 2 AND p_retry > 0
+                IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cycle >= 2 AND p_retry > 0
                    AND (NOT v_reading OR v_hurried AND s.est_max > s.est * 1.0001) THEN
-                    v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cut / ceil(p_retry),
-                                                   sqrt(v_est_max * s.acc_cut
+                    v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cycle / ceil(p_retry),
+                                                   sqrt(v_est_max * s.acc_cycle
                                                         / (v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from)))));
                 END IF;
                 -- Refused under a young reading where the destination holds
@@ -1039,10 +1058,11 @@ BEGIN
     v_shift := GREATEST(GREATEST(v_hold, s.paused_until) - (v_pivot + (v_first - v_pivot) * v_ratio), v_retro,
                         CASE WHEN v_ratio > 1.000001 THEN v_i_new - (v_first - v_pivot) * v_ratio ELSE 0 END, 0);
 
+    v_doubled := CASE WHEN v_event AND (v_ratio > 1.000001 OR v_shift > 0) THEN v_now ELSE v_slowed END;
     UPDATE fleetpace_pace AS u SET
         multiplier = v_m, clean_streak = v_streak, pressure_mult = v_mp,
         est = v_est, est_max = v_est_max, est_at = v_est_at, est_plateau = v_plateau, est_prev = v_prev,
-        doubled_at = CASE WHEN v_event AND (v_ratio > 1.000001 OR v_shift > 0) THEN v_now ELSE v_slowed END,
+        doubled_at = v_doubled,
         hold_until = v_hold,
         hold_reason = CASE WHEN v_hold > s.hold_until THEN p_reason ELSE s.hold_reason END,
         announced_interval = v_ann_i, announced_until = v_ann_until,
@@ -1050,6 +1070,7 @@ BEGIN
         announced_window_at = CASE WHEN v_win_new THEN v_now ELSE s.announced_window_at END,
         acc_rate = s.acc_rate, ref_rate = s.ref_rate, acc_at = s.acc_at, acc_from = s.acc_from,
         acc_cut = s.acc_cut, ref_cut = s.ref_cut,
+        acc_cycle = CASE WHEN GREATEST(v_hold, v_doubled) > GREATEST(s.hold_until, s.doubled_at) THEN 0 ELSE s.acc_cycle END,
         meas_window = s.meas_window, meas_window_at = s.meas_window_at, jitter_at = s.jitter_at, held_at = s.held_at,
         cut_below = s.cut_below, est_guess = s.est_guess,
         cursor_at = CASE WHEN v_event AND s.cursor_at > v_pivot

@@ -125,7 +125,11 @@ type pendingClean struct {
 	clean    int           // of which clean
 	fresh    int           // of which to requests reserved since the latest slow-down known
 	announce *announcement // the latest announcement gathered
-	timer    clock.Timer
+	// sentFrom is the earliest slot of the answers gathered (database
+	// time), unless one came without a slot (slotUnknown).
+	sentFrom    float64
+	slotUnknown bool
+	timer       clock.Timer
 }
 
 // blockSlot is a slot of a block kept for a later call.

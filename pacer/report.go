@@ -18,6 +18,7 @@ type report struct {
 	clean      int      // of which clean
 	fresh      int      // of which to requests reserved since the latest slow-down known
 	reservedAt *float64 // database time of the reservation (pressure)
+	sentFrom   *float64 // the earliest slot of the answers carried, database time (nil: one unknown)
 	sent       *float64 // the spacing the refused request's slot was granted at, seconds (pressure)
 	retry      *float64 // Retry-After, seconds (pressure)
 	announce   *announcement
@@ -106,6 +107,10 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 		}
 		if p.sinceSlowdown(platform, res) {
 			rep.fresh = 1
+		}
+		if !res.Slot.IsZero() {
+			s := timeToEpoch(res.Slot)
+			rep.sentFrom = &s
 		}
 	}
 	if !rep.pressure && rep.answered == 0 && rep.announce == nil {
@@ -330,6 +335,14 @@ func (p *Pacer) deferReport(platform string, rep report) {
 	pc.answered += rep.answered
 	pc.clean += rep.clean
 	pc.fresh += rep.fresh
+	if rep.answered > 0 {
+		switch {
+		case rep.sentFrom == nil:
+			pc.slotUnknown = true
+		case pc.sentFrom == 0 || *rep.sentFrom < pc.sentFrom:
+			pc.sentFrom = *rep.sentFrom
+		}
+	}
 	if rep.announce != nil {
 		pc.announce = rep.announce
 	}
@@ -366,7 +379,10 @@ func (p *Pacer) flushPlatform(ctx context.Context, platform string) {
 		return
 	}
 	rep := report{answered: pc.answered, clean: pc.clean, fresh: pc.fresh, announce: pc.announce}
-	pc.answered, pc.clean, pc.fresh, pc.announce = 0, 0, 0, nil
+	if s := pc.sentFrom; s > 0 && !pc.slotUnknown {
+		rep.sentFrom = &s
+	}
+	pc.answered, pc.clean, pc.fresh, pc.announce, pc.sentFrom, pc.slotUnknown = 0, 0, 0, nil, 0, false
 	if pc.timer != nil {
 		if pc.timer.Stop() { // it will not run: its Done is ours to call
 			p.timers.Done()
@@ -420,7 +436,7 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 		reason = "quota exhausted"
 	}
 	args := []any{platform, p.stmtNow(), rep.pressure, rep.reservedAt, rep.sent, rep.retry, rep.answered, rep.clean, rep.fresh,
-		announced, ttl, quotaHold, reason, window, limit, p.tune, rep.key}
+		announced, ttl, quotaHold, reason, window, limit, p.tune, rep.key, rep.sentFrom}
 	for attempt := 0; ; attempt++ {
 		err := p.pool.QueryRow(qctx, reportSQL, args...).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,

@@ -249,7 +249,8 @@ WHERE platform = $1 AND key IN ('', $2) AND max_in_flight > 0`
 // for through its quota headers, in seconds (NULL: none), $13 the reason
 // of a new hold, $14 the announced quota's window in seconds (NULL:
 // unknown), $15 its limit (NULL: unknown), $16 the tuning, $17 the key
-// whose row takes the report (”: the platform's).
+// whose row takes the report (”: the platform's), $18 the earliest slot
+// (database time) of the answers without pressure (NULL: one unknown).
 //
 // It returns the multiplier (the ceiling over the pace in force), the
 // maximum multiplier, the clean streak ('multiplier' mode), the effect
@@ -257,7 +258,7 @@ WHERE platform = $1 AND key IN ('', $2) AND max_in_flight > 0`
 // shift, horizon, hold), whether this report made one, the quota window
 // the fleet keeps, and the estimate. See docs/design.md, "Adaptive pacing",
 // for the rules.
-const reportSQL = `SELECT * FROM fleetpace_pace_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+const reportSQL = `SELECT * FROM fleetpace_pace_report($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // pauseSQL pauses a platform fleet-wide until $2 (epoch seconds of the
 // database clock; 'Infinity': until resumed), or for $4 seconds from now
@@ -374,7 +375,7 @@ FROM u`
 // next reservation goes at the configured pace.
 const forgetSQL = `
 UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced_window = 0, announced_window_at = 0,
-    est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_at = 0, acc_from = 0,
+    est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_cycle = 0, acc_at = 0, acc_from = 0,
     meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false,
     est_prev = 0
 WHERE platform = $1`

@@ -208,19 +208,15 @@ type tuning struct {
 	// reading: a strict limiter's jitter there refuses after a few
 	// requests, and its cycle is mostly the hold), held by the destination for a
 	// short while (measureMin at most: a 1-s window's rest, a bucket's
-	// penalty), with at least two requests accepted since the hold before
-	// (not a strict limiter's lone one), reads no more than the geometric
+	// penalty), with at least two requests sent since the hold before
+	// accepted (not a strict limiter's lone one; counted by their slots, not
+	// by when their answers arrived), reads no more than the geometric
 	// mean of the upper reading and what was accepted over the cycle (from
 	// the end of the hold before to the end of this one), nor than the
 	// count accepted per second of the hold (a window of that length),
 	// nor less than startCycle × the upper reading. Cut by beta a refusal,
 	// a 1-s window of 2 under a ceiling of 20/s walked down from 10/s in
 	// five refusals and holds over 8–11 s. 0: off (a test's control).
-	// Off by default (0): in fleetpace bench adapt the strict bucket of
-	// 8/s (strict-40) counts answers to requests sent before a hold as
-	// the cycle's, so its start was read at 3.6/s and reached 0.85
-	// after 42 s (goodput 0.762 against 0.90); startCycleOn is the value
-	// the window results were measured with.
 	startCycle float64
 }
 
@@ -264,7 +260,7 @@ func defaultTuning(late time.Duration) tuning {
 		lagRead:          true,
 		cycleHold:        1500 * time.Millisecond,
 		plateauExcess:    true,
-		startCycle:       0,
+		startCycle:       0.4,
 	}
 }
 
