@@ -522,15 +522,17 @@ $$;
 -- pacing") for the rules. It returns the row's state after it; a report
 -- that slows the platform down is an event, announced on channel
 -- fleetpace_pace by pg_notify (delivered at commit). No row: nothing.
--- (p_sent_from came after p_key: the function without it goes, and a
--- process that does not send it calls this one.)
+-- It takes every parameter (no defaults); the form without p_sent_from
+-- (below, the form an older process calls and would create again) calls
+-- it. Had this one defaults too, a call of 17 arguments would match both
+-- and be ambiguous.
 DROP FUNCTION IF EXISTS fleetpace_pace_report(text, float8, boolean, float8, float8, float8, integer, integer, integer,
-                                              float8, float8, float8, text, float8, float8, float8[], text);
-CREATE OR REPLACE FUNCTION fleetpace_pace_report(
+                                              float8, float8, float8, text, float8, float8, float8[], text, float8);
+CREATE FUNCTION fleetpace_pace_report(
     p_platform text, p_now float8, p_pressure boolean, p_reserved_at float8, p_sent_interval float8,
     p_retry float8, p_answered integer, p_clean integer, p_fresh integer,
     p_announced float8, p_announced_ttl float8, p_quota_hold float8, p_reason text,
-    p_window float8, p_limit float8, t float8[], p_key text DEFAULT '', p_sent_from float8 DEFAULT NULL)
+    p_window float8, p_limit float8, t float8[], p_key text, p_sent_from float8)
 RETURNS TABLE (r_multiplier float8, r_max_multiplier float8, r_streak integer, r_effect smallint, r_hold_left float8,
                r_event_seq bigint, r_event_at float8, r_interval float8, r_shift float8, r_horizon float8,
                r_hold_at float8, r_respaced boolean, r_window float8, r_estimate float8)
@@ -1100,6 +1102,22 @@ BEGIN
                         CASE WHEN v_now - s.announced_window_at < t[16] THEN s.announced_window ELSE 0 END,
                         s.est;
 END
+$$;
+
+-- fleetpace_pace_report without p_sent_from: a process that does not send
+-- it (nothing counts towards acc_cycle).
+CREATE OR REPLACE FUNCTION fleetpace_pace_report(
+    p_platform text, p_now float8, p_pressure boolean, p_reserved_at float8, p_sent_interval float8,
+    p_retry float8, p_answered integer, p_clean integer, p_fresh integer,
+    p_announced float8, p_announced_ttl float8, p_quota_hold float8, p_reason text,
+    p_window float8, p_limit float8, t float8[], p_key text DEFAULT '')
+RETURNS TABLE (r_multiplier float8, r_max_multiplier float8, r_streak integer, r_effect smallint, r_hold_left float8,
+               r_event_seq bigint, r_event_at float8, r_interval float8, r_shift float8, r_horizon float8,
+               r_hold_at float8, r_respaced boolean, r_window float8, r_estimate float8)
+LANGUAGE sql AS $$
+    SELECT * FROM fleetpace_pace_report(p_platform, p_now, p_pressure, p_reserved_at, p_sent_interval, p_retry,
+                                        p_answered, p_clean, p_fresh, p_announced, p_announced_ttl, p_quota_hold,
+                                        p_reason, p_window, p_limit, t, p_key, NULL::float8)
 $$;
 
 -- cooldown: one row per platform that was told to stop (rate limited).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -899,6 +900,53 @@ func TestARefusalUnderAWindowsReadingReadsTheCycle(t *testing.T) {
 // reportAnswers runs the report statement for platform: answered answers
 // (all clean and fresh), a refusal among them if pressure, of requests
 // reserved at reservedAt and spaced interval seconds apart.
+// fleetpace_pace_report takes p_sent_from in a form of its own, with no
+// defaults, and the form without it (an older process's call, 16 or 17
+// arguments) calls that one: every call resolves to one function, and an
+// older process that creates its own form again replaces the 17-argument
+// one instead of adding a third that makes calls ambiguous.
+func TestReportFunctionForms(t *testing.T) {
+	t.Parallel()
+	_, pool := setup(t, platformSpec{name: "forms", rate: 20, adapt: "estimate", noHeaders: true})
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT pronargs, pronargdefaults FROM pg_proc WHERE proname = 'fleetpace_pace_report' ORDER BY pronargs`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forms [][2]int16
+	for rows.Next() {
+		var f [2]int16
+		if err := rows.Scan(&f[0], &f[1]); err != nil {
+			t.Fatal(err)
+		}
+		forms = append(forms, f)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(forms) != 2 || forms[0] != [2]int16{17, 1} || forms[1] != [2]int16{18, 0} {
+		t.Fatalf("fleetpace_pace_report forms (arguments, defaults): %v; want [17 1] and [18 0]", forms)
+	}
+	tune := defaultTuning(DefaultLateBudget).array()
+	args := []any{"forms", 1e6, false, 1e6 - 0.01, 0.05, nil, 1, 1, 1, nil, nil, nil, "test", nil, nil, tune, "", 1e6 - 0.01}
+	for _, n := range []int{16, 17, 18} {
+		ph := make([]string, n)
+		for i := range ph {
+			ph[i] = fmt.Sprintf("$%d", i+1)
+		}
+		if _, err := pool.Exec(ctx, `SELECT * FROM fleetpace_pace_report(`+strings.Join(ph, ", ")+`)`, args[:n]...); err != nil {
+			t.Errorf("a call with %d arguments: %v", n, err)
+		}
+	}
+	var cycle int
+	if err := pool.QueryRow(ctx, `SELECT acc_cycle FROM fleetpace_pace WHERE platform = 'forms'`).Scan(&cycle); err != nil {
+		t.Fatal(err)
+	}
+	if cycle != 1 {
+		t.Errorf("acc_cycle %d after three answers, one with its slot; want 1", cycle)
+	}
+}
+
 // sentFrom is the earliest slot a test's report without pressure carries:
 // the reservation's time (nil with pressure).
 func sentFrom(pressure bool, reservedAt float64) *float64 {
