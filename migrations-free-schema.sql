@@ -410,10 +410,11 @@ WHERE p.name = s.platform
 --        not)
 --   t[37] a refusal with no reading (a start's, or within t[8] of a
 --        cut on a bound's approach) held for at most t[10], at least 2
---        accepted to requests sent since the hold before (acc_cycle), reads at most the largest of t[37] × the upper
---        reading, the count accepted over the hold's whole seconds, and
---        the geometric mean of the upper reading and the count over the
---        cycle (0 or NULL: not)
+--        accepted to requests sent since the hold before (acc_cycle),
+--        reads at most the largest of t[37] × the upper reading, the
+--        count accepted over the hold's whole seconds, and the geometric
+--        mean of the upper reading and the count over the cycle (0 or
+--        NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -721,7 +722,9 @@ BEGIN
         -- knowledge (acc_cut's): answers to requests sent before a hold
         -- reach the row after it when their process heard of it late, and
         -- a strict bucket of 8/s whose cycle holds one request counted
-        -- several.
+        -- several. A batch whose earliest answer went before counts
+        -- nothing (its answers are not told apart): the count errs low,
+        -- and the rule then reads nothing.
         IF NOT p_pressure AND p_sent_from >= GREATEST(s.hold_until, s.doubled_at) THEN
             s.acc_cycle := s.acc_cycle + GREATEST(p_answered, 0);
         END IF;
@@ -901,8 +904,7 @@ BEGIN
                 -- window's rest, a bucket's penalty), with at least two
                 -- requests sent since the hold before accepted (acc_cycle;
                 -- a strict limiter refuses the second one over its rate):
-                -- what was
-                -- accepted over the cycle, from the end of the hold before
+                -- what was accepted over the cycle, from the end of the hold before
                 -- to the end of this one, is a lower reading (a window's
                 -- quota over its length and the hold's rounding; a small
                 -- bucket's burst), and the refused pace the upper one. The
