@@ -159,17 +159,6 @@ ALTER TABLE fleetpace_pace
 --   acc_cycle       the answers accepted to requests sent (by their slot)
 --                   since the end of the latest hold or slow-down: what the
 --                   destination accepted in the cycle a refusal ends
---   cyc_from, cyc_until, cyc_cut, cyc_max, cyc_len, cyc_retry, cyc_count, cyc_est_at
---                   the cycle a refusal read by the start's-cycle rule
---                   (t[37]) ended: where it began (acc_cycle's bound), the
---                   end of its hold (0: none), the cut and the upper
---                   reading without the rule, its length and Retry-After,
---                   the answers counted so far, and the est_at the refusal
---                   set. Answers to the cycle's requests that reach the row
---                   during the hold (a batch flushes up to CleanBatch
---                   after the refusal went at once) count too, and the
---                   estimate is read again with them, while est_at is
---                   still the refusal's
 --   meas_window, meas_window_at
 --                   the time constant of that average: the longest hold a
 --                   destination asked for lately (a window's length), and
@@ -219,15 +208,7 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS cut_below      boolean          NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS est_guess      boolean          NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS est_plateau    double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS est_prev       double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_from       double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_until      double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_cut        double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_max        double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_len        double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_retry      double precision NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_count      integer          NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS cyc_est_at     double precision NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS est_prev       double precision NOT NULL DEFAULT 0;
 
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
@@ -525,21 +506,6 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                     CASE WHEN now < announced_until THEN announced_interval ELSE 0 END)
 $$;
 
--- fleetpace_pace_cycle is the start's-cycle rule (t[37]): a refusal's cut
--- (cut, below upper, the refused pace's reading) read again by what the
--- cycle it ended accepted: count answers over len seconds (from the end of
--- the hold before to the end of this one), with a hold of retry. With at
--- least two, the limit is read at the geometric mean of the upper reading
--- and the cycle's rate, at least count over the hold's whole seconds (a
--- window of that length) and t[37] of the upper reading; with fewer (a
--- strict limiter refuses the second request over its rate), the cut.
-CREATE OR REPLACE FUNCTION fleetpace_pace_cycle(cut float8, upper float8, count integer, retry float8, len float8, t float8[])
-RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN count >= 2 AND len > 0 AND retry > 0
-                THEN LEAST(cut, GREATEST(upper * t[37], count / ceil(retry), sqrt(upper * count / len)))
-                ELSE cut END
-$$;
-
 -- fleetpace_pace_channel_name is how a pace row is named in notifications:
 -- "platform", or "platform/hex of the key" (a platform name has no '/'; a
 -- key may hold any character, the payload's separator included).
@@ -581,7 +547,7 @@ DECLARE
     v_mp        float8;
     v_streak    integer;
     v_steps     integer := 0;
-    v_effect    smallint := 0;    -- 3 slowed, 4 at the slowest, 5 stale, 6 relaxed, 7 jitter, 8 quota, 9 re-read (pacer's effect* codes)
+    v_effect    smallint := 0;    -- 3 slowed, 4 at the slowest, 5 stale, 6 relaxed, 7 jitter, 8 quota (pacer's effect* codes)
     v_est       float8;
     v_est_at    float8;
     v_est_max   float8;
@@ -601,10 +567,6 @@ DECLARE
     v_young     boolean;          -- est is younger than an approach, on the climb's clock (t[33])
     v_then      float8;           -- the pace a hold before a probe's refusal (t[34])
     v_cycle     float8;           -- from the end of the hold before to this hold's end (t[35])
-    v_cyc       boolean := false; -- the start's-cycle rule read this refusal (t[37]): its cycle is recorded
-    v_cyc_cut   float8;           -- the cut without it
-    v_cyc_max   float8;           -- the upper reading it read by
-    v_cyc_len   float8;           -- the cycle's length, its hold included
     v_excess    float8;           -- the refused pace less one request in N + 1 (t[36])
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
@@ -765,24 +727,6 @@ BEGIN
         -- and the rule then reads nothing.
         IF NOT p_pressure AND p_sent_from >= GREATEST(s.hold_until, s.doubled_at) THEN
             s.acc_cycle := s.acc_cycle + GREATEST(p_answered, 0);
-        END IF;
-        -- Answers to the requests of a cycle the start's-cycle rule read,
-        -- reaching the row during its hold: the refusal went at once, the
-        -- answers before it in batches up to CleanBatch later, and the
-        -- rule read whatever had arrived. A 1-s window of 2 whose two
-        -- answers came after its refusal read nothing (10/s); a strict
-        -- limiter's cycle read by half its answers read a window's (3.6/s
-        -- for 8/s). Every batch has flushed by the hold's end (the rule
-        -- reads holds of a second or more): read again with each, until
-        -- then, unless the estimate moved since (est_at).
-        IF NOT p_pressure AND p_answered > 0 AND s.cyc_until > 0 AND v_now <= s.cyc_until
-           AND p_sent_from >= s.cyc_from AND s.est_at = s.cyc_est_at THEN
-            s.cyc_count := s.cyc_count + p_answered;
-            v_est := GREATEST(fleetpace_pace_cycle(s.cyc_cut, s.cyc_max, s.cyc_count, s.cyc_retry, s.cyc_len, t),
-                              s.rate / s.max_multiplier / (1 - t[3]));
-            IF abs(v_est - s.est) > s.est * 1e-9 THEN
-                v_effect := 9;
-            END IF;
         END IF;
         v_share := COALESCE(s.acc_cut::float8 / NULLIF(s.acc_cut + s.ref_cut, 0), 1);
         -- A refusal whose answer says the announced quota ran out (a
@@ -971,17 +915,11 @@ BEGIN
                 -- one cycle). Cut by t[6] a refusal, a 1-s window of 2
                 -- under a ceiling of 20/s walked down from 10/s in five
                 -- refusals and holds, over 8–11 s.
-                -- The count is what has reached the row (none, maybe: a
-                -- start's refusal can come before any answer); the rest of
-                -- the cycle's answers read it again during the hold
-                -- (cyc_*).
-                IF COALESCE(t[37], 0) > 0 AND v_tau <= t[10] AND p_retry > 0
+                IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cycle >= 2 AND p_retry > 0
                    AND (NOT v_reading OR v_hurried AND s.est_max > s.est * 1.0001) THEN
-                    v_cyc := true;
-                    v_cyc_cut := v_est;
-                    v_cyc_max := v_est_max;
-                    v_cyc_len := v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from);
-                    v_est := fleetpace_pace_cycle(v_est, v_est_max, s.acc_cycle, p_retry, v_cyc_len, t);
+                    v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cycle / ceil(p_retry),
+                                                   sqrt(v_est_max * s.acc_cycle
+                                                        / (v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from)))));
                 END IF;
                 -- Refused under a young reading where the destination holds
                 -- the fleet for longer than the shortest measurement (a
@@ -1116,7 +1054,7 @@ BEGIN
     IF v_win > 0 AND v_ann_i > 0 THEN
         v_retro := GREATEST(LEAST(s.cursor_at, v_pivot) - GREATEST(s.run_start, v_pivot - v_win), 0) * (v_ratio - 1);
     END IF;
-    v_event := s.respace AND (v_effect IN (3, 7, 9) AND v_ratio > 1.000001 OR v_ratio > t[13] OR v_hold > GREATEST(s.hold_until, v_now));
+    v_event := s.respace AND (v_effect IN (3, 7) AND v_ratio > 1.000001 OR v_ratio > t[13] OR v_hold > GREATEST(s.hold_until, v_now));
     -- Slots moved later go after the hold, after the run's quota window
     -- (retro), and a whole new spacing after the pivot: a slot left where it
     -- was may lie just before the pivot, and a strict limiter refuses two
@@ -1137,14 +1075,6 @@ BEGIN
         acc_rate = s.acc_rate, ref_rate = s.ref_rate, acc_at = s.acc_at, acc_from = s.acc_from,
         acc_cut = s.acc_cut, ref_cut = s.ref_cut,
         acc_cycle = CASE WHEN GREATEST(v_hold, v_doubled) > GREATEST(s.hold_until, s.doubled_at) THEN 0 ELSE s.acc_cycle END,
-        cyc_from = CASE WHEN v_cyc AND NOT v_guess THEN GREATEST(s.hold_until, s.doubled_at) ELSE s.cyc_from END,
-        cyc_until = CASE WHEN v_cyc AND NOT v_guess THEN v_hold ELSE s.cyc_until END,
-        cyc_cut = CASE WHEN v_cyc AND NOT v_guess THEN v_cyc_cut ELSE s.cyc_cut END,
-        cyc_max = CASE WHEN v_cyc AND NOT v_guess THEN v_cyc_max ELSE s.cyc_max END,
-        cyc_len = CASE WHEN v_cyc AND NOT v_guess THEN v_cyc_len ELSE s.cyc_len END,
-        cyc_retry = CASE WHEN v_cyc AND NOT v_guess THEN p_retry ELSE s.cyc_retry END,
-        cyc_count = CASE WHEN v_cyc AND NOT v_guess THEN s.acc_cycle ELSE s.cyc_count END,
-        cyc_est_at = CASE WHEN v_cyc AND NOT v_guess THEN v_est_at ELSE s.cyc_est_at END,
         meas_window = s.meas_window, meas_window_at = s.meas_window_at, jitter_at = s.jitter_at, held_at = s.held_at,
         cut_below = s.cut_below, est_guess = s.est_guess,
         cursor_at = CASE WHEN v_event AND s.cursor_at > v_pivot

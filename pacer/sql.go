@@ -19,7 +19,6 @@ const (
 	effectRelaxed   = 6 // clean streaks divided the multiplier ('multiplier' mode)
 	effectJitter    = 7 // a lone refusal below the estimate: kept, the approach started again
 	effectQuota     = 8 // a refusal whose answer said the announced quota ran out: held until its reset, the estimate kept
-	effectReread    = 9 // answers to a refused cycle's requests, reaching the row during its hold, read the estimate again
 )
 
 // NotifyChannel is the PostgreSQL channel every slow-down is announced on
@@ -376,7 +375,7 @@ FROM u`
 // next reservation goes at the configured pace.
 const forgetSQL = `
 UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced_window = 0, announced_window_at = 0,
-    est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_cycle = 0, cyc_until = 0, cyc_count = 0, acc_at = 0, acc_from = 0,
+    est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_cycle = 0, acc_at = 0, acc_from = 0,
     meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false,
     est_prev = 0
 WHERE platform = $1`
