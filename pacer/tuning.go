@@ -216,7 +216,11 @@ type tuning struct {
 	// count accepted per second of the hold (a window of that length),
 	// nor less than startCycle × the upper reading. Cut by beta a refusal,
 	// a 1-s window of 2 under a ceiling of 20/s walked down from 10/s in
-	// five refusals and holds over 8–11 s. 0: off (a test's control).
+	// five refusals and holds over 8–11 s. It assumes the fleet sent at its
+	// pace through the cycle: a fleet short of work (a start whose sources
+	// come due over its first seconds) that had two accepted in a cycle
+	// reads as a window of 2 (docs/benchmarks.md: the cycle read again).
+	// 0: off (a test's control).
 	startCycle float64
 }
 
