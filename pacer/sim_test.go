@@ -21,6 +21,14 @@ import (
 // (fakedest.Limiter), on one discrete-event clock (clocktest.Sim) that every
 // pacer also gives its statements (Config.TimeFromClock): minutes of
 // virtual time against the real pacer and the real database, in seconds.
+//
+// Its callers wait on the pacer and send at their slots, so the fleet
+// delivers whatever pace it is granted at once. A fleet of workers does
+// not: each request is a job its worker fetches first, and a pace that
+// rises faster than they follow is granted ahead of what reaches the
+// destination. A change that moves the pace fast (docs/benchmarks.md: a
+// bound's target passed steeply, better here, worse in `fleetpace bench
+// adapt`) must be measured there too.
 
 // simConfig is one simulation.
 type simConfig struct {
