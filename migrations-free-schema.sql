@@ -415,6 +415,9 @@ WHERE p.name = s.platform
 --        count accepted over the hold's whole seconds, and the geometric
 --        mean of the upper reading and the count over the cycle (0 or
 --        NULL: not)
+--   t[38] t[37] reads a cycle only where the fleet sent (accepted, and
+--        this refusal) at least this share of the slots the refused pace
+--        offered since the hold before (0 or NULL: whatever it sent)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -915,8 +918,16 @@ BEGIN
                 -- one cycle). Cut by t[6] a refusal, a 1-s window of 2
                 -- under a ceiling of 20/s walked down from 10/s in five
                 -- refusals and holds, over 8–11 s.
+                -- The count is a reading only where the fleet sent at its
+                -- pace through the cycle (t[38]: at least that share of
+                -- the slots the refused pace offered since the hold
+                -- before): a start whose sources come due over its first
+                -- seconds sent two in a second at 9.6/s, and the rule read
+                -- a strict bucket of 8/s at 3.6/s (a window of 2).
                 IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cycle >= 2 AND p_retry > 0
-                   AND (NOT v_reading OR v_hurried AND s.est_max > s.est * 1.0001) THEN
+                   AND (NOT v_reading OR v_hurried AND s.est_max > s.est * 1.0001)
+                   AND (COALESCE(t[38], 0) <= 0
+                        OR s.acc_cycle + 1 >= t[38] * v_sent * (v_now - GREATEST(s.hold_until, s.doubled_at, s.acc_from))) THEN
                     v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cycle / ceil(p_retry),
                                                    sqrt(v_est_max * s.acc_cycle
                                                         / (v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from)))));

@@ -1059,6 +1059,7 @@ func TestAStartsRefusalReadsTheCycle(t *testing.T) {
 	// before after the first; it returns the reading after each. After the
 	// first cycle, late answers arrive first: to requests that went before
 	// the hold, reported after it (their process heard of it late).
+	gap := 1.0 // spacings of the pace between the accepted answers
 	walk := func(tune tuning, late int, accepted ...int) []float64 {
 		t.Helper()
 		n++
@@ -1075,7 +1076,7 @@ func TestAStartsRefusalReadsTheCycle(t *testing.T) {
 				reportAnswers(t, pool, name, tune, now+0.001*float64(j+1), false, now-1.02, 1/pace, 0, 1)
 			}
 			for range k {
-				now += 1 / pace
+				now += gap / pace
 				reportAnswers(t, pool, name, tune, now, false, now-0.01, 1/pace, 0, 1)
 			}
 			now += 1 / pace
@@ -1141,6 +1142,24 @@ func TestAStartsRefusalReadsTheCycle(t *testing.T) {
 	}
 	if got, ctl := fromReading(tune), fromReading(control); math.Abs(got-ctl) > 1e-9 {
 		t.Errorf("a refusal within calm of a cut from a reading: %.3f/s, the control %.3f/s; want the same", got, ctl)
+	}
+	// A fleet short of work (a start whose sources come due over its
+	// first seconds): a strict limiter's cycle of one, then two accepted
+	// 5 spacings apart and a refusal, a third of the slots its pace offered
+	// unused and more. Read by the count, the second cycle is a window of
+	// 2 (under 5/s); it reads as the control, cut by beta.
+	gap = 5
+	short, shortCtl := walk(tune, 0, 1, 2), walk(control, 0, 1, 2)
+	noSent := tune
+	noSent.cycleSent = 0
+	shortAll := walk(noSent, 0, 1, 2)
+	gap = 1
+	t.Logf("a fleet short of work: %.2f/s (the control %.2f/s; read by the count %.2f/s)", short[1], shortCtl[1], shortAll[1])
+	if math.Abs(short[1]-shortCtl[1]) > 1e-9 {
+		t.Errorf("a fleet short of work: %.3f/s, the control %.3f/s; want the same", short[1], shortCtl[1])
+	}
+	if shortAll[1] > 5 {
+		t.Errorf("read by the count whatever was sent, the short cycle read %.2f/s, not under 5/s: the test proves nothing", shortAll[1])
 	}
 	for _, c := range []struct {
 		name     string

@@ -222,6 +222,15 @@ type tuning struct {
 	// reads as a window of 2 (docs/benchmarks.md: the cycle read again).
 	// 0: off (a test's control).
 	startCycle float64
+	// cycleSent: startCycle reads a cycle only where the fleet sent at
+	// least this share of the slots the refused pace offered since the
+	// hold before (what was accepted, and the refusal). A start whose
+	// sources come due over its first seconds sent two requests in a
+	// second at 9.6/s, and the count read a strict bucket of 8/s as a
+	// window of 2 (3.6/s; 0.85 of it reached after 49 s). A window's
+	// cycle sends at its pace until the window fills. 0: whatever it sent
+	// (a test's control).
+	cycleSent float64
 }
 
 // defaultTuning is the pacer's tuning.
@@ -265,6 +274,7 @@ func defaultTuning(late time.Duration) tuning {
 		cycleHold:        1500 * time.Millisecond,
 		plateauExcess:    true,
 		startCycle:       0.4,
+		cycleSent:        1.0 / 3,
 	}
 }
 
@@ -285,6 +295,7 @@ func (t tuning) array() []float64 {
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
 		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess), t.startCycle,
+		t.cycleSent,
 	}
 }
 
