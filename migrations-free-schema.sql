@@ -570,6 +570,7 @@ DECLARE
     v_young     boolean;          -- est is younger than an approach, on the climb's clock (t[33])
     v_then      float8;           -- the pace a hold before a probe's refusal (t[34])
     v_cycle     float8;           -- from the end of the hold before to this hold's end (t[35])
+    v_cycle_from float8;          -- where a start's cycle began: the end of the hold before (t[37])
     v_excess    float8;           -- the refused pace less one request in N + 1 (t[36])
     v_floor     float8;           -- the lowest estimate allowed
     v_hurried   boolean;          -- refusals go on within calm of a decrease
@@ -924,13 +925,12 @@ BEGIN
                 -- before): a start whose sources come due over its first
                 -- seconds sent two in a second at 9.6/s, and the rule read
                 -- a strict bucket of 8/s at 3.6/s (a window of 2).
+                v_cycle_from := GREATEST(s.hold_until, s.doubled_at, s.acc_from);
                 IF COALESCE(t[37], 0) > 0 AND s.acc_rate > 0 AND v_tau <= t[10] AND s.acc_cycle >= 2 AND p_retry > 0
                    AND (NOT v_reading OR v_hurried AND s.est_max > s.est * 1.0001)
-                   AND (COALESCE(t[38], 0) <= 0
-                        OR s.acc_cycle + 1 >= t[38] * v_sent * (v_now - GREATEST(s.hold_until, s.doubled_at, s.acc_from))) THEN
+                   AND (COALESCE(t[38], 0) <= 0 OR s.acc_cycle + 1 >= t[38] * v_sent * (v_now - v_cycle_from)) THEN
                     v_est := LEAST(v_est, GREATEST(v_est_max * t[37], s.acc_cycle / ceil(p_retry),
-                                                   sqrt(v_est_max * s.acc_cycle
-                                                        / (v_now + p_retry - GREATEST(s.hold_until, s.doubled_at, s.acc_from)))));
+                                                   sqrt(v_est_max * s.acc_cycle / (v_now + p_retry - v_cycle_from))));
                 END IF;
                 -- Refused under a young reading where the destination holds
                 -- the fleet for longer than the shortest measurement (a
