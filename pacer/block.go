@@ -8,7 +8,7 @@ import (
 
 // takeFromBlock hands out the next slot kept from a block, if one is neither
 // too late nor further away than maxWait. Slots too late for the lateness
-// rule (lateTolerance, as Sleep applies it) are discarded: sent now, they
+// rules (lateTolerance, as Sleep applies them) are discarded: sent now, they
 // would crowd the slots after them.
 func (p *Pacer) takeFromBlock(platform string, maxWait time.Duration) (Reservation, bool) {
 	if p.blockSlots.Load() == 0 {
@@ -84,9 +84,14 @@ func (p *Pacer) observeRTT(d time.Duration) {
 }
 
 // lateTolerance is how late after its slot a request on platform's state st
-// may still go, at spacing interval (seconds; see tuning.lateTolerance).
+// may still go, at spacing interval (seconds; see tuning.lateTolerance and,
+// paced by the destination, tuning.marginLate).
 func (p *Pacer) lateTolerance(st *localState, interval float64) time.Duration {
-	return p.tuning.lateTolerance(st.rate, st.burst, interval)
+	tol := p.tuning.lateTolerance(st.rate, st.burst, interval)
+	if m := p.tuning.marginLate(st.rate, st.burst, interval); m > 0 && m < tol {
+		return m
+	}
+	return tol
 }
 
 // blockSize is how many slots the next reservation statement of platform

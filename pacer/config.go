@@ -85,7 +85,11 @@ type Config struct {
 	// little (at 500/s, burst 1: 482/s; below ~30/s nothing). Later than
 	// that, a slot kept from a block is discarded and Sleep gives the slot
 	// up (ErrLate). Lateness is judged against the slot's time in the
-	// database, mapped to the local clock. Default DefaultLateBudget.
+	// database, mapped to the local clock. Where the destination paces the
+	// platform, a slot is also given up once it is later than the margin
+	// the pace leaves under the destination's limit (4 % of the spacing):
+	// a strict limiter would refuse the request after it. Default
+	// DefaultLateBudget.
 	LateBudget time.Duration
 
 	// LeaseTTL is how long a slot of a platform (or key) that caps its open

@@ -311,12 +311,7 @@ func TestEstimateDoesNotRatchet(t *testing.T) {
 	rule := fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}
 	r := runSim(t, simConfig{procs: 3, callers: 10, rate: 30, rule: rule, duration: 10 * time.Minute,
 		latency: 20 * time.Millisecond, seed: 2,
-		late: func(rng *randSource) time.Duration {
-			if rng.Float64() < 0.05 {
-				return time.Duration(rng.IntN(4000)) * time.Microsecond
-			}
-			return 0
-		}})
+		late: someLate(0.05, 4*time.Millisecond)})
 	early, late := r.goodput(time.Minute, 5*time.Minute, 8), r.goodput(5*time.Minute, 10*time.Minute, 8)
 	t.Logf("%s; minutes 1–5 %.3f, 5–10 %.3f", r, early, late)
 	if late < early-0.02 || late < 0.85 {
@@ -358,12 +353,7 @@ func TestJitterAfterARefusalIsNoDrop(t *testing.T) {
 		for seed := uint64(1); seed <= seeds && (guard > 1 || deep < 3); seed++ {
 			r := runSim(t, simConfig{procs: 3, callers: 20, rate: 20, rule: fakedest.Rule{Rate: 8, Burst: 1},
 				duration: 120 * time.Second, latency: 5 * time.Millisecond, seed: seed,
-				late: func(rng *randSource) time.Duration {
-					if rng.Float64() < 0.1 {
-						return time.Duration(rng.IntN(10000)) * time.Microsecond
-					}
-					return 0
-				},
+				late: someLate(0.1, 10*time.Millisecond),
 				tune: func(tu *tuning) {
 					tu.guard = guard
 					if guard <= 1 {

@@ -44,9 +44,13 @@ type simConfig struct {
 	duration time.Duration
 	latency  time.Duration // from the send to the answer
 	// late draws how late after its slot a caller sends (default: never).
-	late    func(r *randSource) time.Duration
-	maxWait time.Duration // default 2 s
-	seed    uint64
+	late func(r *randSource) time.Duration
+	// lateWake draws how late after its slot a caller wakes before the
+	// pacer checks its lateness (a loaded machine's timer, a paused
+	// process: the lateness Sleep sees; default: never).
+	lateWake func(r *randSource) time.Duration
+	maxWait  time.Duration // default 2 s
+	seed     uint64
 	// pollOnly runs the pacers without the slow-down listener.
 	pollOnly bool
 	// tune changes every pacer's tuning (a test's control).
@@ -56,6 +60,40 @@ type simConfig struct {
 type simChange struct {
 	at   time.Duration
 	rule fakedest.Rule
+}
+
+// lateWaker is a simulated caller's pacer whose sleeps end late now and
+// then (simConfig.lateWake): it sleeps past the slot by a draw before the
+// pacer's Sleep looks at the slot.
+type lateWaker struct {
+	p    *Pacer
+	sim  *clocktest.Sim
+	rng  *randSource
+	draw func(r *randSource) time.Duration
+}
+
+func (l lateWaker) Reserve(ctx context.Context, platform string, maxWait time.Duration) (Reservation, error) {
+	return l.p.Reserve(ctx, platform, maxWait)
+}
+
+func (l lateWaker) Sleep(ctx context.Context, res *Reservation) error {
+	if d := l.draw(l.rng); d > 0 {
+		if wait := res.Slot.Add(d).Sub(l.sim.Now()); wait > 0 {
+			l.sim.Sleep(wait)
+		}
+	}
+	return l.p.Sleep(ctx, res)
+}
+
+// someLate draws late by up to upTo (in microseconds, uniformly) for a share
+// of the draws, 0 otherwise: simConfig.late's and lateWake's usual draw.
+func someLate(share float64, upTo time.Duration) func(*randSource) time.Duration {
+	return func(rng *randSource) time.Duration {
+		if rng.Float64() < share {
+			return time.Duration(rng.IntN(int(upTo/time.Microsecond))) * time.Microsecond
+		}
+		return 0
+	}
 }
 
 // randSource is a simulated caller's random source.
@@ -155,8 +193,12 @@ func runSim(t *testing.T, cfg simConfig) simResult {
 			go func() {
 				defer wg.Done()
 				defer live.Add(-1)
+				var slotter Slotter = p
+				if cfg.lateWake != nil {
+					slotter = lateWaker{p: p, sim: sim, rng: rng, draw: cfg.lateWake}
+				}
 				for sim.Now().Before(end) {
-					res, err := p.Acquire(ctx, "sim", cfg.maxWait)
+					res, err := AcquireFrom(ctx, slotter, sim, "sim", cfg.maxWait)
 					var we *WaitError
 					switch {
 					case errors.As(err, &we):

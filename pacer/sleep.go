@@ -131,16 +131,32 @@ func (p *Pacer) Sleep(ctx context.Context, res *Reservation) error {
 	// slow wake-up. The schedule was spaced for requests up to the late
 	// budget late (tuning.lateTolerance): later than that, the request would
 	// put more than rate + burst into one of the destination's seconds.
-	res.Late = max(p.clock.Now().Sub(due), 0) + unsure
+	late := max(p.clock.Now().Sub(due), 0)
+	res.Late = late + unsure
 	// (The spacing in seconds: a Duration rounds 1 ns spacings away.)
 	tolerance := p.tuning.lateTolerance(res.rate, res.burst, interval)
+	// Paced by the destination, a request later than the margin leaves
+	// reaches a strict limiter too soon after the one before it
+	// (tuning.lateMargin).
+	margin := p.tuning.marginLate(res.rate, res.burst, interval)
 	res.SendBy = time.Time{}
-	if res.Late > tolerance {
+	if res.Late > tolerance || (margin > 0 && late > margin) {
 		p.late.Add(1)
 		return fmt.Errorf("pacer: sleep %s: %w (%s late)", res.Platform, ErrLate, res.Late.Round(time.Millisecond))
 	}
 	res.SendBy = due.Add(tolerance - unsure)
+	if margin > 0 {
+		res.SendBy = minTime(res.SendBy, due.Add(margin))
+	}
 	return nil
+}
+
+// minTime is the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (p *Pacer) register(w *waiter) {

@@ -231,6 +231,18 @@ type tuning struct {
 	// cycle sends at its pace until the window fills. 0: whatever it sent
 	// (a test's control).
 	cycleSent float64
+	// lateMargin: paced by the destination (slower than the ceiling), a
+	// request may leave at most the margin's share of its spacing after
+	// its slot (never more than the late budget). The margin is all the
+	// pace leaves between the spacing granted and the destination's: a
+	// request later than that, followed by one on time, reaches a strict
+	// limiter sooner after it than the limiter's spacing and is refused,
+	// and the refusal costs the fleet its hold (a second, at a bucket
+	// answering Retry-After: 1). Later than that, the slot is given up
+	// (ErrLate) and the caller takes the next: one slot lost instead. Go
+	// side only (Sleep and the send-by check); false: the late budget
+	// alone (a test's control).
+	lateMargin bool
 }
 
 // defaultTuning is the pacer's tuning.
@@ -275,6 +287,7 @@ func defaultTuning(late time.Duration) tuning {
 		plateauExcess:    true,
 		startCycle:       0.4,
 		cycleSent:        1.0 / 3,
+		lateMargin:       true,
 	}
 }
 
@@ -346,4 +359,17 @@ func (t tuning) lateTolerance(rate float64, burst int, interval float64) time.Du
 		tol = t.late.Seconds()
 	}
 	return max(secondsToDuration(math.Min(bound, tol)), minLate)
+}
+
+// marginLate is how late after its slot a request paced by the destination
+// may leave by the slot's mapped time alone (see lateMargin): the margin's
+// share of spacing interval, at least minLate; 0 where the ceiling paces
+// (interval no longer than its spacing) or lateMargin is off. Unlike
+// lateTolerance it leaves out how uncertain the mapping is: each process's
+// mapping errs by its own bias, which no check of lateness can take back.
+func (t tuning) marginLate(rate float64, burst int, interval float64) time.Duration {
+	if !t.lateMargin || rate <= 0 || interval <= t.ceilingInterval(rate, burst)*(1+1e-6) {
+		return 0
+	}
+	return max(secondsToDuration(interval*t.margin), minLate)
 }
