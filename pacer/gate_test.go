@@ -94,7 +94,10 @@ func TestSlowDownGatesTheProcess(t *testing.T) {
 						}
 						done = true
 					case <-time.After(5 * time.Millisecond):
-						clk.Advance(10 * time.Millisecond)
+						// In steps finer than the margin's late tolerance
+						// at the slower pace (4 ms at 10/s): a step past
+						// the re-spaced slot by more would make it late.
+						clk.Advance(2 * time.Millisecond)
 					}
 				}
 				if moved := res.Slot.Sub(slot); moved < 50*time.Millisecond {
