@@ -92,8 +92,10 @@ type tuning struct {
 	// A refusal then reads as a decrease that was not enough (a deeper cut,
 	// or a limit that dropped); on a loaded machine requests 5–10 ms late
 	// at a strict limiter of 8/s (4 % is 5 ms) made that reading of plain
-	// jitter, and the pace spent 20 s at half the limit. 1: no guard (a
-	// test's control).
+	// jitter, and the pace spent 20 s at half the limit. 2 since a late
+	// slot is given up past the margin (lateMargin): 3 cost a strict
+	// bucket of 14/s two requests a probe and bought nothing the simulation
+	// or the bench could tell. 1: no guard (a test's control).
 	guard float64
 	// boundApproach is the approach's length when it aims at a bound's
 	// bisection (a start, a cut right after a decrease) rather than at a
@@ -272,7 +274,7 @@ func defaultTuning(late time.Duration) tuning {
 		dropGuess:     true,
 		steep:         0.1,
 		steepDouble:   4 * time.Second,
-		guard:         3,
+		guard:         2,
 		boundApproach: 8 * time.Second,
 		probeBisect:   true,
 
