@@ -112,7 +112,8 @@ func (m Model) announces() bool { return m.Headers != fakedest.None }
 //     ceiling, capacity 10 at 50 %; each again with X-RateLimit-* headers,
 //     the burst-10 one with the IETF RateLimit fields;
 //   - fixed windows of 1 s, 10 s and 60 s at 1/3 and 1/10 of the ceiling
-//     (and the earlier 1-s and 60-s ones at 50 %), each with no headers,
+//     (and the earlier 1-s and 60-s ones at 50 %, and one of 5 s at 1/3: a
+//     length the others do not hold), each with no headers,
 //     X-RateLimit-* (-xrl) and the IETF fields (-ietf);
 //   - strict-nginx-40: nginx's limit_req at 40 % (no burst, no
 //     Retry-After); sliding10s-33: a sliding log of 10 s at 1/3;
@@ -136,6 +137,7 @@ func Models() []Model {
 		pct   int
 	}{
 		{time.Second, 1.0 / 3, 33}, {time.Second, 0.1, 10}, {time.Second, 0.5, 50},
+		{5 * time.Second, 1.0 / 3, 33},
 		{10 * time.Second, 1.0 / 3, 33}, {10 * time.Second, 0.1, 10},
 		{time.Minute, 1.0 / 3, 33}, {time.Minute, 0.1, 10}, {time.Minute, 0.5, 50},
 	} {

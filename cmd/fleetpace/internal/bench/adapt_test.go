@@ -119,6 +119,7 @@ func TestAdaptModels(t *testing.T) {
 		allow float64
 	}{
 		{"window1s-33", fakedest.Rule{Window: time.Second, WindowLimit: 7}, 7},
+		{"window5s-33", fakedest.Rule{Window: 5 * time.Second, WindowLimit: 33}, 6.6},
 		{"window10s-10-xrl", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 20, Headers: fakedest.XRateLimit}, 2},
 		{"window60s-33-ietf", fakedest.Rule{Window: time.Minute, WindowLimit: 400, Headers: fakedest.IETF}, 400.0 / 60},
 		{"strict-nginx-40", fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}, 8},
