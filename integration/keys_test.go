@@ -240,12 +240,12 @@ func keysOf(rows []keyedRow) []string {
 }
 
 // A 429 with Retry-After: 10 answered for one key holds that key, in every
-// worker, for 10 s, and nobody else: the other keys' goodput during the
-// hold is what it was before, and the platform is not held.
+// worker, for 10 s, and nobody else: the other keys go on sending through
+// the hold, at most of their rate before it, and the platform is not held.
 func TestKeyRetryAfterHoldsTheKeyAlone(t *testing.T) {
 	// Not parallel: it compares the other keys' rate during the hold with
-	// the rate before it, and the other scenarios' load took a tenth off
-	// the rate during the hold in one fresh-clone run (0.85 ×, bar 0.9 ×).
+	// the rate before it, and the other scenarios' load takes from the rate
+	// during the hold.
 	const (
 		rate, keyRate = 30.0, 3.0
 		keys, perKey  = 10, 150
@@ -340,12 +340,35 @@ func TestKeyRetryAfterHoldsTheKeyAlone(t *testing.T) {
 	if resumed == 0 || resumed > hold+2*time.Second {
 		t.Errorf("acct0 resumed %s after its 429, want soon after %s", resumed, hold)
 	}
-	if during < 0.9*before {
+	// A hold that spread to the platform stops the other keys for the
+	// whole 10 s (about 0/s and a gap as long as the hold); load does not:
+	// beside a busy loop at load average ~10 the other keys read 0.81–0.87
+	// × their rate before the hold, and a bar of 0.9 × failed there.
+	if during < 0.6*before {
 		t.Errorf("the other keys slowed from %.2f/s to %.2f/s during acct0's hold", before, during)
+	}
+	if gap := longestGap(othersAt, first429, first429.Add(hold)); gap > 2*time.Second {
+		t.Errorf("the other keys sent nothing for %s during acct0's hold", gap.Round(time.Millisecond))
 	}
 	if platformHold > 0 {
 		t.Errorf("the platform is held (%.1f s left): the 429 was acct0's", platformHold)
 	}
+}
+
+// longestGap is the longest stretch within [from, to) without a time of ts.
+func longestGap(ts []time.Time, from, to time.Time) time.Duration {
+	sorted := slices.Clone(ts)
+	slices.SortFunc(sorted, time.Time.Compare)
+	var gap time.Duration
+	last := from
+	for _, at := range sorted {
+		if at.Before(from) || !at.Before(to) {
+			continue
+		}
+		gap = max(gap, at.Sub(last))
+		last = at
+	}
+	return max(gap, to.Sub(last))
 }
 
 // --max-in-flight 4 on a destination whose answers take 2 s: three workers

@@ -146,13 +146,29 @@ func TestQuotaSpacing(t *testing.T) {
 		{"negative window", ratelimit.Info{Limit: 10, Window: -time.Second}, 0, 0, 0, 0},
 	}
 	for _, c := range cases {
-		i, ttl, h := spacing(c.q, c.window)
+		i, ttl, h := spacing(c.q, c.window, false)
 		if c.interval > 0 && c.interval < MaxHold { // the fleet paces at 97 % of the announced rate
 			c.interval = secondsToDuration(c.interval.Seconds() / announcedShare)
 		}
 		if i != c.interval || ttl != c.ttl || h != c.hold {
 			t.Errorf("%s: spacing %v ttl %v hold %v, want %v %v %v", c.name, i, ttl, h, c.interval, c.ttl, c.hold)
 		}
+	}
+	// By the limit: a limit of one keeps the 3 % margin, a limit of 10
+	// a tenth of it, 600 a six-hundredth; unknown or nonsense limits 3 %.
+	for _, c := range []struct {
+		limit, share float64
+	}{{1, 0.97}, {10, 0.997}, {600, 1 - 0.03/600}, {0.5, 0.97}, {0, 0.97}, {math.Inf(1), 0.97}, {math.NaN(), 0.97}} {
+		if got := shareOf(c.limit, true); math.Abs(got-c.share) > 1e-12 {
+			t.Errorf("shareOf(%v) = %v, want %v", c.limit, got, c.share)
+		}
+	}
+	bucket := ratelimit.Info{Limit: 10, Remaining: 5, HasRemaining: true, Reset: 500 * time.Millisecond, HasReset: true}
+	if i, _, _ := spacing(bucket, time.Second, true); i != secondsToDuration(0.1/0.997) {
+		t.Errorf("a bucket of 10 per second by its limit: spacing %v, want %v", i, secondsToDuration(0.1/0.997))
+	}
+	if i, _, _ := spacing(ratelimit.Info{Remaining: 500, HasRemaining: true, Reset: 30 * time.Second, HasReset: true}, time.Minute, true); i != secondsToDuration(0.06/announcedShare) {
+		t.Errorf("no limit, by its limit: spacing %v, want %v (3 %% under)", i, secondsToDuration(0.06/announcedShare))
 	}
 }
 
@@ -183,7 +199,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 			}
 			slots = append(slots, r.Slot)
 		}
-		want := secondsToDuration(0.2 / announcedShare) // 5/s announced, paced at 97 %
+		want := secondsToDuration(0.2 / shareOf(5, true)) // 5/s announced, paced at 99.4 %
 		if name == "deaf" {
 			want = 50 * time.Millisecond
 		}
@@ -200,7 +216,7 @@ func TestAnnouncedQuotaPacesTheFleet(t *testing.T) {
 	for _, s := range states {
 		switch s.Platform {
 		case "ann":
-			if s.PacedBy != PacedByAnnounced || !near(s.AnnouncedRate, 5*announcedShare) || !near(s.EffectiveRate, 5*announcedShare) || s.AnnouncedFor < time.Second {
+			if s.PacedBy != PacedByAnnounced || !near(s.AnnouncedRate, 5*shareOf(5, true)) || !near(s.EffectiveRate, 5*shareOf(5, true)) || s.AnnouncedFor < time.Second {
 				t.Fatalf("announced platform's state: %+v", s)
 			}
 		case "deaf":
@@ -360,7 +376,7 @@ func TestQuotaRefusalKeepsTheAnnouncedPace(t *testing.T) {
 		}
 		return b.Slot.Sub(a.Slot)
 	}
-	announced := secondsToDuration(1 / (7 * announcedShare))
+	announced := secondsToDuration(1 / (7 * shareOf(7, true)))
 	for _, name := range []string{"quota", "bare"} {
 		announce(name)
 	}
@@ -918,7 +934,7 @@ func TestLateWindowViewDoesNotSlowTheFleet(t *testing.T) {
 		t.Fatalf("the control: what is left until the reset reads %.2f/s, want about 1.1/s", rate)
 	}
 	row := readAdapt(t, pool, "win")
-	if max := 0.2 / announcedShare; row.announcedInterval > max+1e-6 {
+	if max := 0.2 / shareOf(5, true); row.announcedInterval > max+1e-6 {
 		t.Fatalf("announced spacing %.4f s after p2's report, want ≤ %.4f s (5 per the fleet's 1-s window)", row.announcedInterval, max)
 	}
 }
@@ -956,11 +972,11 @@ func TestAnnouncementRespacesTheRunSoFar(t *testing.T) {
 		}
 		sent = append(sent, r.Slot)
 	}
-	// 5 sent, then paced at 5/s × 0.97: the next one at least 5 spacings
+	// 5 sent, then paced at 5/s × 0.994: the next one at least 5 spacings
 	// after the first (the pivot rule alone would put it 1 spacing after
 	// the report).
 	next := sent[5].Sub(sent[0])
-	if min := secondsToDuration(5 * 0.2 / announcedShare * 0.95); next < min {
+	if min := secondsToDuration(5 * 0.2 / shareOf(5, true) * 0.95); next < min {
 		t.Fatalf("first slot after the announcement %v after the run's first, want ≥ %v: the run's slots were not counted", next, min)
 	}
 	if n := fakedest.MaxInWindow(sent, time.Second); n > 6 {

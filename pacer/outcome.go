@@ -100,8 +100,19 @@ func (f Feedback) answered() bool {
 	return f.Kind == Clean || f.Kind == Neutral && !f.NoAnswer
 }
 
-// announcedShare is the part of an announced rate the fleet paces at.
+// announcedShare is the part of an announced rate the fleet paces at
+// where the limit is one request (or unknown).
 const announcedShare = 0.97
+
+// shareOf is the part of an announced rate the fleet paces at, for a
+// quota of limit requests per window (0: unknown): announcedShare, or with
+// byLimit its margin divided by the limit (0.97 for 1, 0.997 for 10).
+func shareOf(limit float64, byLimit bool) float64 {
+	if !byLimit || !(limit > 1) || math.IsInf(limit, 1) {
+		return announcedShare
+	}
+	return 1 - (1-announcedShare)/limit
+}
 
 // MaxHold caps every hold a destination can ask for (Retry-After, an
 // exhausted quota's reset) and every wait the pacer returns: 24 hours, the
@@ -123,19 +134,21 @@ const MaxHold = ratelimit.MaxWait
 // only when the limit or the window is unknown. Should the fleet send the
 // last of a window's quota early, the answer that says so (Remaining 0)
 // holds it until the reset.
-func spacing(q ratelimit.Info, window time.Duration) (interval, ttl, hold time.Duration) {
+func spacing(q ratelimit.Info, window time.Duration, byLimit bool) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window
 	}
 	var rate float64
+	share := announcedShare
 	switch {
 	case q.Limit > 0 && window > 0:
 		rate = q.Limit / window.Seconds()
+		share = shareOf(q.Limit, byLimit)
 	case q.HasRemaining && q.HasReset && q.Reset > 0:
 		rate = max(q.Remaining, 0) / q.Reset.Seconds()
 	}
 	if rate > 0 && !math.IsInf(rate, 1) { // NaN and nonsense fall through
-		interval = clampDuration(secondsToDuration(1 / (rate * announcedShare)))
+		interval = clampDuration(secondsToDuration(1 / (rate * share)))
 		ttl = clampDuration(max(q.Reset+window, time.Second))
 	}
 	if q.Exhausted() && q.HasReset && q.Reset > 0 {

@@ -229,7 +229,7 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if q.Window == 0 {
 		window = wholeWindow(window)
 	}
-	interval, ttl, hold := spacing(q, window)
+	interval, ttl, hold := spacing(q, window, p.tuning.shareByLimit)
 	if interval <= 0 && hold <= 0 {
 		return nil
 	}

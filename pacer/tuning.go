@@ -233,6 +233,12 @@ type tuning struct {
 	// cycle sends at its pace until the window fills. 0: whatever it sent
 	// (a test's control).
 	cycleSent float64
+	// shareByLimit: the margin an announced rate is paced under
+	// (1 − announced) is divided by the announced limit: a quota of many
+	// requests per window, or a bucket with a burst, absorbs a late or an
+	// early request that a limit of one does not (false: announced
+	// everywhere).
+	shareByLimit bool
 	// lateMargin: paced by the destination (slower than the ceiling), a
 	// request may leave at most the margin's share of its spacing after
 	// its slot (never more than the late budget). The margin is all the
@@ -289,6 +295,7 @@ func defaultTuning(late time.Duration) tuning {
 		plateauExcess:    true,
 		startCycle:       0.4,
 		cycleSent:        1.0 / 3,
+		shareByLimit:     true,
 		lateMargin:       true,
 	}
 }
@@ -310,7 +317,7 @@ func (t tuning) array() []float64 {
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
 		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess), t.startCycle,
-		t.cycleSent,
+		t.cycleSent, boolFloat(t.shareByLimit),
 	}
 }
 
