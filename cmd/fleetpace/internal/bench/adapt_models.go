@@ -110,13 +110,16 @@ func (m Model) announces() bool { return m.Headers != fakedest.None }
 // Models are the fake destination models of the benchmark, by concern:
 //   - token buckets: strict spacing (capacity 1) at 40 % and 70 % of the
 //     ceiling, capacity 10 at 50 %; each again with X-RateLimit-* headers,
-//     the burst-10 one with the IETF RateLimit fields;
+//     the burst-10 one and the one at 40 % with the IETF RateLimit fields
+//     (whose policy states a bucket of 8/s and capacity 1 as q=8;w=1: a
+//     quota of 8 per second that a strict limiter enforces by spacing);
 //   - fixed windows of 1 s, 10 s and 60 s at 1/3 and 1/10 of the ceiling
 //     (and the earlier 1-s and 60-s ones at 50 %, and one of 5 s at 1/3: a
 //     length the others do not hold), each with no headers,
 //     X-RateLimit-* (-xrl) and the IETF fields (-ietf);
 //   - strict-nginx-40: nginx's limit_req at 40 % (no burst, no
-//     Retry-After); sliding10s-33: a sliding log of 10 s at 1/3;
+//     Retry-After), again announcing q=8;w=1 in the IETF fields
+//     (strict-nginx-40-ietf); sliding10s-33: a sliding log of 10 s at 1/3;
 //   - limits that move: 80 % down to 30 % and back (drop-80-30, also with
 //     headers), up ×2 from 40 % to 80 % (rise-40-80), down ×2 from 80 % to
 //     40 % (drop-80-40), a third into the run.
@@ -130,7 +133,7 @@ func Models() []Model {
 	for _, m := range tokens {
 		out = append(out, m, withHeaders(m, fakedest.XRateLimit))
 	}
-	out = append(out, withHeaders(tokens[2], fakedest.IETF))
+	out = append(out, withHeaders(tokens[2], fakedest.IETF), withHeaders(tokens[0], fakedest.IETF))
 	for _, w := range []struct {
 		size  time.Duration
 		share float64
@@ -146,6 +149,7 @@ func Models() []Model {
 	}
 	return append(out,
 		Model{Name: "strict-nginx-40", Share: 0.4, Strict: true},
+		Model{Name: "strict-nginx-40-ietf", Share: 0.4, Strict: true, Headers: fakedest.IETF},
 		Model{Name: "sliding10s-33", Share: 1.0 / 3, Window: 10 * time.Second, Sliding: true},
 		Model{Name: "drop-80-30", Share: 0.8, Burst: 1, Steps: []Step{{1.0 / 3, 0.3}, {2.0 / 3, 0.8}}, Figure: FigureDrop},
 		Model{Name: "drop-80-30-xrl", Share: 0.8, Burst: 1, Steps: []Step{{1.0 / 3, 0.3}, {2.0 / 3, 0.8}}, Figure: FigureDrop, Headers: fakedest.XRateLimit},

@@ -123,6 +123,8 @@ func TestAdaptModels(t *testing.T) {
 		{"window10s-10-xrl", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 20, Headers: fakedest.XRateLimit}, 2},
 		{"window60s-33-ietf", fakedest.Rule{Window: time.Minute, WindowLimit: 400, Headers: fakedest.IETF}, 400.0 / 60},
 		{"strict-nginx-40", fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter}, 8},
+		{"strict-nginx-40-ietf", fakedest.Rule{Rate: 8, Strict: true, RetryAfter: fakedest.NoRetryAfter, Headers: fakedest.IETF}, 8},
+		{"strict-40-ietf", fakedest.Rule{Rate: 8, Burst: 1, Headers: fakedest.IETF}, 8},
 		{"sliding10s-33", fakedest.Rule{Window: 10 * time.Second, WindowLimit: 67, Sliding: true}, 6.7},
 		{"rise-40-80", fakedest.Rule{Rate: 8, Burst: 1}, 8},
 	} {

@@ -337,13 +337,13 @@ platform per schedule side by side, each on a destination of its own:
 
 Models (fake destinations; --models takes names or patterns such as
 'window*'): token buckets (strict-40, strict-70, bucket10-50, with
-X-RateLimit-* as -xrl, bucket10-50-ietf); fixed windows of 1 s, 10 s and
-60 s at 1/3 and 1/10 of the ceiling (window1s-33, window10s-10, …, the
-1-s and 60-s ones at 50 %, and window5s-33), each also with -xrl and -ietf
-headers;
-strict-nginx-40 (nginx's limit_req, no Retry-After); sliding10s-33 (a
-sliding log); drop-80-30 (and -xrl), rise-40-80 and drop-80-40 (the limit
-moves a third into the run).
+X-RateLimit-* as -xrl, bucket10-50-ietf, strict-40-ietf); fixed windows
+of 1 s, 10 s and 60 s at 1/3 and 1/10 of the ceiling (window1s-33,
+window10s-10, …, the 1-s and 60-s ones at 50 %, and window5s-33), each
+also with -xrl and -ietf headers; strict-nginx-40 (nginx's limit_req, no
+Retry-After; -ietf announces it as q=8;w=1); sliding10s-33 (a sliding
+log); drop-80-30 (and -xrl), rise-40-80 and drop-80-40 (the limit moves
+a third into the run).
 
 --nginx runs the models nginx-RATE (limit_req rate=RATEr/s, limit_req_status
 429, no burst) and nginx-RATE-burst5 (burst=5 nodelay) against a real nginx
