@@ -350,7 +350,8 @@ WHERE p.name = s.platform
 --   t[8] calm: seconds after a decrease before a refusal starts a new episode
 --   t[9] jitter memory: a second lone refusal within it is a real limit
 --   t[10], t[11] the measurement window's bounds, seconds
---   t[12] respace lead, t[13] respace ratio, t[14] announced share,
+--   t[12] respace lead, t[13] respace ratio, t[14] announced share (a
+--   report that announces a quota passes its own: see pacer.shareOf),
 --   t[15] longest hold, t[16] reset memory, t[17] probe margin, t[18] probe
 --   steps ('multiplier' mode)
 --   t[19] climb rate: under this estimate (requests/s) the plateau at a
@@ -418,8 +419,6 @@ WHERE p.name = s.platform
 --   t[38] t[37] reads a cycle only where the fleet sent (accepted, and
 --        this refusal) at least this share of the slots the refused pace
 --        offered since the hold before (0 or NULL: whatever it sent)
---   t[39] 1: an announced rate of a limit over 1 is paced under by
---        (1 - t[14]) / the limit instead of 1 - t[14] (0 or NULL: not)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -620,11 +619,9 @@ BEGIN
     IF s.use_headers AND p_announced IS NOT NULL THEN
         -- The quota's limit per the longest window any process saw (the
         -- long-run rate), when the limit is known.
-        -- Paced at t[14] of it, or with t[39] under it by (1 - t[14]) / the
-        -- limit.
-        v_ann := LEAST(CASE WHEN p_limit > 0 AND v_win > 0
-                            THEN v_win / (p_limit * (CASE WHEN COALESCE(t[39], 0) > 0 AND p_limit > 1 THEN 1 - (1 - t[14]) / p_limit ELSE t[14] END))
-                            ELSE p_announced END, t[15]);
+        -- Paced at t[14] of it: the share the reporting process passes
+        -- for this quota (by the slack the destination showed it).
+        v_ann := LEAST(CASE WHEN p_limit > 0 AND v_win > 0 THEN v_win / (p_limit * t[14]) ELSE p_announced END, t[15]);
     END IF;
     v_ann_i := COALESCE(v_ann, CASE WHEN v_now < s.announced_until THEN s.announced_interval ELSE 0 END);
     v_ann_until := CASE WHEN v_ann IS NOT NULL THEN v_now + p_announced_ttl ELSE s.announced_until END;

@@ -105,13 +105,14 @@ func (f Feedback) answered() bool {
 const announcedShare = 0.97
 
 // shareOf is the part of an announced rate the fleet paces at, for a
-// quota of limit requests per window (0: unknown): announcedShare, or with
-// byLimit its margin divided by the limit (0.97 for 1, 0.997 for 10).
-func shareOf(limit float64, byLimit bool) float64 {
-	if !byLimit || !(limit > 1) || math.IsInf(limit, 1) {
+// destination that showed slack requests of room at once (its largest
+// Remaining lately + 1, at most its limit; 0: unknown): announcedShare's
+// margin divided by the slack (0.97 for 1, 0.997 for 10).
+func shareOf(slack float64) float64 {
+	if !(slack > 1) || math.IsInf(slack, 1) {
 		return announcedShare
 	}
-	return 1 - (1-announcedShare)/limit
+	return 1 - (1-announcedShare)/slack
 }
 
 // MaxHold caps every hold a destination can ask for (Retry-After, an
@@ -134,7 +135,9 @@ const MaxHold = ratelimit.MaxWait
 // only when the limit or the window is unknown. Should the fleet send the
 // last of a window's quota early, the answer that says so (Remaining 0)
 // holds it until the reset.
-func spacing(q ratelimit.Info, window time.Duration, byLimit bool) (interval, ttl, hold time.Duration) {
+//
+// slack is the room the destination showed at once (shareOf; 0: unknown).
+func spacing(q ratelimit.Info, window time.Duration, slack float64) (interval, ttl, hold time.Duration) {
 	if q.Window > 0 {
 		window = q.Window
 	}
@@ -143,7 +146,7 @@ func spacing(q ratelimit.Info, window time.Duration, byLimit bool) (interval, tt
 	switch {
 	case q.Limit > 0 && window > 0:
 		rate = q.Limit / window.Seconds()
-		share = shareOf(q.Limit, byLimit)
+		share = shareOf(min(slack, q.Limit))
 	case q.HasRemaining && q.HasReset && q.Reset > 0:
 		rate = max(q.Remaining, 0) / q.Reset.Seconds()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fleetpace/fleetpace/ratelimit"
@@ -55,6 +56,9 @@ type announcement struct {
 	// paced: this process's own last announcement still spaced the
 	// platform for this quota (see quotaHold).
 	paced bool
+	// share is the part of limit per window the fleet paces at (shareOf);
+	// the report's statement takes it as its t[14].
+	share float64
 }
 
 // quotaHold is how long this process holds itself for an exhausted quota
@@ -212,7 +216,8 @@ func (p *Pacer) sinceSlowdown(platform string, res Reservation) bool {
 
 // announce is q in the pacer's terms, or nil if q says nothing usable. It
 // remembers the longest Reset the platform announced in the last
-// resetMemory, as the window of a quota that announces none.
+// resetMemory, as the window of a quota that announces none, and the
+// largest Remaining, as the slack the quota is paced by (shareOf).
 func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if !q.Announced() && !q.HasReset {
 		return nil
@@ -225,18 +230,29 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	if q.HasReset && q.Reset > 0 && (q.Reset >= st.maxReset || now.Sub(st.maxResetAt) > resetMemory) {
 		st.maxReset, st.maxResetAt = q.Reset, now
 	}
+	if q.HasRemaining && q.Remaining >= 0 && !math.IsInf(q.Remaining, 1) &&
+		(st.maxRemainingAt.IsZero() || q.Remaining >= st.maxRemaining || now.Sub(st.maxRemainingAt) > resetMemory) {
+		st.maxRemaining, st.maxRemainingAt = q.Remaining, now
+	}
 	window := st.maxReset
 	if q.Window == 0 {
 		window = wholeWindow(window)
 	}
-	interval, ttl, hold := spacing(q, window, p.tuning.shareByLimit)
+	var slack float64 // unknown: the 3 % margin
+	if p.tuning.shareBySlack && !st.maxRemainingAt.IsZero() {
+		slack = st.maxRemaining + 1
+	}
+	interval, ttl, hold := spacing(q, window, slack)
 	if interval <= 0 && hold <= 0 {
 		return nil
 	}
 	if q.Window > 0 {
 		window = q.Window
 	}
-	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds(), window: window.Seconds()}
+	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds(), window: window.Seconds(), share: announcedShare}
+	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
+		a.share = shareOf(min(slack, q.Limit))
+	}
 	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
 		a.limit = q.Limit
 	}
@@ -435,8 +451,13 @@ func (p *Pacer) reportShared(ctx context.Context, platform string, rep report) (
 	if quotaHold != nil && rep.retry == nil {
 		reason = "quota exhausted"
 	}
+	tune := p.tune
+	if a := rep.announce; a != nil && a.share > 0 && a.share != tune[tuneAnnounced] {
+		tune = slices.Clone(tune)
+		tune[tuneAnnounced] = a.share
+	}
 	args := []any{platform, p.stmtNow(), rep.pressure, rep.reservedAt, rep.sent, rep.retry, rep.answered, rep.clean, rep.fresh,
-		announced, ttl, quotaHold, reason, window, limit, p.tune, rep.key, rep.sentFrom}
+		announced, ttl, quotaHold, reason, window, limit, tune, rep.key, rep.sentFrom}
 	for attempt := 0; ; attempt++ {
 		err := p.pool.QueryRow(qctx, reportSQL, args...).
 			Scan(&r.Multiplier, &r.MaxMultiplier, &streak, &effect, &holdLeft,
