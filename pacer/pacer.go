@@ -171,7 +171,8 @@ type localState struct {
 	maxReset   time.Duration // the longest quota Reset announced lately (announce)
 	maxResetAt time.Time
 	// maxRemaining is the largest Remaining the platform answered lately
-	// (announce; -1: none yet), the slack its announced share is read by.
+	// (announce; none yet while maxRemainingAt is zero), the slack its
+	// announced share is read by.
 	maxRemaining   float64
 	maxRemainingAt time.Time
 	// annInterval is the spacing this process's last announcement asked

@@ -251,10 +251,7 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 	}
 	a := &announcement{interval: interval.Seconds(), ttl: ttl.Seconds(), window: window.Seconds(), share: announcedShare}
 	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
-		a.share = shareOf(min(slack, q.Limit))
-	}
-	if q.Limit > 0 && !math.IsInf(q.Limit, 1) {
-		a.limit = q.Limit
+		a.limit, a.share = q.Limit, shareOf(min(slack, q.Limit))
 	}
 	// As the report's statement decides for the fleet: the spacing in
 	// force before this answer put no more than the quota in a window.
