@@ -333,6 +333,60 @@ func TestQuotaExhaustedHoldsTheProcessAtOnce(t *testing.T) {
 	}
 }
 
+// A worker that sent nothing to the platform for longer than its own last
+// announcement lasts (River hands a platform's jobs to whichever process
+// fetches them) reads a paced quota's exhaustion by the spacing its request
+// was sent at: a strict limiter announcing q=8;w=1 answers Remaining 0 and
+// t=1 to every request, and held for that rounded second the process left a
+// hole in the fleet's schedule (fleetpace bench adapt's strict-40-ietf,
+// 0.94 of its rate). The control: a request sent at the ceiling's spacing,
+// before the fleet paced the quota, still holds the process a second.
+func TestIdleProcessReadsThePaceItsRequestWasSentAt(t *testing.T) {
+	t.Parallel()
+	url, _ := setup(t, platformSpec{name: "api", rate: 20, burst: 1})
+	clk := clocktest.New()
+	idle, busy, early := fakePacer(t, url, clk, nil), fakePacer(t, url, clk, nil), fakePacer(t, url, clk, nil)
+	ctx := context.Background()
+	quota := func(remaining float64) ratelimit.Info {
+		return ratelimit.Info{Limit: 8, Window: time.Second, Remaining: remaining, HasRemaining: true,
+			Reset: time.Second, HasReset: true, Form: ratelimit.IETF}
+	}
+	reserve := func(p *Pacer) Reservation {
+		t.Helper()
+		r, err := p.Reserve(ctx, "api", time.Minute)
+		if err != nil || !r.Granted {
+			t.Fatalf("%+v %v", r, err)
+		}
+		return r
+	}
+	report := func(p *Pacer, r Reservation, q ratelimit.Info) ReportResult {
+		t.Helper()
+		rep, err := p.Report(ctx, "api", r, Feedback{Kind: Clean, Quota: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	first := reserve(early) // at the ceiling: before anyone knew the quota
+	report(idle, reserve(idle), quota(3))
+	// The other worker paces the fleet for five seconds; this one sends
+	// nothing meanwhile, and its own announcement lapses.
+	for range 20 {
+		clk.Advance(250 * time.Millisecond)
+		report(busy, reserve(busy), quota(3))
+	}
+	r := reserve(idle)
+	if r.Interval < time.Second/8 {
+		t.Fatalf("the fleet's spacing %s, want the quota's (at least 125ms)", r.Interval)
+	}
+	if rep, local := report(idle, r, quota(0)), idle.heldLocally("api"); rep.Hold != 0 || local != 0 {
+		t.Fatalf("paced quota exhausted, read by an idle worker: %+v, held locally %s, want no hold", rep, local)
+	}
+	if local := func() time.Duration { report(early, first, quota(0)); return early.heldLocally("api") }(); local < 900*time.Millisecond {
+		t.Fatalf("a request sent at the ceiling's spacing exhausted the quota: held locally %s, want 1s", local)
+	}
+}
+
 // A quota the fleet already paces (spaced at least window / limit, burst
 // 1) holds a second less when an answer exhausts it with a reset in whole
 // seconds (rounded up: the true reset is no earlier), so a 1-s window's

@@ -231,6 +231,15 @@ type Reservation struct {
 }
 
 // interval is the slot's spacing in seconds.
+// sentSpacing is the spacing r's slot was granted at, in seconds (0: none
+// known — a degraded slot, or one built by hand).
+func (r Reservation) sentSpacing() float64 {
+	if r.Degraded {
+		return 0
+	}
+	return r.interval()
+}
+
 func (r Reservation) interval() float64 {
 	if r.spacing > 0 {
 		return r.spacing

@@ -103,7 +103,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 	if res.Key != "" && out.scope(res) == ScopeKey {
 		return p.reportKey(ctx, platform, res, out)
 	}
-	rep := report{pressure: out.Kind == Pressure, announce: p.announce(platform, out.Quota)}
+	rep := report{pressure: out.Kind == Pressure, announce: p.announce(platform, out.Quota, res.sentSpacing())}
 	if out.answered() {
 		rep.answered = 1
 		if out.Kind == Clean {
@@ -167,7 +167,7 @@ func (p *Pacer) Report(ctx context.Context, platform string, res Reservation, ou
 // any answer does.
 func (p *Pacer) reportKey(ctx context.Context, platform string, res Reservation, out Feedback) (ReportResult, error) {
 	name := rowName(platform, res.Key)
-	rep := report{pressure: out.Kind == Pressure, announce: p.announce(name, out.Quota), key: res.Key}
+	rep := report{pressure: out.Kind == Pressure, announce: p.announce(name, out.Quota, 0), key: res.Key}
 	if rep.pressure {
 		rep.refused(res, out)
 		if !res.Degraded {
@@ -217,8 +217,10 @@ func (p *Pacer) sinceSlowdown(platform string, res Reservation) bool {
 // announce is q in the pacer's terms, or nil if q says nothing usable. It
 // remembers the longest Reset the platform announced in the last
 // resetMemory, as the window of a quota that announces none, and the
-// largest Remaining, as the slack the quota is paced by (shareOf).
-func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
+// largest Remaining, as the slack the quota is paced by (shareOf). sent is
+// the spacing the answered request's slot was granted at (seconds; 0:
+// unknown).
+func (p *Pacer) announce(platform string, q ratelimit.Info, sent float64) *announcement {
 	if !q.Announced() && !q.HasReset {
 		return nil
 	}
@@ -254,9 +256,23 @@ func (p *Pacer) announce(platform string, q ratelimit.Info) *announcement {
 		a.limit, a.share = q.Limit, shareOf(min(slack, q.Limit))
 	}
 	// As the report's statement decides for the fleet: the spacing in
-	// force before this answer put no more than the quota in a window.
-	a.paced = a.limit > 0 && a.window > 0 && st.annInterval > 0 && now.Before(st.annUntil) &&
-		math.Ceil(a.window/st.annInterval-1e-9)+float64(max(st.burst, 1))-1 <= a.limit
+	// force before this answer put no more than the quota in a window —
+	// this process's own last announcement, or the spacing the answered
+	// request was sent at when that was the quota's (at most its share
+	// under it: a fleet paced far under a quota exhausts it only with
+	// others, at any point of the window). A worker that sent nothing to
+	// the platform for longer than the announcement's time to live (River
+	// hands a platform's jobs to whichever process fetches them: seconds,
+	// at 8/s among three) has no announcement of its own in force; held by
+	// its first answer's rounded reset, it left a second's hole in the
+	// fleet's schedule (a strict limiter announcing q=8;w=1 answers
+	// Remaining 0 and t=1 to every request).
+	quotaPaced := func(spacing float64) bool {
+		return spacing > 0 && math.Ceil(a.window/spacing-1e-9)+float64(max(st.burst, 1))-1 <= a.limit
+	}
+	a.paced = a.limit > 0 && a.window > 0 &&
+		(now.Before(st.annUntil) && quotaPaced(st.annInterval) ||
+			quotaPaced(sent) && sent <= a.window/(a.limit*announcedShare)*(1+1e-9))
 	if interval > 0 {
 		st.annInterval, st.annUntil = interval.Seconds(), now.Add(ttl)
 	}

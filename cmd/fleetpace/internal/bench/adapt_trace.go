@@ -64,10 +64,11 @@ func traceEstimates(ctx context.Context, pool *pgxpool.Pool, run int, cells []ce
 }
 
 // estimateMark is what the estimate trace compares: a line is printed when
-// either moves.
+// any of them moves.
 type estimateMark struct {
 	estimate  string // three decimals
 	slowdowns int64
+	holdEnd   string // when the fleet's hold ends, seconds into the run (tenths; "": none)
 }
 
 // estimateLines are the trace's lines for the states read at elapsed into
@@ -75,13 +76,20 @@ type estimateMark struct {
 func estimateLines(last map[string]estimateMark, states []pacer.State, run int, elapsed time.Duration) []string {
 	var out []string
 	for _, st := range states {
-		m := estimateMark{fmt.Sprintf("%.3f", st.Estimate), st.Slowdowns}
+		m := estimateMark{estimate: fmt.Sprintf("%.3f", st.Estimate), slowdowns: st.Slowdowns}
+		if st.Hold > 0 {
+			m.holdEnd = fmt.Sprintf("%.1f", (elapsed + st.Hold).Seconds())
+		}
 		if prev, ok := last[st.Platform]; ok && prev == m {
 			continue
 		}
 		last[st.Platform] = m
-		out = append(out, fmt.Sprintf("run %d: %s at %6.2fs: estimate %s/s, pace %.3f/s (%s), hold %.2fs, slow-downs %d",
-			run, st.Platform, elapsed.Seconds(), m.estimate, st.EffectiveRate, st.PacedBy, st.Hold.Seconds(), st.Slowdowns))
+		hold := fmt.Sprintf("%.2fs", st.Hold.Seconds())
+		if st.Hold > 0 && st.HoldReason != "" {
+			hold += " (" + st.HoldReason + ")"
+		}
+		out = append(out, fmt.Sprintf("run %d: %s at %6.2fs: estimate %s/s, pace %.3f/s (%s), hold %s, slow-downs %d",
+			run, st.Platform, elapsed.Seconds(), m.estimate, st.EffectiveRate, st.PacedBy, hold, st.Slowdowns))
 	}
 	return out
 }
@@ -102,6 +110,9 @@ func trace(cfg AdaptConfig, run int, c cell, reqs []arrival, start time.Time) {
 	if c.schedule.Name == ScheduleDefault {
 		for _, line := range refusalLines(reqs, start, 10*time.Second) {
 			fmt.Fprintf(cfg.Progress, "run %d: %s %s\n", run, c.platform, line)
+		}
+		if gaps := gapLines(reqs, start, 10*time.Second); len(gaps) > 0 {
+			fmt.Fprintf(cfg.Progress, "run %d: %s gaps over %v: %s\n", run, c.platform, traceGap, strings.Join(gaps, ", "))
 		}
 	}
 }
@@ -132,6 +143,23 @@ func refusalLines(reqs []arrival, start time.Time, from time.Duration) []string 
 			fmt.Fprintf(&b, " %.3fs%s", reqs[j+1].At.Sub(reqs[j].At).Seconds(), mark)
 		}
 		out = append(out, b.String())
+	}
+	return out
+}
+
+// traceGap is the silence at the destination the trace lists: longer than
+// any spacing the benchmark's limits ask for below 2/s, so each one is a
+// hold or a stall of the fleet.
+const traceGap = 600 * time.Millisecond
+
+// gapLines lists each silence at the destination longer than traceGap from
+// `from` into the run on, as "start+length" in seconds.
+func gapLines(reqs []arrival, start time.Time, from time.Duration) []string {
+	var out []string
+	for i := 1; i < len(reqs); i++ {
+		if d := reqs[i].At.Sub(reqs[i-1].At); d > traceGap && reqs[i].At.Sub(start) >= from {
+			out = append(out, fmt.Sprintf("%.2f+%.2f", reqs[i-1].At.Sub(start).Seconds(), d.Seconds()))
+		}
 	}
 	return out
 }

@@ -32,7 +32,8 @@ func TestAdaptTraceRefusals(t *testing.T) {
 }
 
 // The estimate trace prints a platform when its estimate (to three
-// decimals) or its slow-down count moves, and not otherwise.
+// decimals), its slow-down count or the end of its hold moves, and not
+// otherwise.
 func TestAdaptTraceEstimates(t *testing.T) {
 	last := map[string]estimateMark{}
 	st := pacer.State{Platform: "m.default", Estimate: 2.5071, EffectiveRate: 2.2064, PacedBy: pacer.PacedByBackoff, Slowdowns: 7}
@@ -52,5 +53,27 @@ func TestAdaptTraceEstimates(t *testing.T) {
 	st.Estimate = 2.406
 	if got := estimateLines(last, []pacer.State{st}, 1, 15*time.Second); len(got) != 1 {
 		t.Fatalf("a new estimate printed %q, want one line", got)
+	}
+	st.Hold, st.HoldReason = 980*time.Millisecond, "quota exhausted"
+	got = estimateLines(last, []pacer.State{st}, 1, 16*time.Second)
+	want = []string{"run 1: m.default at  16.00s: estimate 2.406/s, pace 2.300/s (backoff), hold 0.98s (quota exhausted), slow-downs 8"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("a hold printed %q, want %q", got, want)
+	}
+	st.Hold = 930 * time.Millisecond // the same hold, read 50 ms later
+	if got := estimateLines(last, []pacer.State{st}, 1, 16050*time.Millisecond); got != nil {
+		t.Fatalf("the same hold printed again: %q", got)
+	}
+}
+
+// The trace's silences: each gap between two requests longer than
+// traceGap from `from` on, as its start and length.
+func TestAdaptTraceGaps(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	reqs := []arrival{{At: ms(2000)}, {At: ms(9000)}, {At: ms(10_100)}, {At: ms(10_600)}, {At: ms(11_630)}, {At: ms(12_000)}}
+	got := gapLines(reqs, t0, 10*time.Second)
+	want := []string{"9.00+1.10", "10.60+1.03"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("gapLines = %q, want %q", got, want)
 	}
 }
