@@ -419,6 +419,9 @@ WHERE p.name = s.platform
 --   t[38] t[37] reads a cycle only where the fleet sent (accepted, and
 --        this refusal) at least this share of the slots the refused pace
 --        offered since the hold before (0 or NULL: whatever it sent)
+--   t[39] 1: where an event's hold (or pause) reaches its horizon (every
+--        granted slot after the pivot is given back), the cursor goes to
+--        the hold's end (0 or NULL: a spacing past the horizon)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -1091,8 +1094,17 @@ BEGIN
         acc_cycle = CASE WHEN GREATEST(v_hold, v_doubled) > GREATEST(s.hold_until, s.doubled_at) THEN 0 ELSE s.acc_cycle END,
         meas_window = s.meas_window, meas_window_at = s.meas_window_at, jitter_at = s.jitter_at, held_at = s.held_at,
         cut_below = s.cut_below, est_guess = s.est_guess,
+        -- Slots moved past the horizon are given back, so the cursor ends
+        -- a spacing after it at most; and where the hold (or the pause)
+        -- reaches the horizon, every slot after the pivot is given back
+        -- (moved to the hold or later, or landing inside it), and the
+        -- next reservation takes the hold's end: a spacing after the
+        -- horizon left a hole there after each Retry-After as long as the
+        -- callers' wait (a strict bucket of 8/s, one request a probe).
         cursor_at = CASE WHEN v_event AND s.cursor_at > v_pivot
-                         THEN LEAST(v_pivot + (s.cursor_at - v_pivot) * v_ratio + v_shift, GREATEST(v_now + s.last_max_wait, v_pivot) + v_i_new)
+                         THEN LEAST(v_pivot + (s.cursor_at - v_pivot) * v_ratio + v_shift, GREATEST(v_now + s.last_max_wait, v_pivot) + v_i_new,
+                                    CASE WHEN GREATEST(v_hold, s.paused_until) >= GREATEST(v_now + s.last_max_wait, v_pivot) AND COALESCE(t[39], 0) > 0
+                                         THEN GREATEST(v_hold, s.paused_until, v_pivot + v_i_new + COALESCE(v_retro, 0)) END)
                          WHEN v_event
                          THEN LEAST(s.cursor_at + v_retro, GREATEST(v_now + s.last_max_wait, v_pivot) + v_i_new)
                          ELSE s.cursor_at END,

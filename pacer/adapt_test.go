@@ -333,6 +333,56 @@ func TestQuotaExhaustedHoldsTheProcessAtOnce(t *testing.T) {
 	}
 }
 
+// A Retry-After as long as the callers' wait (the bench's workers wait 1 s
+// and a strict bucket answers Retry-After: 1) moves every granted slot to
+// the hold's end or past the horizon, and each is given back: the next
+// reservation takes the hold's end. The cursor used to end a spacing past
+// the horizon, and the fleet sent nothing for that spacing after each such
+// hold (one request a probe at 8/s). The control (holdCursor off) finds the
+// next slot a spacing after the hold (the new spacing: 250 ms, the first
+// refusal halving the ceiling's pace).
+func TestAHoldToTheHorizonRestartsAtItsEnd(t *testing.T) {
+	t.Parallel()
+	url, _ := setup(t, platformSpec{name: "api", rate: 8, burst: 1}, platformSpec{name: "control", rate: 8, burst: 1})
+	clk := clocktest.New()
+	p := fakePacer(t, url, clk, nil)
+	control := fakePacer(t, url, clk, nil)
+	control.tuning.holdCursor = false
+	control.tune = control.tuning.array()
+	ctx := context.Background()
+	for _, c := range []struct {
+		p        *Pacer
+		platform string
+		gap      time.Duration // the next slot after the hold's end
+	}{{p, "api", 0}, {control, "control", time.Second / 4}} {
+		var waiting []Reservation
+		for range 8 { // a second's worth granted ahead, as far as the callers wait
+			r, err := c.p.Reserve(ctx, c.platform, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Granted {
+				waiting = append(waiting, r)
+			}
+		}
+		if len(waiting) < 7 {
+			t.Fatalf("%s: %d slots granted within a second at 8/s", c.platform, len(waiting))
+		}
+		rep, err := c.p.Report(ctx, c.platform, waiting[0], Feedback{Kind: Pressure, RetryAfter: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := clk.Now().Add(rep.Hold)
+		r, err := c.p.Reserve(ctx, c.platform, 2*time.Second)
+		if err != nil || !r.Granted {
+			t.Fatalf("%s: after the hold: %+v %v", c.platform, r, err)
+		}
+		if got := r.Slot.Sub(end); got < c.gap-time.Millisecond || got > c.gap+time.Millisecond {
+			t.Errorf("%s: next slot %s after the hold's end, want %s", c.platform, got, c.gap)
+		}
+	}
+}
+
 // A worker that sent nothing to the platform for longer than its own last
 // announcement lasts (River hands a platform's jobs to whichever process
 // fetches them) reads a paced quota's exhaustion by the spacing its request

@@ -299,9 +299,11 @@ func (p *Pacer) respace(w *waiter, ev event, now time.Time) {
 		w.interval = math.Max(w.interval, ev.interval)
 		p.respaced.Add(1)
 	}
-	// Past the horizon the database no longer counts the slot (the cursor
-	// ends before it), moved or not: it is given back.
-	gone := w.due.Sub(now) > w.maxWait || w.slot > ev.horizon
+	// At or past the horizon the database no longer counts the slot (the
+	// cursor ends a spacing after the horizon at most, and at the hold's
+	// end where the hold reaches the horizon), moved or not: it is given
+	// back.
+	gone := w.due.Sub(now) > w.maxWait || w.slot >= ev.horizon
 	if gone {
 		w.givenBack = true
 		p.givenBack.Add(1)

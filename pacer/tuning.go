@@ -233,6 +233,10 @@ type tuning struct {
 	// cycle sends at its pace until the window fills. 0: whatever it sent
 	// (a test's control).
 	cycleSent float64
+	// holdCursor: where an event's hold (or pause) reaches its horizon —
+	// every granted slot after the pivot given back — the cursor goes to
+	// the hold's end, not a spacing past the horizon (t[39]).
+	holdCursor bool
 	// shareBySlack: the margin an announced rate is paced under
 	// (1 − announced) is divided by the slack the destination showed: the
 	// largest Remaining it answered lately + 1, at most its limit. A quota
@@ -298,6 +302,7 @@ func defaultTuning(late time.Duration) tuning {
 		plateauExcess:    true,
 		startCycle:       0.4,
 		cycleSent:        1.0 / 3,
+		holdCursor:       true,
 		shareBySlack:     true,
 		lateMargin:       true,
 	}
@@ -324,7 +329,7 @@ func (t tuning) array() []float64 {
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
 		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess), t.startCycle,
-		t.cycleSent,
+		t.cycleSent, boolFloat(t.holdCursor),
 	}
 }
 
