@@ -256,6 +256,7 @@ func TestKeyRetryAfterHoldsTheKeyAlone(t *testing.T) {
 		rate, keyRate = 30.0, 3.0
 		keys, perKey  = 10, 150
 		reaction      = 500 * time.Millisecond
+		resume        = 3 * time.Second // after the hold, for the woken jobs to send again
 	)
 	hold := 10 * time.Second
 	url := newURL(t)
@@ -293,7 +294,7 @@ func TestKeyRetryAfterHoldsTheKeyAlone(t *testing.T) {
 	}
 	first429 := limited[0]
 	waitUntil(t, d, "/k/acct0/", first429.Add(hold), 30*time.Second)
-	end := waitUntil(t, d, "/k/", first429.Add(hold+2*time.Second), 30*time.Second)
+	end := waitUntil(t, d, "/k/", first429.Add(hold+resume+time.Second), 30*time.Second)
 
 	var inside, early []string
 	var resumed time.Duration
@@ -342,8 +343,9 @@ func TestKeyRetryAfterHoldsTheKeyAlone(t *testing.T) {
 	// The processes that snoozed acct0's jobs wake them at the hold's end
 	// (queue.Waker): without that, River's scheduler (every 5 s) and the
 	// other keys' backlog ahead of them in due order brought acct0 back
-	// 15.4 s after its 429 in a loaded fresh-clone run.
-	if resumed == 0 || resumed > hold+2*time.Second {
+	// 15.4 s after its 429 in a loaded fresh-clone run. With it, beside a
+	// busy loop at a load average of ~10, 12.2 s once in three.
+	if resumed == 0 || resumed > hold+resume {
 		t.Errorf("acct0 resumed %s after its 429, want soon after %s", resumed, hold)
 	}
 	// A hold that spread to the platform stops the other keys for the
