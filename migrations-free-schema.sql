@@ -210,6 +210,44 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS est_plateau    double precision NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS est_prev       double precision NOT NULL DEFAULT 0;
 
+-- A learned window (see docs/design.md, "A learned window"): a destination
+-- that holds the fleet until resets on a fixed grid is a fixed window, and
+-- the fleet then takes its quota per window at the ceiling and holds at its
+-- end, instead of pacing under it.
+--   win_resets      the reset bounds of the latest refusals (now + their
+--                   Retry-After: no earlier than the destination's reset,
+--                   by less than t[41] later), one per window, oldest first
+--   win_ra          the longest Retry-After among them (seconds)
+--   win_len, win_phase
+--                   the window learned from them (seconds; 0: none) and a
+--                   reset on its grid (epoch seconds)
+--   win_quota       the requests the fleet sends per window
+--   win_at, win_count
+--                   the window (its start) the reservations counted last,
+--                   and the slots they granted in it
+--   win_acc, win_acc_prev
+--                   answers accepted to requests sent in that window, and
+--                   in the one before it (reservations run ahead of the
+--                   answers by up to the longest wait)
+--   win_clean       windows filled to the quota without a refusal since the
+--                   quota last changed: at t[42] the quota grows by one
+--                   (-1: the quota is the estimate's guess, not yet read
+--                   from a refusal or a window filled)
+--   win_off         no window is learned before this (epoch seconds): a
+--                   window whose quota was not accepted was no window
+ALTER TABLE fleetpace_pace
+    ADD COLUMN IF NOT EXISTS win_resets double precision[] NOT NULL DEFAULT '{}',
+    ADD COLUMN IF NOT EXISTS win_ra     double precision   NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_len    double precision   NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_phase  double precision   NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_quota  integer            NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_at     double precision   NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_count  integer            NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_acc    integer            NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_acc_prev integer          NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_clean  integer            NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_off    double precision   NOT NULL DEFAULT 0;
+
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
 -- as the whole (key_rate, key_burst; 0: no per-key rate), and cap the
@@ -422,6 +460,13 @@ WHERE p.name = s.platform
 --   t[39] 1: where an event's hold (or pause) reaches its horizon (every
 --        granted slot after the pivot is given back), the cursor goes to
 --        the hold's end (0 or NULL: a spacing past the horizon)
+--   t[40] the shortest window learned from refusals' resets, seconds (0
+--        or NULL: none is learned)
+--   t[41] how much later than the destination's reset a refusal's reset
+--        bound (now + Retry-After) may be: Retry-After in whole seconds
+--        rounds up by up to one, and the report comes after the answer
+--   t[42] windows filled to the learned quota without a refusal before
+--        the quota grows by one (a probe)
 
 -- fleetpace_pace_tau is the burst tolerance (seconds) a platform's GCRA
 -- uses: (burst - 1) / rate, less what lateness needs beyond one spacing
@@ -513,6 +558,31 @@ RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                     CASE WHEN now < announced_until THEN announced_interval ELSE 0 END)
 $$;
 
+-- fleetpace_pace_window finds a fixed window in the reset bounds of
+-- refusals (now + Retry-After, each no earlier than the destination's
+-- reset and less than t[41] later): the longest whole number of seconds,
+-- from t[40] (and the longest Retry-After among them, which a window's
+-- refusal never exceeds) to t[11], that puts every bound within t[41]
+-- after a point of one grid (phase + n × length), and that phase: the
+-- bound all the others lie just after. None with fewer than three bounds,
+-- but two of consecutive windows (less than twice the longest Retry-After
+-- apart: a window is at least that long).
+-- A window's length is a whole number of seconds everywhere we know of,
+-- and a longer grid fits fewer bounds by chance.
+CREATE OR REPLACE FUNCTION fleetpace_pace_window(resets float8[], ra float8, t float8[])
+RETURNS TABLE (len float8, phase float8) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT l::float8, r.x
+    FROM generate_series(GREATEST(ceil(ra), ceil(t[40]))::int,
+                         LEAST(t[11], (SELECT max(y) - min(y) FROM unnest(resets) AS y) + t[41])::int) AS l,
+         unnest(resets) AS r(x)
+    WHERE COALESCE(t[40], 0) > 0
+      AND (cardinality(resets) >= 3 OR cardinality(resets) = 2 AND resets[2] - resets[1] < 2 * ra)
+      AND NOT EXISTS (SELECT 1 FROM unnest(resets) AS o(y)
+                      WHERE (o.y - r.x) - l * floor((o.y - r.x) / l) >= t[41])
+    ORDER BY l DESC, r.x DESC
+    LIMIT 1
+$$;
+
 -- fleetpace_pace_channel_name is how a pace row is named in notifications:
 -- "platform", or "platform/hex of the key" (a platform name has no '/'; a
 -- key may hold any character, the payload's separator included).
@@ -597,6 +667,18 @@ DECLARE
     v_event     boolean;
     v_shift     float8;
     v_doubled   float8;           -- doubled_at after
+    v_wres      float8[];         -- win_resets after
+    v_wra       float8;           -- win_ra after
+    v_wlen      float8;           -- win_len after
+    v_wphase    float8;           -- win_phase after
+    v_wq        integer;          -- win_quota after
+    v_wacc      integer;          -- win_acc after
+    v_wclean    integer;          -- win_clean after
+    v_woff      float8;           -- win_off after
+    v_wr        float8;           -- this refusal's reset bound
+    v_wfit      record;           -- fleetpace_pace_window's answer
+    v_wprev     integer;          -- win_acc_prev after
+    v_wgot      integer;          -- what the refused request's window accepted
 BEGIN
     SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND key = p_key AND rate > 0 FOR UPDATE;
     IF NOT FOUND THEN
@@ -649,6 +731,10 @@ BEGIN
                                                                  THEN GREATEST(p_quota_hold - 1, 0) ELSE p_quota_hold END END);
     v_i_old := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m0, s.est, s.est_max, s.est_plateau, s.est_at,
                                        s.announced_interval, s.announced_until, v_now, t);
+    IF s.win_len > 0 AND s.win_quota > 0 AND s.announced_until <= v_now THEN
+        -- A learned window: the reservations went at the ceiling (reserveSQL).
+        v_i_old := fleetpace_pace_ceiling(s.rate, s.burst, t);
+    END IF;
 
     IF s.adapt = 'multiplier' THEN
         IF p_pressure AND v_stale THEN
@@ -1063,8 +1149,94 @@ BEGIN
         v_m := s.rate * fleetpace_pace_adaptive(s.adapt, s.rate, v_m0, v_est, v_est_max, v_plateau, v_now - v_est_at, t);
     END IF;
 
+    -- A learned window (t[40]; docs/design.md, "A learned window"). Each
+    -- refusal's reset bound (now + Retry-After) is kept, one per window of
+    -- the destination; where the latest ones lie on one grid of whole
+    -- seconds, with a Retry-After of 2 s or more among them (a strict
+    -- limiter's or a bucket's next slot is under a second away, rounded
+    -- up to one), the destination is a fixed window: the fleet takes its
+    -- quota per window at the ceiling (reserveSQL counts the slots) and
+    -- holds at the window's end, where pacing under the quota left a
+    -- share of every window unused and each probe past it cost a hold.
+    v_wres := s.win_resets;
+    v_wra := s.win_ra;
+    v_wlen := s.win_len;
+    v_wphase := s.win_phase;
+    v_wq := s.win_quota;
+    v_wacc := s.win_acc;
+    v_wclean := s.win_clean;
+    v_woff := s.win_off;
+    v_wprev := s.win_acc_prev;
+    IF NOT p_pressure AND s.win_len > 0 AND p_sent_from >= s.win_at THEN
+        v_wacc := v_wacc + GREATEST(p_answered, 0);
+    ELSIF NOT p_pressure AND s.win_len > 0 AND p_sent_from >= s.win_at - s.win_len THEN
+        v_wprev := v_wprev + GREATEST(p_answered, 0);
+    END IF;
+    IF COALESCE(t[40], 0) > 0 AND p_key = '' AND s.adapt = 'estimate' AND p_pressure AND NOT v_stale AND p_retry > 0
+       AND NOT v_quota_refused THEN
+        v_wr := v_now + p_retry;
+        IF v_now >= v_woff THEN
+            IF cardinality(v_wres) > 0 AND abs(v_wr - v_wres[cardinality(v_wres)]) < t[41] THEN
+                -- The same window's reset: the earlier bound is the tighter.
+                v_wres[cardinality(v_wres)] := LEAST(v_wres[cardinality(v_wres)], v_wr);
+            ELSE
+                v_wres := v_wres || v_wr;
+                v_wres := v_wres[GREATEST(cardinality(v_wres) - 3, 1):];
+            END IF;
+            v_wra := GREATEST(v_wra, p_retry);
+            IF v_wra >= 2 THEN
+                SELECT w.len, w.phase INTO v_wfit FROM fleetpace_pace_window(v_wres, v_wra, t) AS w;
+                IF v_wfit.len IS NOT NULL AND v_wfit.len <> v_wlen THEN
+                    -- A window learned, or a new length: its quota is at
+                    -- least what the estimate paced per window (one too
+                    -- many costs one refusal, which the rule below reads).
+                    v_wlen := v_wfit.len;
+                    v_wphase := v_wfit.phase;
+                    v_wq := GREATEST(ceil(GREATEST(s.est, v_est) * v_wlen - 1e-9), 1)::int;
+                    v_wclean := -1;
+                ELSIF v_wfit.len IS NOT NULL THEN
+                    v_wphase := v_wfit.phase;
+                    IF p_sent_from >= s.win_at - s.win_len THEN
+                        -- What the refused request's window accepted.
+                        v_wgot := CASE WHEN p_sent_from >= s.win_at THEN v_wacc ELSE v_wprev END;
+                        IF v_wclean < 0 AND v_wgot >= 2 THEN
+                            -- The first refusal since the window was
+                            -- learned: its quota is what the window took.
+                            v_wq := v_wgot;
+                            v_wclean := 0;
+                        ELSIF v_wgot * 2 < v_wq THEN
+                            -- Not half the quota accepted in the window:
+                            -- no fixed window (a bucket's resets fell on a
+                            -- grid by chance), or its limit dropped far.
+                            -- The estimate paces again, and no window is
+                            -- learned for t[11].
+                            v_wlen := 0;
+                            v_wres := '{}';
+                            v_wra := 0;
+                            v_woff := v_now + t[11];
+                        ELSE
+                            -- Refused inside the window the quota was
+                            -- counted in: the quota was one too many (a
+                            -- probe's), or less is left to the fleet: what
+                            -- this window accepted.
+                            v_wq := GREATEST(LEAST(v_wq - 1, v_wgot), 1);
+                            v_wclean := 0;
+                        END IF;
+                    END IF;
+                ELSIF v_wlen > 0 THEN
+                    -- The bounds no longer lie on one grid: the latest two
+                    -- may find it again.
+                    v_wlen := 0;
+                    v_wres := v_wres[cardinality(v_wres) - 1:];
+                END IF;
+            END IF;
+        END IF;
+    END IF;
     v_i_new := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m, v_est, v_est_max, v_plateau, v_est_at,
                                        v_ann_i, v_ann_until, v_now, t);
+    IF v_wlen > 0 AND v_wq > 0 AND v_ann_until <= v_now THEN
+        v_i_new := fleetpace_pace_ceiling(s.rate, s.burst, t);
+    END IF;
     v_ratio := GREATEST(v_i_new / v_i_old, 1);
     v_pivot := v_now + t[12];
     v_first := CASE WHEN s.cursor_at > v_pivot THEN s.cursor_at - floor((s.cursor_at - v_pivot) / v_i_old) * v_i_old ELSE v_pivot END;
@@ -1115,7 +1287,13 @@ BEGIN
         event_shift = CASE WHEN v_event THEN v_shift ELSE s.event_shift END,
         event_horizon = CASE WHEN v_event THEN GREATEST(v_now + s.last_max_wait, v_pivot) ELSE s.event_horizon END,
         last_respaced = v_event,
-        last_effect = v_effect
+        last_effect = v_effect,
+        win_resets = v_wres, win_ra = v_wra, win_len = v_wlen, win_phase = v_wphase, win_quota = v_wq,
+        win_acc = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE v_wacc END,
+        win_acc_prev = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE v_wprev END,
+        win_at = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE s.win_at END,
+        win_count = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE s.win_count END,
+        win_clean = v_wclean, win_off = v_woff
     WHERE u.platform = p_platform AND u.key = p_key
     RETURNING u.* INTO s;
 

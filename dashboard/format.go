@@ -185,6 +185,8 @@ func pacedByText(by string) string {
 		return "fleet-wide hold"
 	case pacer.PacedByAnnounced:
 		return "rate the destination announced"
+	case pacer.PacedByWindow:
+		return "a fixed window learned from its refusals"
 	case pacer.PacedByBackoff:
 		return "ceiling ÷ backoff multiplier"
 	case pacer.PacedByCeiling:

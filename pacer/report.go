@@ -38,6 +38,12 @@ func (rep *report) refused(res Reservation, out Feedback) {
 		s := timeToEpoch(res.ReservedAt)
 		rep.reservedAt = &s
 	}
+	// The refused request's slot: a learned window reads a refusal inside
+	// the window it counted.
+	if !res.Slot.IsZero() {
+		s := timeToEpoch(res.Slot)
+		rep.sentFrom = &s
+	}
 }
 
 // announcement is what a destination's quota headers imply, in the pacer's

@@ -114,6 +114,15 @@ type simResult struct {
 	cfg      simConfig
 	arrivals []simArrival // in arrival order
 	pressure []simPressure
+	window   simWindow // the platform's learned window at the end
+	start    time.Time // the clock at the start (arrivals count from it)
+}
+
+// simWindow is a pace row's learned window (win_* columns).
+type simWindow struct {
+	len, phase, ra float64
+	quota          int
+	resets         []float64
 }
 
 // simPressure is what a report of pressure did.
@@ -273,9 +282,18 @@ func runSim(t *testing.T, cfg simConfig) simResult {
 		t.Fatalf("simulation: %v", err)
 	default:
 	}
+	var w simWindow
+	if err := pool.QueryRow(context.Background(), `SELECT win_len, win_phase, win_ra, win_quota, win_resets
+		FROM fleetpace_pace WHERE platform = 'sim' AND key = ''`).Scan(&w.len, &w.phase, &w.ra, &w.quota, &w.resets); err != nil {
+		t.Fatalf("simulation: the learned window: %v", err)
+	}
+	w.phase -= timeToEpoch(start)
+	for i := range w.resets {
+		w.resets[i] -= timeToEpoch(start)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	return simResult{cfg: cfg, arrivals: arrivals, pressure: pressure}
+	return simResult{cfg: cfg, arrivals: arrivals, pressure: pressure, window: w, start: start}
 }
 
 // between counts the accepted and refused arrivals in [from, to).

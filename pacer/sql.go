@@ -99,28 +99,64 @@ const respaceRatio = 1.2
 const reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
 ON CONFLICT (platform, key) DO UPDATE SET
-    (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start, leases) = (
+    (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start, leases,
+     win_at, win_count, win_acc, win_acc_prev, win_clean, win_quota) = (
         SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0), $2::float8,
                CASE WHEN g.k > 0 AND g.first > s.cursor_at + g.i THEN g.first ELSE s.run_start END,
                CASE WHEN s.max_in_flight <= 0 THEN s.leases
                     WHEN g.k > 0 THEN array_append(g.live, GREATEST(g.now + $7::float8,
                                                                     (SELECT max(x) FROM unnest(g.live) AS x) + 1e-6))
-                    ELSE g.live END
-        FROM (SELECT f.b, f.i, f.first, f.now, f.live,
+                    ELSE g.live END,
+               CASE WHEN g.capped AND g.k > 0 THEN g.wstart ELSE s.win_at END,
+               CASE WHEN g.capped AND g.k > 0 THEN g.cnt + g.k ELSE s.win_count END,
+               CASE WHEN g.capped AND g.k > 0 AND g.wstart <> s.win_at THEN 0 ELSE s.win_acc END,
+               CASE WHEN NOT g.capped OR g.k <= 0 OR g.wstart = s.win_at THEN s.win_acc_prev
+                    WHEN abs(g.wstart - s.win_at - s.win_len) < 1e-6 THEN s.win_acc ELSE 0 END,
+               CASE WHEN NOT g.capped OR g.k <= 0 OR g.wstart = s.win_at THEN s.win_clean
+                    WHEN s.win_count < s.win_quota THEN LEAST(s.win_clean, 0)
+                    WHEN s.win_clean + 1 >= ($6::float8[])[42] THEN 0
+                    ELSE s.win_clean + 1 END,
+               CASE WHEN g.capped AND g.k > 0 AND g.wstart <> s.win_at AND s.win_count >= s.win_quota
+                         AND s.win_clean + 1 >= ($6::float8[])[42] THEN s.win_quota + 1
+                    ELSE s.win_quota END
+        FROM (SELECT f.b, f.i, f.first, f.now, f.live, f.capped, f.wstart, f.cnt,
                      CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now
                                OR s.max_in_flight > 0 AND cardinality(f.live) >= s.max_in_flight THEN 0
                           WHEN s.max_in_flight > 0 THEN 1
+                          WHEN f.capped THEN GREATEST(LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1,
+                                                            s.win_quota - f.cnt,
+                                                            floor((f.wstart + s.win_len - ($6::float8[])[41] - f.b) / f.i) + 1), 0)::int
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
-              FROM (SELECT e.now, e.i, e.b, e.base, e.live, GREATEST(e.now + $3::float8, e.hold, e.base) AS first
-                    FROM (SELECT c.now, c.i, c.hold, c.live,
-                                 GREATEST(s.cursor_at, c.now + $3::float8, c.hold) AS b,
-                                 GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS base
-                          FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
-                                       fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max, s.est_plateau, s.est_at,
-                                                               s.announced_interval, s.announced_until, n.now, $6) AS i,
-                                       CASE WHEN s.max_in_flight > 0 THEN ARRAY(SELECT x FROM unnest(s.leases) AS x WHERE x > n.now) END AS live
-                                FROM (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS now) AS n
-                          ) AS c
+              FROM (SELECT e.now, e.i, e.b, e.base, e.live, e.capped, e.wstart, e.cnt,
+                           GREATEST(e.now + $3::float8, e.hold, e.base) AS first
+                    FROM (SELECT w.now, w.i, w.live, w.capped, w.wstart, w.cnt, GREATEST(w.hold, w.gate) AS hold,
+                                 GREATEST(w.b0, w.gate) AS b,
+                                 GREATEST(w.b0, w.gate) - COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS base
+                          FROM (SELECT v.now, v.i, v.live, v.hold, v.b0, v.capped,
+                                       CASE WHEN v.full THEN v.w0 + s.win_len ELSE v.w0 END AS wstart,
+                                       CASE WHEN v.full OR abs(s.win_at - v.w0) > 1e-6 THEN 0 ELSE s.win_count END AS cnt,
+                                       CASE WHEN v.full THEN v.w0 + s.win_len ELSE 0 END AS gate
+                                FROM (SELECT u.*,
+                                             u.capped AND (abs(s.win_at - u.w0) <= 1e-6 AND s.win_count >= s.win_quota
+                                                           OR u.b0 >= u.w0 + s.win_len - ($6::float8[])[41]) AS full
+                                      FROM (SELECT c.now, c.i, c.hold, c.live, c.capped,
+                                                   GREATEST(s.cursor_at, c.now + $3::float8, c.hold) AS b0,
+                                                   CASE WHEN c.capped
+                                                        THEN s.win_phase + floor((GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - s.win_phase)
+                                                                                 / s.win_len) * s.win_len END AS w0
+                                            FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
+                                                         CASE WHEN s.win_len > 0 AND s.win_quota > 0 AND s.announced_until <= n.now
+                                                              THEN fleetpace_pace_ceiling(s.rate, s.burst, $6)
+                                                              ELSE fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max,
+                                                                                           s.est_plateau, s.est_at, s.announced_interval,
+                                                                                           s.announced_until, n.now, $6) END AS i,
+                                                         s.win_len > 0 AND s.win_quota > 0 AND s.announced_until <= n.now AS capped,
+                                                         CASE WHEN s.max_in_flight > 0 THEN ARRAY(SELECT x FROM unnest(s.leases) AS x WHERE x > n.now) END AS live
+                                                  FROM (SELECT COALESCE($5::float8, date_part('epoch', clock_timestamp())) AS now) AS n
+                                            ) AS c
+                                      ) AS u
+                                ) AS v
+                          ) AS w
                     ) AS e OFFSET 0
               ) AS f OFFSET 0
         ) AS g
@@ -370,14 +406,16 @@ FROM u`
 // forgetSQL makes a platform's pace row forget what adaptation learnt
 // beyond what clearHoldSQL clears: the quota the destination announced and
 // its window, the estimate's ceiling, the measurement of what the
-// destination accepts, the jitter and hold memories, the current run. With
+// destination accepts, the jitter and hold memories, the current run, the
+// window learned from refusals. With
 // clearHoldSQL after it (Reset) the platform is as if just created: the
 // next reservation goes at the configured pace.
 const forgetSQL = `
 UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced_window = 0, announced_window_at = 0,
     est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_cycle = 0, acc_at = 0, acc_from = 0,
     meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false,
-    est_prev = 0
+    est_prev = 0, win_resets = '{}', win_ra = 0, win_len = 0, win_phase = 0, win_quota = 0, win_at = 0,
+    win_count = 0, win_acc = 0, win_acc_prev = 0, win_clean = 0, win_off = 0
 WHERE platform = $1`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
@@ -418,7 +456,8 @@ SELECT s.platform, s.rate, s.burst, s.max_multiplier, s.decay_after,
        GREATEST(s.paused_until - n.now, 0), s.pause_reason,
        CASE WHEN n.now < s.announced_until THEN s.announced_interval ELSE 0 END,
        GREATEST(s.announced_until - n.now, 0),
-       GREATEST(s.cursor_at - n.now, 0), s.event_seq
+       GREATEST(s.cursor_at - n.now, 0), s.event_seq,
+       CASE WHEN s.announced_until <= n.now THEN s.win_len ELSE 0 END, s.win_quota
 FROM fleetpace_pace AS s
 CROSS JOIN (SELECT COALESCE($1::float8, date_part('epoch', clock_timestamp())) AS now) AS n
 `

@@ -21,6 +21,7 @@ const (
 	PacedByPause     = "paused"    // an operator paused it
 	PacedByHold      = "hold"      // a fleet-wide hold: Retry-After, an exhausted quota, a cooldown
 	PacedByAnnounced = "announced" // the destination's announced rate-limit headers
+	PacedByWindow    = "window"    // a fixed window learned from the destination's refusals
 	PacedByBackoff   = "backoff"   // adaptation, after rate pressure: the estimate of the destination's limit, or the multiplier
 	PacedByCeiling   = "ceiling"   // the configured rate, unconstrained
 )
@@ -74,6 +75,12 @@ type State struct {
 	CursorAhead time.Duration
 	// Slowdowns counts the platform's slow-downs (events) so far.
 	Slowdowns int64
+	// Window is the fixed window the fleet learned from the destination's
+	// refusals (0: none in force), and WindowQuota the requests it sends in
+	// each: each window's quota goes at the ceiling, then the fleet holds
+	// until the window's end.
+	Window      time.Duration
+	WindowQuota int
 }
 
 // stateJSON is State as JSON: durations in seconds, under keys that say so.
@@ -104,6 +111,8 @@ type stateJSON struct {
 	PacedBy            string  `json:"paced_by"`
 	CursorAhead        float64 `json:"cursor_ahead_s"`
 	Slowdowns          int64   `json:"slowdowns"`
+	Window             float64 `json:"window_s"`
+	WindowQuota        int     `json:"window_quota"`
 }
 
 // MarshalJSON writes durations as seconds under keys that say so.
@@ -111,7 +120,8 @@ func (s State) MarshalJSON() ([]byte, error) {
 	return json.Marshal(stateJSON{s.Platform, s.Rate, s.Burst, s.MaxMultiplier, s.DecayAfter, s.BackoffFactor,
 		s.RecoveryFactor, s.Probe, s.UseHeaders, s.Respace, s.Adapt, s.Multiplier, s.CleanStreak, s.Estimate,
 		s.PressureMultiplier, s.Hold.Seconds(), s.HoldReason, s.Paused.Seconds(), s.PausedIndefinitely, s.PauseReason,
-		s.AnnouncedRate, s.AnnouncedFor.Seconds(), s.EffectiveRate, s.PacedBy, s.CursorAhead.Seconds(), s.Slowdowns})
+		s.AnnouncedRate, s.AnnouncedFor.Seconds(), s.EffectiveRate, s.PacedBy, s.CursorAhead.Seconds(), s.Slowdowns,
+		s.Window.Seconds(), s.WindowQuota})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -124,7 +134,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		j.Probe, j.UseHeaders, j.Respace, j.Adapt, j.Multiplier, j.CleanStreak, j.Estimate, j.PressureMultiplier,
 		secondsToDuration(j.Hold), j.HoldReason, secondsToDuration(j.Paused), j.PausedIndefinitely, j.PauseReason,
 		j.AnnouncedRate, secondsToDuration(j.AnnouncedFor), j.EffectiveRate, j.PacedBy,
-		secondsToDuration(j.CursorAhead), j.Slowdowns}
+		secondsToDuration(j.CursorAhead), j.Slowdowns, secondsToDuration(j.Window), j.WindowQuota}
 	return nil
 }
 
@@ -151,11 +161,13 @@ func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, e
 			s                                 State
 			burst, dec                        int32
 			hold, paused, annI, annFor, ahead float64
+			window                            float64
+			quota                             int32
 		)
 		if err := rows.Scan(&s.Platform, &s.Rate, &burst, &s.MaxMultiplier, &dec,
 			&s.BackoffFactor, &s.RecoveryFactor, &s.Probe, &s.UseHeaders, &s.Respace,
 			&s.Multiplier, &s.CleanStreak, &s.PressureMultiplier, &s.Adapt, &s.Estimate,
-			&hold, &s.HoldReason, &paused, &s.PauseReason, &annI, &annFor, &ahead, &s.Slowdowns); err != nil {
+			&hold, &s.HoldReason, &paused, &s.PauseReason, &annI, &annFor, &ahead, &s.Slowdowns, &window, &quota); err != nil {
 			return nil, fmt.Errorf("pacer: states: %w", err)
 		}
 		s.Burst, s.DecayAfter = int(burst), int(dec)
@@ -174,6 +186,12 @@ func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, e
 			s.AnnouncedRate, s.AnnouncedFor = 1/annI, secondsToDuration(annFor)
 			interval = math.Max(base, annI)
 		}
+		if window > 0 && quota > 0 && annI == 0 {
+			// The window's quota at the ceiling, then a hold to its end:
+			// in the long run, quota per window.
+			s.Window, s.WindowQuota = secondsToDuration(window), int(quota)
+			interval = window / float64(quota)
+		}
 		s.EffectiveRate = 1 / interval
 		switch {
 		case s.Paused > 0:
@@ -182,6 +200,8 @@ func states(ctx context.Context, q Querier, sql string, args ...any) ([]State, e
 			s.PacedBy = PacedByHold
 		case annI > base:
 			s.PacedBy = PacedByAnnounced
+		case s.Window > 0:
+			s.PacedBy = PacedByWindow
 		case s.Multiplier > 1.0001:
 			s.PacedBy = PacedByBackoff
 		default:

@@ -237,6 +237,27 @@ type tuning struct {
 	// every granted slot after the pivot given back — the cursor goes to
 	// the hold's end, not a spacing past the horizon (t[39]).
 	holdCursor bool
+	// winMin: a destination whose refusals' resets (now + Retry-After)
+	// lie on one grid of whole seconds, at least this long, is a fixed
+	// window: the fleet takes its quota per window at the ceiling and
+	// holds at the window's end (docs/design.md, "A learned window").
+	// Paced under the quota, a 10-s window of 20 was 0.91–0.95 of what it
+	// allows, where a client that sends through every hold takes all of it
+	// (refused 40 %). Shorter windows answer Retry-After: 1 anywhere in
+	// them, which puts no grid in sight. 0: no window is learned (a test's
+	// control).
+	winMin time.Duration
+	// winTol is how much later than the destination's reset a refusal's
+	// reset bound may be: a Retry-After in whole seconds is rounded up by
+	// up to one, and the report reaches the database after the answer. A
+	// learned window's requests end this long before its grid's next
+	// point.
+	winTol time.Duration
+	// winProbe: after this many windows filled to the learned quota
+	// without a refusal, the quota grows by one (a limit that rose is found
+	// a request at a time; a probe refused costs a refusal at the window's
+	// end, where the fleet holds anyway).
+	winProbe int
 	// shareBySlack: the margin an announced rate is paced under
 	// (1 − announced) is divided by the slack the destination showed: the
 	// largest Remaining it answered lately + 1, at most its limit. A quota
@@ -303,6 +324,9 @@ func defaultTuning(late time.Duration) tuning {
 		startCycle:       0.4,
 		cycleSent:        1.0 / 3,
 		holdCursor:       true,
+		winMin:           3 * time.Second,
+		winTol:           1250 * time.Millisecond,
+		winProbe:         8,
 		shareBySlack:     true,
 		lateMargin:       true,
 	}
@@ -329,7 +353,7 @@ func (t tuning) array() []float64 {
 		t.confirmedPlateau.Seconds(), boolFloat(t.confirmUnder), boolFloat(t.prevBisect),
 		boolFloat(t.prevWide), boolFloat(t.rescale), boolFloat(t.youngClock),
 		boolFloat(t.lagRead), t.cycleHold.Seconds(), boolFloat(t.plateauExcess), t.startCycle,
-		t.cycleSent, boolFloat(t.holdCursor),
+		t.cycleSent, boolFloat(t.holdCursor), t.winMin.Seconds(), t.winTol.Seconds(), float64(t.winProbe),
 	}
 }
 

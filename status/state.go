@@ -19,6 +19,7 @@ const (
 	KindThrottled   = "throttled"    // adaptation slows it below its ceiling ('multiplier' adaptation)
 	KindBackingOff  = "backing_off"  // adaptation paces it just under the limit the fleet measured ('estimate')
 	KindAnnounced   = "announced"    // paced by the rate the destination's headers announce
+	KindWindow      = "window"       // paced by a fixed window learned from the destination's refusals
 	KindRefused     = "refused"      // 429 or 503 answers in the last minute
 	KindWaiting     = "waiting"      // requests in flight and none answered in the last minute: the destination hangs
 	KindRunning     = "running"      // at its configured pace, nothing refused
@@ -122,6 +123,10 @@ func Conditions(p sources.Platform, pace pacer.State, cd *sources.Cooldown, rece
 	case pace.PacedBy == pacer.PacedByAnnounced:
 		out = append(out, Condition{Kind: KindAnnounced, Level: LevelSlowed, Text: "paced by the destination: " + perSec(pace.AnnouncedRate) + " announced",
 			Detail: fmt.Sprintf("its rate-limit headers allow %s for %s more (ceiling %s)", perSec(pace.AnnouncedRate), shortDur(pace.AnnouncedFor), perSec(pace.Rate)), Left: pace.AnnouncedFor})
+	case pace.PacedBy == pacer.PacedByWindow:
+		out = append(out, Condition{Kind: KindWindow, Level: LevelSlowed, Text: fmt.Sprintf("paced by a window: %d per %s", pace.WindowQuota, shortDur(pace.Window)),
+			Detail: fmt.Sprintf("the destination's refusals reset on a fixed grid of %s: the fleet sends %d requests in each window at the ceiling (%s), then waits for the next (%s in the long run)",
+				shortDur(pace.Window), pace.WindowQuota, perSec(pace.Rate), perSec(pace.EffectiveRate))})
 	case pace.Multiplier > 1.0001 && pace.Adapt == sources.AdaptEstimate && pace.Estimate > 0:
 		out = append(out, Condition{Kind: KindBackingOff, Level: LevelSlowed, Text: "backing off: estimate " + perSec(pace.Estimate),
 			Detail: fmt.Sprintf("the destination refused requests; the fleet measured it accepts about %s and paces just under it (%s of the %s ceiling), recovering by itself as answers come back clean",

@@ -314,7 +314,7 @@ var (
 	descEffective  = prometheus.NewDesc("fleetpace_pacer_effective_rate", "Rate the fleet paces the platform at now, requests per second, and what decides it (ceiling, backoff, announced, hold, paused).", []string{"platform", "paced_by"}, nil)
 	descAnnounced  = prometheus.NewDesc("fleetpace_pacer_announced_rate", "Rate the destination's rate-limit headers allow now, requests per second (0: none announced).", []string{"platform"}, nil)
 	descHold       = prometheus.NewDesc("fleetpace_pacer_hold_remaining_seconds", "Remaining fleet-wide hold (Retry-After, exhausted quota, cooldown) per platform.", []string{"platform"}, nil)
-	descCondition  = prometheus.NewDesc("fleetpace_platform_condition", "1 for each thing the platform is doing now (kind: paused, cooling_down, holding, throttled, backing_off, announced, refused, waiting, running).", []string{"platform", "kind"}, nil)
+	descCondition  = prometheus.NewDesc("fleetpace_platform_condition", "1 for each thing the platform is doing now (kind: paused, cooling_down, holding, throttled, backing_off, announced, window, refused, waiting, running).", []string{"platform", "kind"}, nil)
 	descFleetIn    = prometheus.NewDesc("fleetpace_fleet_fetches_in_flight", "Fetches sent and not answered yet, every live worker together (as of their last heartbeats), per platform.", []string{"platform"}, nil)
 	descUsed       = prometheus.NewDesc("fleetpace_platform_used_rate", "Fetches per second fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
 	descRefused    = prometheus.NewDesc("fleetpace_platform_refused_per_minute", "429 and 503 answers per minute fleet-wide over the last minute, from the fetch history, per platform.", []string{"platform"}, nil)
