@@ -235,6 +235,10 @@ ALTER TABLE fleetpace_pace
 --                   from a refusal or a window filled)
 --   win_off         no window is learned before this (epoch seconds): a
 --                   window whose quota was not accepted was no window
+--   win_try         the first long hold (a Retry-After of 2 s or more) of
+--                   a window not learned yet: from its end the fleet sends
+--                   at the ceiling until the next refusal, which falls in
+--                   the next window and finds its length
 ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS win_resets double precision[] NOT NULL DEFAULT '{}',
     ADD COLUMN IF NOT EXISTS win_ra     double precision   NOT NULL DEFAULT 0,
@@ -246,7 +250,8 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS win_acc    integer            NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS win_acc_prev integer          NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS win_clean  integer            NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS win_off    double precision   NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS win_off    double precision   NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS win_try    boolean            NOT NULL DEFAULT false;
 
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
@@ -566,7 +571,9 @@ $$;
 -- after a point of one grid (phase + n × length), and that phase: the
 -- bound all the others lie just after. None with fewer than three bounds,
 -- but two of consecutive windows (less than twice the longest Retry-After
--- apart: a window is at least that long).
+-- apart: a window is at least that long), whose length is then the whole
+-- seconds nearest their distance (any length within t[41] of it would
+-- fit both).
 -- A window's length is a whole number of seconds everywhere we know of,
 -- and a longer grid fits fewer bounds by chance.
 CREATE OR REPLACE FUNCTION fleetpace_pace_window(resets float8[], ra float8, t float8[])
@@ -576,7 +583,8 @@ RETURNS TABLE (len float8, phase float8) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
                          LEAST(t[11], (SELECT max(y) - min(y) FROM unnest(resets) AS y) + t[41])::int) AS l,
          unnest(resets) AS r(x)
     WHERE COALESCE(t[40], 0) > 0
-      AND (cardinality(resets) >= 3 OR cardinality(resets) = 2 AND resets[2] - resets[1] < 2 * ra)
+      AND (cardinality(resets) >= 3
+           OR cardinality(resets) = 2 AND resets[2] - resets[1] < 2 * ra AND l = round(resets[2] - resets[1]))
       AND NOT EXISTS (SELECT 1 FROM unnest(resets) AS o(y)
                       WHERE (o.y - r.x) - l * floor((o.y - r.x) / l) >= t[41])
     ORDER BY l DESC, r.x DESC
@@ -679,6 +687,7 @@ DECLARE
     v_wfit      record;           -- fleetpace_pace_window's answer
     v_wprev     integer;          -- win_acc_prev after
     v_wgot      integer;          -- what the refused request's window accepted
+    v_wtry      boolean;          -- win_try after
 BEGIN
     SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND key = p_key AND rate > 0 FOR UPDATE;
     IF NOT FOUND THEN
@@ -731,8 +740,9 @@ BEGIN
                                                                  THEN GREATEST(p_quota_hold - 1, 0) ELSE p_quota_hold END END);
     v_i_old := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m0, s.est, s.est_max, s.est_plateau, s.est_at,
                                        s.announced_interval, s.announced_until, v_now, t);
-    IF s.win_len > 0 AND s.win_quota > 0 AND s.announced_until <= v_now THEN
-        -- A learned window: the reservations went at the ceiling (reserveSQL).
+    IF (s.win_len > 0 AND s.win_quota > 0 OR s.win_try) AND s.announced_until <= v_now THEN
+        -- A learned window, or one tried: the reservations went at the
+        -- ceiling (reserveSQL).
         v_i_old := fleetpace_pace_ceiling(s.rate, s.burst, t);
     END IF;
 
@@ -1167,6 +1177,8 @@ BEGIN
     v_wclean := s.win_clean;
     v_woff := s.win_off;
     v_wprev := s.win_acc_prev;
+    -- A tried window ends at the next refusal, whatever it reads.
+    v_wtry := s.win_try AND NOT p_pressure;
     IF NOT p_pressure AND s.win_len > 0 AND p_sent_from >= s.win_at THEN
         v_wacc := v_wacc + GREATEST(p_answered, 0);
     ELSIF NOT p_pressure AND s.win_len > 0 AND p_sent_from >= s.win_at - s.win_len THEN
@@ -1188,11 +1200,13 @@ BEGIN
                 SELECT w.len, w.phase INTO v_wfit FROM fleetpace_pace_window(v_wres, v_wra, t) AS w;
                 IF v_wfit.len IS NOT NULL AND v_wfit.len <> v_wlen THEN
                     -- A window learned, or a new length: its quota is at
-                    -- least what the estimate paced per window (one too
-                    -- many costs one refusal, which the rule below reads).
+                    -- least what the estimate paced per window, and what
+                    -- was accepted since the hold before (a window's
+                    -- quota, or more); one too many costs one refusal,
+                    -- which the rule below reads.
                     v_wlen := v_wfit.len;
                     v_wphase := v_wfit.phase;
-                    v_wq := GREATEST(ceil(GREATEST(s.est, v_est) * v_wlen - 1e-9), 1)::int;
+                    v_wq := GREATEST(ceil(GREATEST(s.est, v_est) * v_wlen - 1e-9), s.acc_cycle, 1)::int;
                     v_wclean := -1;
                 ELSIF v_wfit.len IS NOT NULL THEN
                     v_wphase := v_wfit.phase;
@@ -1229,12 +1243,18 @@ BEGIN
                     v_wlen := 0;
                     v_wres := v_wres[cardinality(v_wres) - 1:];
                 END IF;
+                -- The first long hold of a window not known yet: from its
+                -- end (the window's reset) the fleet sends at the ceiling
+                -- until refused, in the next window, at its quota. Paced
+                -- by the estimate, the next refusal came a probe later,
+                -- windows later (a 10-s window of 2/s: 27 s).
+                v_wtry := v_wlen = 0 AND cardinality(v_wres) = 1 AND p_retry >= 2;
             END IF;
         END IF;
     END IF;
     v_i_new := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m, v_est, v_est_max, v_plateau, v_est_at,
                                        v_ann_i, v_ann_until, v_now, t);
-    IF v_wlen > 0 AND v_wq > 0 AND v_ann_until <= v_now THEN
+    IF (v_wlen > 0 AND v_wq > 0 OR v_wtry) AND v_ann_until <= v_now THEN
         v_i_new := fleetpace_pace_ceiling(s.rate, s.burst, t);
     END IF;
     v_ratio := GREATEST(v_i_new / v_i_old, 1);
@@ -1293,7 +1313,7 @@ BEGIN
         win_acc_prev = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE v_wprev END,
         win_at = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE s.win_at END,
         win_count = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE s.win_count END,
-        win_clean = v_wclean, win_off = v_woff
+        win_clean = v_wclean, win_off = v_woff, win_try = v_wtry
     WHERE u.platform = p_platform AND u.key = p_key
     RETURNING u.* INTO s;
 

@@ -145,7 +145,7 @@ ON CONFLICT (platform, key) DO UPDATE SET
                                                         THEN s.win_phase + floor((GREATEST(s.cursor_at, c.now + $3::float8, c.hold) - s.win_phase)
                                                                                  / s.win_len) * s.win_len END AS w0
                                             FROM (SELECT n.now, GREATEST(s.hold_until, s.paused_until) AS hold,
-                                                         CASE WHEN s.win_len > 0 AND s.win_quota > 0 AND s.announced_until <= n.now
+                                                         CASE WHEN (s.win_len > 0 AND s.win_quota > 0 OR s.win_try) AND s.announced_until <= n.now
                                                               THEN fleetpace_pace_ceiling(s.rate, s.burst, $6)
                                                               ELSE fleetpace_pace_interval(s.adapt, s.rate, s.burst, s.multiplier, s.est, s.est_max,
                                                                                            s.est_plateau, s.est_at, s.announced_interval,
@@ -415,7 +415,7 @@ UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced
     est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_cycle = 0, acc_at = 0, acc_from = 0,
     meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false,
     est_prev = 0, win_resets = '{}', win_ra = 0, win_len = 0, win_phase = 0, win_quota = 0, win_at = 0,
-    win_count = 0, win_acc = 0, win_acc_prev = 0, win_clean = 0, win_off = 0
+    win_count = 0, win_acc = 0, win_acc_prev = 0, win_clean = 0, win_off = 0, win_try = false
 WHERE platform = $1`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
