@@ -233,12 +233,15 @@ ALTER TABLE fleetpace_pace
 --                   quota last changed: at t[42] the quota grows by one
 --                   (-1: the quota is the estimate's guess, not yet read
 --                   from a refusal or a window filled)
---   win_off         no window is learned before this (epoch seconds): a
---                   window whose quota was not accepted was no window
 --   win_try         the first long hold (a Retry-After of 2 s or more) of
 --                   a window not learned yet: from its end the fleet sends
 --                   at the ceiling until the next refusal, which falls in
 --                   the next window and finds its length
+--   win_fix         a request was refused in the window the reservations
+--                   count: when the next one starts, the quota becomes what
+--                   that window accepted (a first guess), or one less
+--   win_off         no window is learned before this (epoch seconds): a
+--                   window refused before half its quota was no window
 ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS win_resets double precision[] NOT NULL DEFAULT '{}',
     ADD COLUMN IF NOT EXISTS win_ra     double precision   NOT NULL DEFAULT 0,
@@ -250,8 +253,9 @@ ALTER TABLE fleetpace_pace
     ADD COLUMN IF NOT EXISTS win_acc    integer            NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS win_acc_prev integer          NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS win_clean  integer            NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS win_off    double precision   NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS win_try    boolean            NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS win_try    boolean            NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS win_fix    boolean            NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS win_off    double precision   NOT NULL DEFAULT 0;
 
 -- Keys and in-flight caps (nested limits). A platform may limit each key —
 -- an account, a token's name, a tenant; never a secret — separately as well
@@ -682,12 +686,13 @@ DECLARE
     v_wq        integer;          -- win_quota after
     v_wacc      integer;          -- win_acc after
     v_wclean    integer;          -- win_clean after
-    v_woff      float8;           -- win_off after
     v_wr        float8;           -- this refusal's reset bound
     v_wfit      record;           -- fleetpace_pace_window's answer
     v_wprev     integer;          -- win_acc_prev after
     v_wgot      integer;          -- what the refused request's window accepted
     v_wtry      boolean;          -- win_try after
+    v_wfix      boolean;          -- win_fix after
+    v_woff      float8;           -- win_off after
 BEGIN
     SELECT * INTO s FROM fleetpace_pace WHERE platform = p_platform AND key = p_key AND rate > 0 FOR UPDATE;
     IF NOT FOUND THEN
@@ -1175,10 +1180,11 @@ BEGIN
     v_wq := s.win_quota;
     v_wacc := s.win_acc;
     v_wclean := s.win_clean;
-    v_woff := s.win_off;
     v_wprev := s.win_acc_prev;
     -- A tried window ends at the next refusal, whatever it reads.
     v_wtry := s.win_try AND NOT p_pressure;
+    v_wfix := s.win_fix;
+    v_woff := s.win_off;
     IF NOT p_pressure AND s.win_len > 0 AND p_sent_from >= s.win_at THEN
         v_wacc := v_wacc + GREATEST(p_answered, 0);
     ELSIF NOT p_pressure AND s.win_len > 0 AND p_sent_from >= s.win_at - s.win_len THEN
@@ -1187,69 +1193,89 @@ BEGIN
     IF COALESCE(t[40], 0) > 0 AND p_key = '' AND s.adapt = 'estimate' AND p_pressure AND NOT v_stale AND p_retry > 0
        AND NOT v_quota_refused THEN
         v_wr := v_now + p_retry;
-        IF v_now >= v_woff THEN
-            IF cardinality(v_wres) > 0 AND abs(v_wr - v_wres[cardinality(v_wres)]) < t[41] THEN
-                -- The same window's reset: the earlier bound is the tighter.
-                v_wres[cardinality(v_wres)] := LEAST(v_wres[cardinality(v_wres)], v_wr);
-            ELSE
-                v_wres := v_wres || v_wr;
-                v_wres := v_wres[GREATEST(cardinality(v_wres) - 3, 1):];
-            END IF;
-            v_wra := GREATEST(v_wra, p_retry);
-            IF v_wra >= 2 THEN
-                SELECT w.len, w.phase INTO v_wfit FROM fleetpace_pace_window(v_wres, v_wra, t) AS w;
-                IF v_wfit.len IS NOT NULL AND v_wfit.len <> v_wlen THEN
-                    -- A window learned, or a new length: its quota is at
-                    -- least what the estimate paced per window, and what
-                    -- was accepted since the hold before (a window's
-                    -- quota, or more); one too many costs one refusal,
-                    -- which the rule below reads.
-                    v_wlen := v_wfit.len;
-                    v_wphase := v_wfit.phase;
-                    v_wq := GREATEST(ceil(GREATEST(s.est, v_est) * v_wlen - 1e-9), s.acc_cycle, 1)::int;
-                    v_wclean := -1;
-                ELSIF v_wfit.len IS NOT NULL THEN
-                    v_wphase := v_wfit.phase;
-                    IF p_sent_from >= s.win_at - s.win_len THEN
-                        -- What the refused request's window accepted.
-                        v_wgot := CASE WHEN p_sent_from >= s.win_at THEN v_wacc ELSE v_wprev END;
-                        IF v_wclean < 0 AND v_wgot >= 2 THEN
-                            -- The first refusal since the window was
-                            -- learned: its quota is what the window took.
-                            v_wq := v_wgot;
-                            v_wclean := 0;
-                        ELSIF v_wgot * 2 < v_wq THEN
-                            -- Not half the quota accepted in the window:
-                            -- no fixed window (a bucket's resets fell on a
-                            -- grid by chance), or its limit dropped far.
-                            -- The estimate paces again, and no window is
-                            -- learned for t[11].
-                            v_wlen := 0;
-                            v_wres := '{}';
-                            v_wra := 0;
-                            v_woff := v_now + t[11];
-                        ELSE
-                            -- Refused inside the window the quota was
-                            -- counted in: the quota was one too many (a
-                            -- probe's), or less is left to the fleet: what
-                            -- this window accepted.
-                            v_wq := GREATEST(LEAST(v_wq - 1, v_wgot), 1);
-                            v_wclean := 0;
-                        END IF;
-                    END IF;
-                ELSIF v_wlen > 0 THEN
-                    -- The bounds no longer lie on one grid: the latest two
-                    -- may find it again.
+    END IF;
+    IF v_wr IS NOT NULL AND v_now >= v_woff THEN
+        IF cardinality(v_wres) > 0 AND abs(v_wr - v_wres[cardinality(v_wres)]) < t[41] THEN
+            -- The same window's reset: the earlier bound is the tighter.
+            v_wres[cardinality(v_wres)] := LEAST(v_wres[cardinality(v_wres)], v_wr);
+        ELSE
+            v_wres := v_wres || v_wr;
+            v_wres := v_wres[GREATEST(cardinality(v_wres) - 3, 1):];
+        END IF;
+        v_wra := GREATEST(v_wra, p_retry);
+        IF v_wra >= 2 THEN
+            SELECT w.len, w.phase INTO v_wfit FROM fleetpace_pace_window(v_wres, v_wra, t) AS w;
+            IF v_wfit.len IS NOT NULL AND v_wfit.len <> v_wlen THEN
+                -- A window learned, or a new length. Its quota is a
+                -- guess on the high side (a fifth and one more than the
+                -- estimate per window or what was accepted since the
+                -- hold before, a window's quota or more, the answers
+                -- still in their processes' batches aside): the first
+                -- window then ends in a refusal, and what it accepted
+                -- becomes the quota (below). Too low, it would stay
+                -- so until the probes found the rest, a request per
+                -- t[42] windows.
+                v_wlen := v_wfit.len;
+                v_wphase := v_wfit.phase;
+                v_wq := ceil(1.2 * GREATEST(GREATEST(s.est, v_est) * v_wlen, s.acc_cycle, 1))::int + 1;
+                v_wclean := -1;
+            ELSIF v_wfit.len IS NOT NULL THEN
+                v_wphase := v_wfit.phase;
+                IF p_sent_from >= s.win_at AND v_wclean >= 0 AND v_wacc * 2 < v_wq THEN
+                    -- Refused before half a known quota was accepted in
+                    -- the window: no fixed window. A sliding log lets
+                    -- the fleet's bursts through while their expiries
+                    -- fall on one grid, and refuses one of them once a
+                    -- burst goes out later than the one a log's length
+                    -- before it; a limit that dropped far refuses too.
+                    -- The estimate paces again, from what the window
+                    -- took, and no window is learned for t[11].
                     v_wlen := 0;
-                    v_wres := v_wres[cardinality(v_wres) - 1:];
+                    v_wres := '{}';
+                    v_wra := 0;
+                    v_woff := v_now + t[11];
+                    v_est := v_wq / s.win_len;
+                    v_est_max := v_est;
+                    v_est_at := v_now;
+                    v_plateau := 0;
+                    s.est_guess := false;
+                ELSIF p_sent_from >= s.win_at THEN
+                    -- Refused inside the window the reservations
+                    -- count: the quota was one too many (a probe's, or
+                    -- the first guess), or less is left to the fleet.
+                    -- When the next window starts (reserveSQL), a first
+                    -- guess becomes what this window accepted (the
+                    -- answers its processes gather in batches are all
+                    -- in by then: read at the refusal, a 10-s window of
+                    -- 20 read 18), a known quota one less.
+                    v_wfix := true;
+                ELSIF p_sent_from >= s.win_at - s.win_len THEN
+                    -- Refused in the window before: what it accepted.
+                    v_wq := GREATEST(LEAST(v_wq - 1, v_wprev), 1);
+                    v_wclean := 0;
                 END IF;
-                -- The first long hold of a window not known yet: from its
-                -- end (the window's reset) the fleet sends at the ceiling
-                -- until refused, in the next window, at its quota. Paced
-                -- by the estimate, the next refusal came a probe later,
-                -- windows later (a 10-s window of 2/s: 27 s).
-                v_wtry := v_wlen = 0 AND cardinality(v_wres) = 1 AND p_retry >= 2;
+            ELSIF v_wlen > 0 THEN
+                -- The bounds no longer lie on one grid (a sliding log
+                -- whose requests' expiries fell on one while the fleet
+                -- sent in bursts on it, then moved): the latest two may
+                -- find it again. Meanwhile the estimate paces, from what
+                -- the window took, just under it: cut by its own rules
+                -- while the window paced, from refusals at the ceiling's
+                -- pace, it read a log of 67 per 10 s at 3.3/s.
+                v_wlen := 0;
+                v_wres := v_wres[cardinality(v_wres) - 1:];
+                v_est := v_wq / s.win_len;
+                v_est_max := v_est;
+                v_est_at := v_now;
+                v_plateau := 0;
+                s.est_guess := false;
             END IF;
+            -- The first long hold of a window not known yet: from its
+            -- end (the window's reset) the fleet sends at the ceiling
+            -- until refused, in the next window, at its quota. Paced
+            -- by the estimate, the next refusal came a probe later,
+            -- windows later (a 10-s window of 2/s: 27 s).
+            v_wtry := v_wlen = 0 AND cardinality(v_wres) = 1 AND p_retry >= 2;
         END IF;
     END IF;
     v_i_new := fleetpace_pace_interval(s.adapt, s.rate, s.burst, v_m, v_est, v_est_max, v_plateau, v_est_at,
@@ -1313,7 +1339,7 @@ BEGIN
         win_acc_prev = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE v_wprev END,
         win_at = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE s.win_at END,
         win_count = CASE WHEN v_wlen <> s.win_len THEN 0 ELSE s.win_count END,
-        win_clean = v_wclean, win_off = v_woff, win_try = v_wtry
+        win_clean = v_wclean, win_try = v_wtry, win_fix = v_wfix AND v_wlen = s.win_len, win_off = v_woff
     WHERE u.platform = p_platform AND u.key = p_key
     RETURNING u.* INTO s;
 

@@ -100,7 +100,7 @@ const reserveSQL = `
 INSERT INTO fleetpace_pace AS s (platform) VALUES ($1)
 ON CONFLICT (platform, key) DO UPDATE SET
     (cursor_at, last_slot, last_count, last_interval, last_max_wait, run_start, leases,
-     win_at, win_count, win_acc, win_acc_prev, win_clean, win_quota) = (
+     win_at, win_count, win_acc, win_acc_prev, win_clean, win_quota, win_fix) = (
         SELECT CASE WHEN g.k > 0 THEN g.b + g.k * g.i ELSE s.cursor_at END, g.first, g.k, COALESCE(g.i, 0), $2::float8,
                CASE WHEN g.k > 0 AND g.first > s.cursor_at + g.i THEN g.first ELSE s.run_start END,
                CASE WHEN s.max_in_flight <= 0 THEN s.leases
@@ -109,31 +109,41 @@ ON CONFLICT (platform, key) DO UPDATE SET
                     ELSE g.live END,
                CASE WHEN g.capped AND g.k > 0 THEN g.wstart ELSE s.win_at END,
                CASE WHEN g.capped AND g.k > 0 THEN g.cnt + g.k ELSE s.win_count END,
-               CASE WHEN g.capped AND g.k > 0 AND g.wstart <> s.win_at THEN 0 ELSE s.win_acc END,
-               CASE WHEN NOT g.capped OR g.k <= 0 OR g.wstart = s.win_at THEN s.win_acc_prev
+               CASE WHEN g.capped AND g.k > 0 AND g.rolled THEN 0 ELSE s.win_acc END,
+               CASE WHEN NOT (g.capped AND g.k > 0 AND g.rolled) THEN s.win_acc_prev
                     WHEN abs(g.wstart - s.win_at - s.win_len) < 1e-6 THEN s.win_acc ELSE 0 END,
-               CASE WHEN NOT g.capped OR g.k <= 0 OR g.wstart = s.win_at THEN s.win_clean
+               CASE WHEN NOT (g.capped AND g.k > 0 AND g.rolled) THEN s.win_clean
+                    WHEN s.win_fix THEN 0
                     WHEN s.win_count < s.win_quota THEN LEAST(s.win_clean, 0)
                     WHEN s.win_clean + 1 >= ($6::float8[])[42] THEN 0
                     ELSE s.win_clean + 1 END,
-               CASE WHEN g.capped AND g.k > 0 AND g.wstart <> s.win_at AND s.win_count >= s.win_quota
-                         AND s.win_clean + 1 >= ($6::float8[])[42] THEN s.win_quota + 1
-                    ELSE s.win_quota END
-        FROM (SELECT f.b, f.i, f.first, f.now, f.live, f.capped, f.wstart, f.cnt,
+               CASE WHEN g.capped AND g.k > 0 THEN g.q ELSE s.win_quota END,
+               s.win_fix AND NOT (g.capped AND g.k > 0 AND g.rolled)
+        FROM (SELECT f.b, f.i, f.first, f.now, f.live, f.capped, f.wstart, f.cnt, f.rolled, f.q,
                      CASE WHEN s.rate <= 0 OR f.first - f.now > $2::float8 OR s.paused_until > f.now
                                OR s.max_in_flight > 0 AND cardinality(f.live) >= s.max_in_flight THEN 0
                           WHEN s.max_in_flight > 0 THEN 1
                           WHEN f.capped THEN GREATEST(LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1,
-                                                            s.win_quota - f.cnt,
+                                                            f.q - f.cnt,
                                                             floor((f.wstart + s.win_len - ($6::float8[])[41] - f.b) / f.i) + 1), 0)::int
                           ELSE LEAST($4::float8, floor((f.now + $2::float8 - f.base) / f.i) + 1)::int END AS k
-              FROM (SELECT e.now, e.i, e.b, e.base, e.live, e.capped, e.wstart, e.cnt,
+              FROM (SELECT e.now, e.i, e.b, e.base, e.live, e.capped, e.wstart, e.cnt, e.rolled, e.q,
                            GREATEST(e.now + $3::float8, e.hold, e.base) AS first
-                    FROM (SELECT w.now, w.i, w.live, w.capped, w.wstart, w.cnt, GREATEST(w.hold, w.gate) AS hold,
+                    FROM (SELECT w.now, w.i, w.live, w.capped, w.wstart, w.cnt, w.rolled,
+                                 -- A new window's quota: what the last one
+                                 -- accepted if a request was refused in it,
+                                 -- one more after winProbe full ones.
+                                 CASE WHEN NOT w.rolled THEN s.win_quota
+                                      WHEN s.win_fix AND s.win_clean < 0 THEN GREATEST(s.win_acc, 1)
+                                      WHEN s.win_fix THEN GREATEST(s.win_quota - 1, 1)
+                                      WHEN s.win_count >= s.win_quota AND s.win_clean + 1 >= ($6::float8[])[42] THEN s.win_quota + 1
+                                      ELSE s.win_quota END AS q,
+                                 GREATEST(w.hold, w.gate) AS hold,
                                  GREATEST(w.b0, w.gate) AS b,
                                  GREATEST(w.b0, w.gate) - COALESCE(fleetpace_pace_tau(s.rate, s.burst, $6), 0) AS base
                           FROM (SELECT v.now, v.i, v.live, v.hold, v.b0, v.capped,
                                        CASE WHEN v.full THEN v.w0 + s.win_len ELSE v.w0 END AS wstart,
+                                       v.capped AND abs(CASE WHEN v.full THEN v.w0 + s.win_len ELSE v.w0 END - s.win_at) > 1e-6 AS rolled,
                                        CASE WHEN v.full OR abs(s.win_at - v.w0) > 1e-6 THEN 0 ELSE s.win_count END AS cnt,
                                        CASE WHEN v.full THEN v.w0 + s.win_len ELSE 0 END AS gate
                                 FROM (SELECT u.*,
@@ -415,7 +425,7 @@ UPDATE fleetpace_pace SET announced_interval = 0, announced_until = 0, announced
     est_max = 0, est_plateau = 0, acc_rate = 0, ref_rate = 0, acc_cut = 0, ref_cut = 0, acc_cycle = 0, acc_at = 0, acc_from = 0,
     meas_window = 0, meas_window_at = 0, jitter_at = 0, held_at = 0, run_start = 0, cut_below = false, est_guess = false,
     est_prev = 0, win_resets = '{}', win_ra = 0, win_len = 0, win_phase = 0, win_quota = 0, win_at = 0,
-    win_count = 0, win_acc = 0, win_acc_prev = 0, win_clean = 0, win_off = 0, win_try = false
+    win_count = 0, win_acc = 0, win_acc_prev = 0, win_clean = 0, win_try = false, win_fix = false, win_off = 0
 WHERE platform = $1`
 
 // ensureRowSQL creates a platform's pace row if it is missing (normally the
