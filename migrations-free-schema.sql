@@ -849,6 +849,13 @@ BEGIN
         -- the fleet under the announced quota for half a minute (0.54 of
         -- an announced 1-s window of 7 after one refusal at the start).
         v_quota_refused := p_pressure AND s.use_headers AND p_quota_hold IS NOT NULL;
+        -- A tried window's refusal (win_try) with a short Retry-After is
+        -- no window's reset: the burst ran into a log that still held the
+        -- requests of the hold before, or a bucket. It reads nothing
+        -- either: cut by it, the estimate paced a sliding log of 67 per
+        -- 10 s at 0.82 of it, the burst's own requests refused again
+        -- a log's length later. (Its reset bound is kept all the same.)
+        v_quota_refused := v_quota_refused OR p_pressure AND s.win_try AND COALESCE(p_retry, 0) < 2;
         IF p_pressure AND NOT v_stale AND NOT v_quota_refused THEN
             s.ref_cut := s.ref_cut + 1;
         END IF;
@@ -1191,7 +1198,7 @@ BEGIN
         v_wprev := v_wprev + GREATEST(p_answered, 0);
     END IF;
     IF COALESCE(t[40], 0) > 0 AND p_key = '' AND s.adapt = 'estimate' AND p_pressure AND NOT v_stale AND p_retry > 0
-       AND NOT v_quota_refused THEN
+       AND NOT (v_quota_refused AND NOT s.win_try) THEN
         v_wr := v_now + p_retry;
     END IF;
     IF v_wr IS NOT NULL AND v_now >= v_woff THEN
