@@ -115,6 +115,7 @@ type simResult struct {
 	arrivals []simArrival // in arrival order
 	pressure []simPressure
 	window   simWindow // the platform's learned window at the end
+	state    State     // the platform's state at the end, as States reads it
 	start    time.Time // the clock at the start (arrivals count from it)
 }
 
@@ -287,13 +288,18 @@ func runSim(t *testing.T, cfg simConfig) simResult {
 		FROM fleetpace_pace WHERE platform = 'sim' AND key = ''`).Scan(&w.len, &w.phase, &w.ra, &w.quota, &w.resets); err != nil {
 		t.Fatalf("simulation: the learned window: %v", err)
 	}
+	// On the simulation's clock (the pacers' own).
+	states, err := StatesOf(pacers[0].withTime(context.Background()), pool, []string{"sim"})
+	if err != nil || len(states) != 1 {
+		t.Fatalf("simulation: the platform's state: %v (%d rows)", err, len(states))
+	}
 	w.phase -= timeToEpoch(start)
 	for i := range w.resets {
 		w.resets[i] -= timeToEpoch(start)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return simResult{cfg: cfg, arrivals: arrivals, pressure: pressure, window: w, start: start}
+	return simResult{cfg: cfg, arrivals: arrivals, pressure: pressure, window: w, state: states[0], start: start}
 }
 
 // between counts the accepted and refused arrivals in [from, to).

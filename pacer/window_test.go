@@ -26,8 +26,9 @@ func (r simResult) windowCounts(size, from, to time.Duration) (ok, refused []int
 // processes of twenty callers under a 20/s ceiling, against windows of 20
 // and 67 per 10 s, fill every window from second 40 on with its quota
 // exactly, no refusal, and never more than ceiling + burst in a second.
-// The control (no window learned: the estimate paces under the quota)
-// leaves some window short. A strict limiter answering Retry-After: 1 (a
+// States then says the platform is paced by that window. The control (no
+// window learned: the estimate paces under the quota) leaves some window
+// short. A strict limiter answering Retry-After: 1 (a
 // bucket's next slot) is never taken for a window.
 func TestLearnedWindowTakesEachQuota(t *testing.T) {
 	if testing.Short() {
@@ -73,6 +74,10 @@ func TestLearnedWindowTakesEachQuota(t *testing.T) {
 			}
 			if r.window.len != m.rule.Window.Seconds() || r.window.quota != m.rule.WindowLimit {
 				t.Errorf("learned a window of %gs and %d, want %s and %d", r.window.len, r.window.quota, m.rule.Window, m.rule.WindowLimit)
+			}
+			if st := r.state; st.PacedBy != PacedByWindow || st.Window != m.rule.Window || st.WindowQuota != m.rule.WindowLimit {
+				t.Errorf("the state says paced by %q, window %s of %d; want %q, %s of %d", st.PacedBy, st.Window, st.WindowQuota,
+					PacedByWindow, m.rule.Window, m.rule.WindowLimit)
 			}
 			if !full || fmt.Sprint(refused) != fmt.Sprint(repeat(0, len(refused))) {
 				t.Errorf("windows from 40 s on accepted %v and refused %v, want %d each and no refusal", ok, refused, m.rule.WindowLimit)

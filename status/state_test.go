@@ -46,6 +46,9 @@ func TestConditions(t *testing.T) {
 			minute(nil), 0, []string{"throttled ×5.1"}, status.LevelSlowed},
 		{"backing off", with(func(s *pacer.State) { s.Estimate, s.Multiplier, s.PacedBy = 6.1, 7/5.9, pacer.PacedByBackoff }), nil,
 			minute(nil), 0, []string{"backing off: estimate 6.1/s"}, status.LevelSlowed},
+		{"learned window", with(func(s *pacer.State) {
+			s.Estimate, s.Multiplier, s.PacedBy, s.Window, s.WindowQuota, s.EffectiveRate = 6.1, 7/5.9, pacer.PacedByWindow, 10*time.Second, 20, 2
+		}), nil, minute(nil), 0, []string{"paced by a window: 20 per 10s"}, status.LevelSlowed},
 		{"hanging", ceiling, nil, minute(nil), 4, []string{"waiting: 4 request(s) in flight, none answered in the last minute"}, status.LevelSlowed},
 		{"answering slowly", ceiling, nil, minute(map[fetch.Outcome]int64{"ok": 3}), 4, []string{"running"}, status.LevelOK},
 		{"paused", with(func(s *pacer.State) { s.Paused, s.PauseReason, s.PacedBy = 4*time.Minute, "deploy", pacer.PacedByPause }), nil,
