@@ -244,7 +244,10 @@ type tuning struct {
 	// Paced under the quota, a 10-s window of 20 was 0.91–0.95 of what it
 	// allows, where a client that sends through every hold takes all of it
 	// (refused 40 %). Shorter windows answer Retry-After: 1 anywhere in
-	// them, which puts no grid in sight. 0: no window is learned (a test's
+	// them, which puts no grid in sight. The first long hold (a
+	// Retry-After of 2 s or more) of a window not learned yet is a trial:
+	// from its end the fleet sends at the ceiling until the next refusal,
+	// one window later. 0: no window is learned or tried (a test's
 	// control).
 	winMin time.Duration
 	// winTol is how much later than the destination's reset a refusal's
