@@ -30,7 +30,6 @@ func TestSteady429sAreVisible(t *testing.T) {
 	setPlatform(t, url, "limited", "--rate", "5", "--max-multiplier", "1024")
 	setPlatform(t, url, "hanging", "--rate", "5")
 	importSources(t, url, "limited", d.URL(), pathsN("/limited/", 40))
-	importSources(t, url, "hanging", d.URL(), pathsN("/hanging/", 4))
 	w1 := startWorker(t, url, "w1", "--concurrency", "8", "--max-pacer-wait", "2s", "--job-timeout", "2m")
 	w2 := startWorker(t, url, "w2", "--concurrency", "8", "--max-pacer-wait", "2s", "--job-timeout", "2m")
 	db := pool(t, url)
@@ -91,9 +90,13 @@ func TestSteady429sAreVisible(t *testing.T) {
 		t.Errorf("the overview's row of limited: %s", row)
 	}
 	// The hanging destination: its requests show in flight, fleet-wide
-	// (the heartbeats, every second), and in the worker's /metrics.
+	// (the heartbeats, every second), and in the worker's /metrics. Its
+	// sources come now, so that their requests are still in flight (the
+	// fetch gives up after 30 s) however long the checks above took on a
+	// loaded machine.
+	importSources(t, url, "hanging", d.URL(), pathsN("/hanging/", 4))
 	var hanging status.Platform
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		rep, err := status.Read(ctx, db)
 		if err != nil {
 			t.Fatal(err)
@@ -153,19 +156,23 @@ func TestResetGoesAtTheConfiguredPace(t *testing.T) {
 	}
 	db := pool(t, url)
 	ctx := context.Background()
-	// Until both are paced by the quota the destination announced.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	// Until both are paced by the quota the destination announced, and b's
+	// announcement (renewed by each answer until its window's reset) holds
+	// long enough for the control: on a loaded machine the two commands
+	// below took 3.7 s, and an announcement that ended meanwhile left b at
+	// its configured pace.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		rep, err := status.Read(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a, b := platformOf(t, rep, "a"), platformOf(t, rep, "b")
-		if a.Pace.EffectiveRate < 2 && b.Pace.EffectiveRate < 2 {
+		if a.Pace.EffectiveRate < 2 && b.Pace.EffectiveRate < 2 && b.Pace.AnnouncedFor >= 20*time.Second {
 			t.Logf("before: a %v (%.2g/s), b %v (%.2g/s)", a.State, a.Pace.EffectiveRate, b.State, b.Pace.EffectiveRate)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("30 s on, a and b are not paced by the announced quota: a %.2g/s, b %.2g/s", a.Pace.EffectiveRate, b.Pace.EffectiveRate)
+			t.Fatalf("90 s on, a and b are not paced by the announced quota with 20 s of it left: a %.2g/s, b %.2g/s (%s left)", a.Pace.EffectiveRate, b.Pace.EffectiveRate, b.Pace.AnnouncedFor)
 		}
 	}
 	d.DeleteRule("/a/") // the destination lifts its quota

@@ -178,6 +178,7 @@ func TestPgBouncer(t *testing.T) {
 	platformWithSources(t, bouncer, "pb", d.URL(), n, "--rate", fmt.Sprint(rate), "--burst", fmt.Sprint(burst))
 	ws := startWorkers(t, bouncer, "pb", 3, "--no-scan", "--poll-only", "--concurrency", "10")
 	scans := scanUntilChecked(t, bouncer, pool(t, direct), 3*time.Minute)
+	overruns := workerCounter(t, ws, "fleetpace_pacer_overruns_total")
 	stopAll(ws)
 	arrivals := d.Arrivals("/pb/")
 	distinct := map[string]bool{}
@@ -190,7 +191,9 @@ func TestPgBouncer(t *testing.T) {
 	if len(distinct) != n {
 		t.Errorf("%d distinct sources fetched, want %d", len(distinct), n)
 	}
+	t.Logf("overruns the workers counted (written past their guarantee): %d", overruns)
 	if maxWin > int(rate)+burst {
+		logWorstWindow(t, d.Requests(), time.Second)
 		t.Errorf("a 1-s window held %d requests; the ceiling is %.0f/s + burst %d", maxWin, rate, burst)
 	}
 	checkPooledLogs(t, bouncerLog(), scans, ws)

@@ -50,7 +50,7 @@ func BenchmarkReserve(b *testing.B) {
 				var c float64
 				err := pool.QueryRow(ctx, `INSERT INTO fleetpace_pace AS s (platform, cursor_at)
 VALUES ('bare', extract(epoch FROM clock_timestamp()))
-ON CONFLICT (platform) DO UPDATE SET cursor_at = GREATEST(s.cursor_at, EXCLUDED.cursor_at) + 0.000001
+ON CONFLICT (platform, key) DO UPDATE SET cursor_at = GREATEST(s.cursor_at, EXCLUDED.cursor_at) + 0.000001
 RETURNING s.cursor_at`).Scan(&c)
 				if err != nil {
 					b.Fatal(err)
