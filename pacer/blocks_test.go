@@ -45,11 +45,14 @@ func reportClean(t *testing.T, p *Pacer, platform string, n int) {
 func TestBlocksHandOutExactSlots(t *testing.T) {
 	t.Parallel()
 	url, pool := setup(t, platformSpec{name: "fast", rate: 1e5})
-	// The injected clock stands still: no kept slot turns late (10 µs apart,
-	// a loaded machine would otherwise discard some; TestLateBlockSlotsDiscarded).
-	// No refill: the blocks are taken where the kept slots run out
-	// (TestBlockRefilledAhead).
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
+	// The injected clock stands still, and the statements take their time
+	// from it: no kept slot turns late (10 µs apart, a loaded machine would
+	// otherwise discard some; TestLateBlockSlotsDiscarded). On the
+	// database's clock, a block's slots were mapped to the frozen clock by
+	// an offset that moved with each slow round trip, and a slow machine
+	// discarded a whole block so. No refill: the blocks are taken where the
+	// kept slots run out (TestBlockRefilledAhead).
+	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New(); c.TimeFromClock = true })
 	p.noRefill = true
 
 	// 1 (block size unknown: one slot) + 8 + 8 slots from three statements.
@@ -87,7 +90,7 @@ func TestBlockRefilledAhead(t *testing.T) {
 		if !refill {
 			platform = "naive"
 		}
-		p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New() })
+		p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clocktest.New(); c.TimeFromClock = true })
 		p.noRefill = !refill
 		var trips []int
 		var slots []float64
@@ -190,7 +193,14 @@ func TestLateBlockSlotsDiscarded(t *testing.T) {
 	// the database clock as the statement read it, up to the statement's
 	// duration before its reply, and on a loaded machine that was more than
 	// 0.5 ms (a kept slot then read as late before the clock moved).
-	p := newPacer(t, url, func(c *Config) { c.MaxBlock = 8; c.Clock = clock; c.LateBudget = 20 * time.Millisecond })
+	// The statements take their time from the injected clock too, so no
+	// round trip moves the kept slots' mapping.
+	p := newPacer(t, url, func(c *Config) {
+		c.MaxBlock = 8
+		c.Clock = clock
+		c.LateBudget = 20 * time.Millisecond
+		c.TimeFromClock = true
+	})
 	reserveN(t, p, "fast", 3) // one single, one block: 6 kept
 	clock.Advance(10 * time.Millisecond)
 	if r := reserveN(t, p, "fast", 1)[0]; !r.FromBlock {
