@@ -153,7 +153,9 @@ func TestAnnouncedLimitPacesTheFleet(t *testing.T) {
 	ws := startWorkers(t, url, "a", 3, "--concurrency", "10")
 	start := waitArrivals(t, d, "/ann/", 1, 30*time.Second)
 	waitUntil(t, d, "/ann/", start.Add(20*time.Second), 30*time.Second)
+	late, lateSends := workerCounter(t, ws, "fleetpace_pacer_slots_late_total"), workerCounter(t, ws, "fleetpace_fetch_late_sends_total")
 	stopAll(ws)
+	t.Logf("slots given up as woken late: %d; requests not written past their send-by time: %d", late, lateSends)
 	reqs := d.Requests()
 	var firstAnswer time.Time
 	for _, r := range reqs {
