@@ -189,12 +189,12 @@ func TestLateBlockSlotsDiscarded(t *testing.T) {
 	t.Parallel()
 	url, _ := setup(t, platformSpec{name: "fast", rate: 1e6})
 	clock := clocktest.New()
-	// MaxLate 20 ms, not the default 1 ms: the kept slots' times come from
-	// the database clock as the statement read it, up to the statement's
-	// duration before its reply, and on a loaded machine that was more than
-	// 0.5 ms (a kept slot then read as late before the clock moved).
-	// The statements take their time from the injected clock too, so no
-	// round trip moves the kept slots' mapping.
+	// MaxLate 20 ms, not the default 1 ms: on the database's clock the kept
+	// slots' times were read up to the statement's duration before its
+	// reply, and on a loaded machine that was more than 0.5 ms (a kept slot
+	// then read as late before the clock moved). The statements take their
+	// time from the injected clock now, so no round trip moves the kept
+	// slots' mapping either.
 	p := newPacer(t, url, func(c *Config) {
 		c.MaxBlock = 8
 		c.Clock = clock
